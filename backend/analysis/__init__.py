@@ -1,0 +1,1 @@
+"""Agreement statistics between metrics and radiologists."""

@@ -1,0 +1,33 @@
+"""Runtime settings read from the environment (nothing is cached at import)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+APP_VERSION = "0.1.0"
+
+
+def data_dir() -> Path:
+    """Folder for the SQLite file, imported images and exports (``RADCONCORD_DATA_DIR``)."""
+    return Path(os.environ.get("RADCONCORD_DATA_DIR", REPO_ROOT / "data")).resolve()
+
+
+def database_url() -> str:
+    """``DATABASE_URL`` if set, else a SQLite file in the data folder."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return url
+    return f"sqlite:///{data_dir() / 'radconcord.db'}"
+
+
+def model_dir() -> Path | None:
+    """Optional folder of local model weights (``RADCONCORD_MODEL_DIR``)."""
+    value = os.environ.get("RADCONCORD_MODEL_DIR")
+    return Path(value).resolve() if value else None
+
+
+def assets_dir() -> Path:
+    """Bundled demo study and other project-written assets."""
+    return REPO_ROOT / "assets"

@@ -1,0 +1,1 @@
+"""Import and export of pairs, images and ReXVal-style datasets."""

@@ -1,0 +1,1 @@
+"""DICOM/PNG/JPEG loading, windowing and de-identification."""

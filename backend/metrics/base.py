@@ -1,0 +1,233 @@
+"""The metric contract shared by every metric family.
+
+A metric family (``bleu``, ``bertscore``, ...) is a class that owns one or more output keys
+(``bleu1`` .. ``bleu4``). Construction is cheap and takes keyword options; heavy imports and
+weights are touched only in :meth:`Metric.load`. Scoring is keyword-only so that a swapped
+reference/candidate pair cannot happen silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+
+class MetricUnavailable(RuntimeError):
+    """Raised when a metric cannot run here (missing weights, package or runtime).
+
+    The message is shown to users verbatim, so it must say what is missing and how to
+    provide it.
+    """
+
+
+class MetricInputError(ValueError):
+    """Raised when the inputs given to ``score`` are malformed (lengths differ, wrong type)."""
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One output key of a metric family.
+
+    Attributes:
+        key: Column name in score files and the database (``bleu4``).
+        higher_is_better: Direction; RadCliQ-like error predictions are ``False``.
+        description: One line for tables and tooltips.
+    """
+
+    key: str
+    higher_is_better: bool = True
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """Static description of a metric family.
+
+    Attributes:
+        name: Family name used by the registry and ``--set name.option=value``.
+        outputs: Per-pair output keys.
+        needs_image: Whether ``images=`` is required.
+        needs_model: Whether weights must be loaded (drives availability display).
+        citation: Short citation string (full one lives in the card).
+        corpus_outputs: Names of corpus-level aggregates returned in ``MetricResult.corpus``.
+    """
+
+    name: str
+    outputs: tuple[OutputSpec, ...]
+    needs_image: bool = False
+    needs_model: bool = False
+    citation: str = ""
+    corpus_outputs: tuple[str, ...] = ()
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Output keys in declaration order."""
+        return tuple(o.key for o in self.outputs)
+
+    def direction(self, key: str) -> bool:
+        """Return ``higher_is_better`` for ``key``."""
+        for o in self.outputs:
+            if o.key == key:
+                return o.higher_is_better
+        raise KeyError(key)
+
+
+@dataclass
+class MetricResult:
+    """Per-pair scores of one family for one batch.
+
+    Attributes:
+        values: ``key -> list`` with one float per pair (``nan`` where undefined).
+        corpus: Corpus-level aggregates over the scored set.
+        details: Optional per-pair JSON-able dicts (labels, parsed errors, flags).
+    """
+
+    values: dict[str, list[float]]
+    corpus: dict[str, float] = field(default_factory=dict)
+    details: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        lengths = {len(v) for v in self.values.values()}
+        if len(lengths) > 1:
+            raise MetricInputError(f"output keys have different lengths: {sorted(lengths)}")
+        if self.details is not None and lengths and len(self.details) not in lengths:
+            raise MetricInputError("details must have one entry per pair")
+
+    def __len__(self) -> int:
+        for v in self.values.values():
+            return len(v)
+        return 0
+
+
+@runtime_checkable
+class Metric(Protocol):
+    """What the scoring runner needs from a metric family."""
+
+    spec: MetricSpec
+
+    def availability(self) -> str | None:
+        """Return ``None`` when the metric can run here, else the reason it cannot.
+
+        Must be cheap: no model load, no network.
+        """
+
+    def load(self, device: str = "cpu") -> None:
+        """Import heavy dependencies and load weights. Idempotent."""
+
+    def score(
+        self,
+        *,
+        references: Sequence[str],
+        candidates: Sequence[str],
+        images: Sequence[Any] | None = None,
+    ) -> MetricResult:
+        """Score aligned reference/candidate pairs."""
+
+    def signature(self) -> str:
+        """Settings that change the numbers, and nothing else."""
+
+
+class BaseMetric:
+    """Convenience base: option handling, availability, input validation.
+
+    Subclasses declare ``spec`` and ``defaults`` (option name -> default value) and implement
+    ``_score``; ``signature`` must be overridden to list exactly what changes the number.
+    """
+
+    spec: ClassVar[MetricSpec]
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **options: Any) -> None:
+        unknown = set(options) - set(self.defaults)
+        if unknown:
+            known = ", ".join(sorted(self.defaults)) or "none"
+            raise ValueError(
+                f"unknown option(s) for metric '{self.spec.name}': {', '.join(sorted(unknown))}"
+                f" (known: {known})"
+            )
+        self.options: dict[str, Any] = {**self.defaults, **options}
+        self.device = "cpu"
+        self._loaded = False
+
+    def availability(self) -> str | None:
+        return None
+
+    def load(self, device: str = "cpu") -> None:
+        if self._loaded and device == self.device:
+            return
+        reason = self.availability()
+        if reason is not None:
+            raise MetricUnavailable(reason)
+        self.device = device
+        self._load()
+        self._loaded = True
+
+    def _load(self) -> None:
+        """Load heavy state; override in subclasses that need it."""
+
+    def score(
+        self,
+        *,
+        references: Sequence[str],
+        candidates: Sequence[str],
+        images: Sequence[Any] | None = None,
+    ) -> MetricResult:
+        references, candidates = validate_pairs(references=references, candidates=candidates)
+        if self.spec.needs_image:
+            if images is None or len(images) != len(references):
+                raise MetricInputError(
+                    f"metric '{self.spec.name}' needs one image per pair"
+                    f" (got {0 if images is None else len(images)} for {len(references)} pairs)"
+                )
+        if not self._loaded:
+            self.load(self.device)
+        if not references:
+            return MetricResult(values={k: [] for k in self.spec.keys})
+        return self._score(references=references, candidates=candidates, images=images)
+
+    def _score(
+        self,
+        *,
+        references: list[str],
+        candidates: list[str],
+        images: Sequence[Any] | None,
+    ) -> MetricResult:
+        raise NotImplementedError
+
+    def signature(self) -> str:
+        raise NotImplementedError
+
+
+def validate_pairs(
+    *, references: Sequence[str], candidates: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """Check aligned string sequences and return them as lists.
+
+    Raises:
+        MetricInputError: when a side is a bare string, lengths differ or an item is not str.
+    """
+    if isinstance(references, str) or isinstance(candidates, str):
+        raise MetricInputError("references and candidates must be sequences of strings, not str")
+    refs, cands = list(references), list(candidates)
+    if len(refs) != len(cands):
+        raise MetricInputError(
+            f"references ({len(refs)}) and candidates ({len(cands)}) differ in length"
+        )
+    for side, items in (("references", refs), ("candidates", cands)):
+        for i, t in enumerate(items):
+            if not isinstance(t, str):
+                raise MetricInputError(f"{side}[{i}] is {type(t).__name__}, expected str")
+    return refs, cands
+
+
+def signature_hash(signature: str) -> str:
+    """Stable short hash of a signature string; keys the score cache."""
+    return hashlib.sha256(signature.encode("utf-8")).hexdigest()[:16]
+
+
+def nan() -> float:
+    """The value stored for a pair on which a metric is undefined."""
+    return math.nan

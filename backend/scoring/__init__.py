@@ -1,0 +1,1 @@
+"""Scoring runner, score cache and worker process."""

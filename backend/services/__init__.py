@@ -1,0 +1,1 @@
+"""Use-case services: each owns its transaction and returns plain dataclasses."""

@@ -1,0 +1,260 @@
+"""SQLAlchemy 2.0 typed models: the study database.
+
+Services own sessions and transactions; these classes never leave the service layer (pages get
+plain dataclasses). Change a model only together with an Alembic migration in
+``db/migrations/versions``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> dt.datetime:
+    """Timezone-aware now; stored as UTC."""
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base with a JSON type map."""
+
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class User(Base):
+    """An account: ``admin`` (study lead / researcher) or ``rater`` (radiologist)."""
+
+    __tablename__ = "users"
+    __table_args__ = (CheckConstraint("role IN ('admin', 'rater')", name="ck_users_role"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    display_name: Mapped[str] = mapped_column(String(128), default="")
+    role: Mapped[str] = mapped_column(String(16))
+    password_hash: Mapped[str] = mapped_column(String(255))
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Case(Base):
+    """One exam: its images and its reports."""
+
+    __tablename__ = "cases"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    external_id: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    images: Mapped[list[Image]] = relationship(back_populates="case", order_by="Image.id")
+    reports: Mapped[list[Report]] = relationship(back_populates="case", order_by="Report.id")
+
+
+class Image(Base):
+    """An image file of a case, stored under the data folder (path is relative to it)."""
+
+    __tablename__ = "images"
+    __table_args__ = (UniqueConstraint("case_id", "sha256", name="uq_images_case_sha"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    case_id: Mapped[int] = mapped_column(ForeignKey("cases.id", ondelete="CASCADE"), index=True)
+    path: Mapped[str] = mapped_column(String(512))
+    format: Mapped[str] = mapped_column(String(16))  # dicom | png | jpeg
+    view: Mapped[str | None] = mapped_column(String(32), default=None)  # PA, AP, LATERAL, ...
+    sha256: Mapped[str] = mapped_column(String(64))
+    width: Mapped[int | None] = mapped_column(Integer, default=None)
+    height: Mapped[int | None] = mapped_column(Integer, default=None)
+    # De-identified header fields useful for display (photometric, window, modality...).
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+    case: Mapped[Case] = relationship(back_populates="images")
+
+
+class Report(Base):
+    """A report text: the reference of a case or a candidate from some generator."""
+
+    __tablename__ = "reports"
+    __table_args__ = (
+        CheckConstraint("role IN ('reference', 'candidate')", name="ck_reports_role"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    case_id: Mapped[int] = mapped_column(ForeignKey("cases.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str | None] = mapped_column(String(128), default=None)
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    case: Mapped[Case] = relationship(back_populates="reports")
+
+
+class Study(Base):
+    """A rating study: a set of pairs, a scheme, raters and assignment settings."""
+
+    __tablename__ = "studies"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    scheme: Mapped[str] = mapped_column(String(32), default="rexval")
+    raters_per_pair: Mapped[int] = mapped_column(Integer, default=1)
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16), default="open")  # draft | open | closed
+    # Where the pairs came from (import file hashes, builder metrics/signatures, seeds).
+    provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    pairs: Mapped[list[Pair]] = relationship(back_populates="study", order_by="Pair.position")
+
+
+class Pair(Base):
+    """A reference/candidate pair inside a study.
+
+    ``opaque_id`` is what raters see; ``source`` (the generator) never reaches a rater.
+    ``input_hash`` ties the pair to cached metric scores for identical texts and images.
+    """
+
+    __tablename__ = "pairs"
+    __table_args__ = (
+        UniqueConstraint("study_id", "reference_id", "candidate_id", name="uq_pairs_triplet"),
+        UniqueConstraint("study_id", "position", name="uq_pairs_position"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"), index=True)
+    case_id: Mapped[int] = mapped_column(ForeignKey("cases.id"), index=True)
+    reference_id: Mapped[int] = mapped_column(ForeignKey("reports.id"))
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("reports.id"))
+    source: Mapped[str] = mapped_column(String(128), default="")
+    opaque_id: Mapped[str] = mapped_column(String(32), unique=True)
+    position: Mapped[int] = mapped_column(Integer)
+    input_hash: Mapped[str] = mapped_column(String(64), index=True)
+
+    study: Mapped[Study] = relationship(back_populates="pairs")
+    case: Mapped[Case] = relationship()
+    reference: Mapped[Report] = relationship(foreign_keys=[reference_id])
+    candidate: Mapped[Report] = relationship(foreign_keys=[candidate_id])
+
+
+class Assignment(Base):
+    """A pair given to a rater, in the rater's own seeded order."""
+
+    __tablename__ = "assignments"
+    __table_args__ = (
+        UniqueConstraint("rater_id", "pair_id", name="uq_assignments_rater_pair"),
+        Index("ix_assignments_rater_order", "rater_id", "study_id", "order_index"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    rater_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    pair_id: Mapped[int] = mapped_column(ForeignKey("pairs.id", ondelete="CASCADE"), index=True)
+    order_index: Mapped[int] = mapped_column(Integer)
+    # Set when the rater marks the pair done (an all-zero pair needs explicit confirmation).
+    completed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    active_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    last_active_at: Mapped[dt.datetime | None] = mapped_column(
+        DateTime(timezone=True), default=None
+    )
+
+
+class Rating(Base):
+    """The current error count of one rater for one pair, category and significance."""
+
+    __tablename__ = "ratings"
+    __table_args__ = (
+        UniqueConstraint(
+            "rater_id", "pair_id", "category", "significant", name="uq_ratings_cell"
+        ),
+        CheckConstraint("category BETWEEN 1 AND 6", name="ck_ratings_category"),
+        CheckConstraint("count >= 0", name="ck_ratings_count"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    pair_id: Mapped[int] = mapped_column(ForeignKey("pairs.id", ondelete="CASCADE"), index=True)
+    category: Mapped[int] = mapped_column(Integer)
+    significant: Mapped[bool] = mapped_column(Boolean)
+    count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RatingEvent(Base):
+    """Append-only audit of every change a rater makes (never updated or deleted)."""
+
+    __tablename__ = "rating_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    pair_id: Mapped[int] = mapped_column(ForeignKey("pairs.id", ondelete="CASCADE"), index=True)
+    action: Mapped[str] = mapped_column(String(32))  # set | complete | reopen | import
+    category: Mapped[int | None] = mapped_column(Integer, default=None)
+    significant: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    old_count: Mapped[int | None] = mapped_column(Integer, default=None)
+    new_count: Mapped[int | None] = mapped_column(Integer, default=None)
+    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class MetricScore(Base):
+    """A cached per-pair metric value, keyed by input content and metric signature.
+
+    ``input_hash`` is the sha256 of the reference, candidate and image digests, so that
+    scores are shared by identical pairs across studies and CLI runs.
+    """
+
+    __tablename__ = "metric_scores"
+    __table_args__ = (
+        UniqueConstraint("input_hash", "key", "signature_hash", name="uq_scores_cell"),
+        Index("ix_scores_key_sig", "key", "signature_hash"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    input_hash: Mapped[str] = mapped_column(String(64))
+    family: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(String(64))
+    signature_hash: Mapped[str] = mapped_column(String(32))
+    signature: Mapped[str] = mapped_column(Text)
+    value: Mapped[float | None] = mapped_column(Float, default=None)
+    details: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    device: Mapped[str] = mapped_column(String(32), default="cpu")
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ScoringJob(Base):
+    """A request to score a study with some metrics, taken by a worker process."""
+
+    __tablename__ = "scoring_jobs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int | None] = mapped_column(
+        ForeignKey("studies.id", ondelete="CASCADE"), default=None
+    )
+    metrics: Mapped[list[Any]] = mapped_column(default=list)
+    options: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    progress_done: Mapped[int] = mapped_column(Integer, default=0)
+    progress_total: Mapped[int] = mapped_column(Integer, default=0)
+    message: Mapped[str] = mapped_column(Text, default="")
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    worker_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)

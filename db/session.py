@@ -1,0 +1,94 @@
+"""Engine and session factory for SQLite (WAL, busy timeout) and PostgreSQL.
+
+Services create one session per user action (``with db.begin() as s:``); nothing here keeps
+a session alive between actions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend import config
+
+SQLITE_BUSY_TIMEOUT_MS = 15_000
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def make_engine(url: str | None = None, *, echo: bool = False) -> Engine:
+    """Create an engine for ``url`` (default: ``config.database_url()``).
+
+    SQLite gets WAL journaling, ``synchronous=NORMAL``, foreign keys and a busy timeout so
+    that raters writing at once wait for each other instead of failing.
+    """
+    url = url or config.database_url()
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url,
+            echo=echo,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+        )
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
+            # pysqlite's implicit BEGIN breaks SAVEPOINT and delays the write lock; take
+            # control of transactions so BEGIN IMMEDIATE avoids upgrade deadlocks.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn):  # noqa: ANN001
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return create_engine(url, echo=echo, pool_pre_ping=True, future=True)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    """Session factory; ``expire_on_commit=False`` so services can return loaded values."""
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the schema to the latest Alembic revision."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+class Database:
+    """An engine plus its session factory: what services are given."""
+
+    def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
+        self.url = url or config.database_url()
+        self.engine = make_engine(self.url)
+        if migrate:
+            upgrade(self.engine)
+        self.sessions = make_sessionmaker(self.engine)
+
+    def begin(self):  # noqa: ANN201 - context manager of Session
+        """A session in a transaction that commits on success and rolls back on error."""
+        return self.sessions.begin()
+
+    def session(self) -> Session:
+        """A plain session (read-only use)."""
+        return self.sessions()
+
+    def dispose(self) -> None:
+        """Close pooled connections."""
+        self.engine.dispose()
