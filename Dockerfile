@@ -1,0 +1,38 @@
+# RadConcord app image: Streamlit UI + scoring worker code, CPU torch by default.
+# Build:  docker build -t radconcord .
+# Run:    docker run -p 8501:8501 -v radconcord-data:/data radconcord
+# GPU hosts: build with --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128
+FROM python:3.11-slim-bookworm
+
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    RADCONCORD_DATA_DIR=/data \
+    HF_HUB_OFFLINE=1
+
+# A JRE for METEOR 1.5 (pycocoevalcap's jar).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends default-jre-headless \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY requirements.txt .
+# torch pinned and taken from the CPU index first so nothing resolves a CUDA build by accident.
+RUN pip install "torch==2.13.0" --index-url "${TORCH_INDEX}" \
+ && pip install -r requirements.txt
+
+COPY backend ./backend
+COPY db ./db
+COPY webapp ./webapp
+COPY assets ./assets
+COPY .streamlit ./.streamlit
+COPY alembic.ini pyproject.toml README.md ./
+
+RUN useradd --create-home --uid 10001 radconcord && mkdir -p /data && chown radconcord /data
+USER radconcord
+VOLUME ["/data"]
+EXPOSE 8501
+HEALTHCHECK CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health')"
+# The worker runs in the same image: docker run ... radconcord python -m backend worker
+CMD ["streamlit", "run", "webapp/app.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]
