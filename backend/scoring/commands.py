@@ -1,0 +1,233 @@
+"""``python -m backend score ...`` and ``python -m backend worker ...``.
+
+``score --input PAIRS --metrics KEYS --output SCORES.csv`` scores a file (through the score
+cache in the database unless ``--no-cache``) and writes ``id`` then one column per requested
+key, in request order. ``score --study NAME --metrics KEYS`` scores a study into the database
+inline, or queues a job for the worker with ``--enqueue``. User errors are one line
+``error: ...`` with exit status 2 and leave no output file behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from backend.cli import UserError
+from backend.metrics.base import MetricInputError, MetricUnavailable
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``score`` and ``worker`` subcommands."""
+    from backend.scoring import worker
+
+    p = subparsers.add_parser(
+        "score",
+        help="score pairs (a file or a study) with metrics",
+        description="Score reference/candidate pairs with metrics, through the score cache.",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", metavar="PAIRS", help="CSV or JSONL with id,reference,candidate")
+    src.add_argument("--study", metavar="NAME", help="score a study's pairs into the database")
+    p.add_argument(
+        "--metrics", required=True, metavar="KEY[,KEY...]", help="families or output keys"
+    )
+    p.add_argument("--output", metavar="SCORES.csv", help="where --input scores are written")
+    p.add_argument("--device", default="auto", help="auto (default), cpu or cuda[:N]")
+    p.add_argument("--batch-size", type=int, default=32, metavar="N", help="pairs per batch")
+    p.add_argument(
+        "--set",
+        dest="set_options",
+        action="append",
+        default=[],
+        metavar="METRIC.OPTION=VALUE",
+        help="metric option (repeatable), e.g. bertscore.idf=true",
+    )
+    p.add_argument(
+        "--skip-unavailable",
+        action="store_true",
+        help="leave out metrics that cannot run here (their reason is printed)",
+    )
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the score cache")
+    p.add_argument(
+        "--image-root",
+        metavar="DIR",
+        help="folder that image paths are relative to and must stay in (default: PAIRS folder)",
+    )
+    p.add_argument(
+        "--enqueue", action="store_true", help="with --study: queue a job for the worker"
+    )
+    p.set_defaults(func=cmd_score)
+
+    w = subparsers.add_parser(
+        "worker",
+        help="run the scoring worker (takes jobs from the database)",
+        description="Take scoring jobs from the database and run them with warm models.",
+    )
+    worker.add_arguments(w)
+    w.set_defaults(func=cmd_worker)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run the worker."""
+    from backend.scoring import worker
+
+    return worker.run_from_args(args)
+
+
+def _split_metrics(text: str) -> list[str]:
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise UserError("--metrics: give at least one metric (see `python -m backend metrics`)")
+    return names
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    """Run ``score``; see the module docstring."""
+    from backend.scoring import jobs
+    from backend.scoring.runner import ScoringError, parse_set_options
+
+    metrics = _split_metrics(args.metrics)
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1 (got {args.batch_size})")
+    try:
+        options = parse_set_options(args.set_options)
+        metrics, options = jobs.validate_request(metrics, options)
+    except ScoringError as exc:
+        raise UserError(str(exc)) from None
+    if args.input is not None:
+        return _score_file(args, metrics, options)
+    return _score_study(args, metrics, options)
+
+
+def _database() -> Any:
+    from db.session import Database
+
+    return Database()
+
+
+def _run(
+    pairs: list[Any], metrics: list[str], options: dict[str, Any], args: argparse.Namespace, db: Any
+) -> Any:
+    """Call the runner, turning its user-facing errors into ``UserError``."""
+    from backend.scoring.runner import MetricFailed, ScoringError, score
+
+    try:
+        return score(
+            pairs,
+            metrics,
+            options=options,
+            device=args.device,
+            batch_size=args.batch_size,
+            db=db,
+            skip_unavailable=args.skip_unavailable,
+            progress=_progress_printer(),
+        )
+    except (ScoringError, MetricUnavailable, MetricInputError) as exc:
+        raise UserError(str(exc)) from None
+    except MetricFailed as exc:
+        log.debug("metric failure", exc_info=True)
+        raise UserError(f"{exc} (run with -v for the traceback)") from None
+
+
+def _progress_printer() -> Any:
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int, message: str) -> None:
+        print(f"\r[{done}/{total}] {message}"[:120].ljust(80), end="", file=sys.stderr)
+        if done >= total:
+            print(file=sys.stderr)
+
+    return show
+
+
+def _report(table: Any) -> None:
+    for family, reason in table.unavailable.items():
+        print(f"skipped metric '{family}': {reason}", file=sys.stderr)
+    if table.empty_ids:
+        shown = ", ".join(table.empty_ids[:20])
+        more = f" and {len(table.empty_ids) - 20} more" if len(table.empty_ids) > 20 else ""
+        print(
+            f"warning: {len(table.empty_ids)} pair(s) with an empty reference or candidate"
+            f" were given nan: {shown}{more}",
+            file=sys.stderr,
+        )
+    for family, run in table.families.items():
+        if run.unavailable:
+            continue
+        print(
+            f"{family}: {run.computed} computed, {run.cached} from cache"
+            f" [{run.signature_hash}] {run.signature}"
+        )
+
+
+def _score_file(args: argparse.Namespace, metrics: list[str], options: dict[str, Any]) -> int:
+    from backend.scoring.io import ScoreInputError, read_pairs, write_scores_csv
+
+    if args.enqueue:
+        raise UserError("--enqueue works with --study only")
+    if not args.output:
+        raise UserError("--output SCORES.csv is required with --input")
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise UserError(f"--output: folder does not exist: {out.parent}")
+    if out.exists() and out.resolve() == Path(args.input).resolve():
+        raise UserError("--output would overwrite the input file")
+    if args.image_root is not None and not Path(args.image_root).is_dir():
+        raise UserError(f"--image-root: not a folder: {args.image_root}")
+    try:
+        pair_file = read_pairs(args.input, image_base=args.image_root)
+    except ScoreInputError as exc:
+        raise UserError(str(exc)) from None
+    db = None if args.no_cache else _database()
+    try:
+        table = _run(pair_file.pairs, metrics, options, args, db)
+    finally:
+        if db is not None:
+            db.dispose()
+    _report(table)
+    try:
+        write_scores_csv(out, table.ids, table.columns)
+    except OSError as exc:
+        raise UserError(f"--output: cannot write {out}: {exc.strerror or exc}") from None
+    print(f"wrote {len(table.ids)} pairs x {len(table.columns)} keys to {out}")
+    return 0
+
+
+def _score_study(args: argparse.Namespace, metrics: list[str], options: dict[str, Any]) -> int:
+    from backend.scoring import jobs
+    from backend.scoring.runner import ScoringError
+
+    if args.output:
+        raise UserError("--output works with --input; study scores are stored in the database")
+    if args.no_cache:
+        raise UserError("--no-cache works with --input; study scores are stored in the database")
+    if args.image_root is not None:
+        raise UserError("--image-root works with --input; study images live in the data folder")
+    db = _database()
+    try:
+        with db.begin() as s:
+            study_id = jobs.study_id_by_name(s, args.study)
+        if study_id is None:
+            raise UserError(f"--study: no study named '{args.study}'")
+        if args.enqueue:
+            try:
+                job = jobs.enqueue(db, study_id=study_id, metrics=metrics, options=options)
+            except ScoringError as exc:
+                raise UserError(str(exc)) from None
+            print(f"queued scoring job {job.id} for study '{args.study}'")
+            return 0
+        pairs = jobs.study_pairs(db, study_id)
+        if not pairs:
+            raise UserError(f"--study: study '{args.study}' has no pairs")
+        table = _run(pairs, metrics, options, args, db)
+        _report(table)
+        print(f"scored {len(table.ids)} pairs of study '{args.study}' into the database")
+        return 0
+    finally:
+        db.dispose()

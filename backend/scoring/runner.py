@@ -1,0 +1,566 @@
+"""The scoring runner: metrics x pairs -> per-pair values, through the score cache.
+
+For each requested family the runner creates the metric with its options, checks
+availability, computes the signature and its hash, looks up cached ``MetricScore`` cells by
+``(input_hash, key, signature_hash)``, scores only the missing pairs in batches and stores each
+batch in one transaction (insert-or-ignore). Rescoring with the same signature computes
+nothing and loads no model; changing an option changes the signature and recomputes.
+
+Conventions metric families can rely on:
+
+* ``corpus_dependent`` (class attribute or property, default ``False``): a metric whose
+  per-pair value depends on the whole scored set (CIDEr's document frequencies, BERTScore with
+  idf). The runner passes the whole scored set (every non-empty pair, duplicates included, in
+  input order) in ONE ``score()`` call, never per batch, and appends the scored set's identity
+  ``|set:<16 hex>`` (sha256 of the sorted pair input hashes) to ``signature()`` before hashing
+  it. ``signature()`` must therefore be callable before ``score()`` and describe settings only.
+* ``images=``: for metrics with ``spec.needs_image`` the runner passes one tuple of
+  ``pathlib.Path`` per pair (the pair's image files, possibly empty); otherwise ``None``.
+* Pairs with an empty reference or candidate are never sent to a metric: their value is
+  ``nan`` and they are listed in :attr:`ScoreTable.empty_ids`.
+* Torch is never imported here unless a family with ``spec.needs_model`` must be computed with
+  ``device="auto"``; ``score()`` runs under ``torch.inference_mode()`` only when torch is
+  already imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from backend.metrics import registry
+from backend.metrics.base import Metric, MetricResult, MetricUnavailable, signature_hash
+from backend.scoring import cache
+from backend.scoring.hashing import input_hash as compute_input_hash
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 32
+ProgressFn = Callable[[int, int, str], None]
+
+
+class ScoringError(ValueError):
+    """A request the runner cannot honour (unknown metric or option, bad device)."""
+
+
+class MetricFailed(RuntimeError):
+    """A metric raised while scoring; the message names the family and the pairs."""
+
+
+class PairLike(Protocol):
+    """What the runner needs of a pair (``io.PairRecord`` and ``ScorePair`` fit)."""
+
+    @property
+    def id(self) -> str: ...  # noqa: D102
+
+    @property
+    def reference(self) -> str: ...  # noqa: D102
+
+    @property
+    def candidate(self) -> str: ...  # noqa: D102
+
+    @property
+    def images(self) -> tuple[Path, ...]: ...  # noqa: D102
+
+    @property
+    def input_hash(self) -> str: ...  # noqa: D102
+
+
+@dataclass(frozen=True)
+class ScorePair:
+    """A pair to score when it does not come from a PAIRS file (e.g. a study's ``Pair``).
+
+    ``input_hash`` defaults to :func:`backend.scoring.hashing.input_hash` of the texts and
+    ``image_sha256s``; a study passes the hash stored on its ``Pair`` row so cache rows line up
+    with what the dashboard reads.
+    """
+
+    id: str
+    reference: str
+    candidate: str
+    images: tuple[Path, ...] = ()
+    image_sha256s: tuple[str, ...] = ()
+    stored_hash: str | None = None
+
+    @property
+    def input_hash(self) -> str:
+        """The pair's cache key."""
+        if self.stored_hash is not None:
+            return self.stored_hash
+        return compute_input_hash(self.reference, self.candidate, self.image_sha256s)
+
+
+@dataclass
+class FamilyRun:
+    """What happened to one family during a ``score`` call."""
+
+    family: str
+    keys: list[str]
+    signature: str = ""
+    signature_hash: str = ""
+    device: str = "cpu"
+    computed: int = 0  # distinct pair inputs computed now
+    cached: int = 0  # distinct pair inputs found in the cache
+    seconds: float = 0.0
+    corpus: dict[str, float] = field(default_factory=dict)
+    unavailable: str | None = None
+
+
+@dataclass
+class ScoreTable:
+    """Per-pair values for the requested keys, in pair order and request order."""
+
+    ids: list[str]
+    columns: dict[str, list[float]]
+    families: dict[str, FamilyRun]
+    empty_ids: list[str] = field(default_factory=list)
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        """``family -> reason`` for families skipped because they cannot run here."""
+        return {f: r.unavailable for f, r in self.families.items() if r.unavailable}
+
+
+class MetricPool:
+    """Metric instances kept across calls, so a worker loads each model once per process."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[str, str], Metric] = {}
+        self.created = 0
+
+    def get(self, family: str, options: Mapping[str, Any]) -> Metric:
+        """The instance for ``family`` with ``options``, created on first use.
+
+        Raises:
+            ScoringError: unknown family or option.
+            MetricUnavailable: the family's module cannot be imported here.
+        """
+        ident = (family, json.dumps(dict(options), sort_keys=True, default=repr))
+        metric = self._items.get(ident)
+        if metric is None:
+            metric = _create(family, options)
+            self._items[ident] = metric
+            self.created += 1
+        return metric
+
+    def clear(self) -> None:
+        """Drop every instance (frees models)."""
+        self._items.clear()
+
+
+def _create(family: str, options: Mapping[str, Any]) -> Metric:
+    try:
+        return registry.create(family, **options)
+    except registry.UnknownMetric as exc:
+        raise ScoringError(str(exc)) from None
+    except MetricUnavailable:
+        raise
+    except ImportError as exc:
+        raise MetricUnavailable(f"cannot import the metric's code: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise ScoringError(f"metric '{family}': {exc}") from None
+
+
+def parse_option_value(text: str) -> bool | int | float | str:
+    """Parse a ``--set`` value: true/false, int, float, else the string itself."""
+    low = text.strip().lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("none", "null"):
+        return text  # kept as text: options have typed defaults, None is never settable
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def parse_set_options(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Turn ``["bertscore.idf=true", ...]`` into ``{"bertscore": {"idf": True}}``.
+
+    Raises:
+        ScoringError: for an item not of the form ``family.option=value``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        family, dot, option = name.strip().partition(".")
+        if not sep or not dot or not family or not option:
+            raise ScoringError(f"--set '{item}': expected metric.option=value")
+        if family not in registry.ENTRIES and family in registry.KEY_TO_FAMILY:
+            family = registry.KEY_TO_FAMILY[family]  # accept an output key for its family
+        out.setdefault(family, {})[option.strip()] = parse_option_value(value)
+    return out
+
+
+def requested_keys(names: Sequence[str]) -> list[str]:
+    """Output keys in request order: a family expands to all its keys, duplicates dropped.
+
+    Raises:
+        ScoringError: for a name that is neither a family nor a key.
+    """
+    out: list[str] = []
+    for raw in names:
+        name = raw.strip()
+        if not name:
+            continue
+        if name in registry.ENTRIES:
+            keys: Sequence[str] = registry.ENTRIES[name].keys
+        elif name in registry.KEY_TO_FAMILY:
+            keys = (name,)
+        else:
+            raise ScoringError(str(registry.UnknownMetric(name)))
+        out.extend(k for k in keys if k not in out)
+    return out
+
+
+def resolve_device(requested: str, *, needs_model: bool) -> str:
+    """Map ``auto|cpu|cuda[:N]`` to the device a family runs on.
+
+    Torch is imported only when ``needs_model`` and the answer depends on it.
+
+    Raises:
+        ScoringError: unknown device, or CUDA requested where it is not available.
+    """
+    req = (requested or "auto").strip().lower()
+    if req not in ("auto", "cpu") and not req.startswith("cuda"):
+        raise ScoringError(f"unknown device '{requested}' (expected auto, cpu or cuda)")
+    if not needs_model or req == "cpu":
+        return "cpu"
+    try:
+        import torch
+    except ImportError:
+        if req == "auto":
+            return "cpu"
+        raise ScoringError("device 'cuda' requested but torch is not installed") from None
+    cuda = bool(torch.cuda.is_available())
+    if req == "auto":
+        return "cuda" if cuda else "cpu"
+    if not cuda:
+        raise ScoringError(f"device '{requested}' requested but CUDA is not available here")
+    return req
+
+
+def corpus_identity(input_hashes: Sequence[str]) -> str:
+    """Identity of a scored set: sha256 over its sorted pair input hashes (16 hex)."""
+    h = hashlib.sha256()
+    for ih in sorted(input_hashes):
+        h.update(ih.encode("ascii"))
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+def _inference_context() -> contextlib.AbstractContextManager[Any]:
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "inference_mode"):
+        return torch.inference_mode()
+    return contextlib.nullcontext()
+
+
+def _chunks(items: Sequence[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+@dataclass
+class _Plan:
+    family: str
+    keys: list[str]
+    metric: Metric | None
+    run: FamilyRun
+
+
+def score(
+    pairs: Sequence[PairLike],
+    metrics: Sequence[str],
+    *,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    device: str = "auto",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    db: Any | None = None,
+    progress: ProgressFn | None = None,
+    skip_unavailable: bool = False,
+    pool: MetricPool | None = None,
+) -> ScoreTable:
+    """Score ``pairs`` with ``metrics``, using and filling the score cache in ``db``.
+
+    Args:
+        pairs: Pairs in output order (ids must be unique).
+        metrics: Family names or output keys (``["bleu4", "rouge"]``), in output order.
+        options: ``family -> {option: value}`` passed to the metric constructors.
+        device: ``auto``, ``cpu`` or ``cuda[:N]`` for metrics that load models.
+        batch_size: Pairs per ``score()`` call and per committed transaction.
+        db: A :class:`db.session.Database` for the cache, or ``None`` to compute everything
+            and store nothing.
+        progress: Called as ``progress(done, total, message)`` after each batch; ``total`` is
+            pairs x families. It may raise to stop early (committed batches stay).
+        skip_unavailable: Record unavailable families in the result instead of raising.
+        pool: Warm metric instances to reuse (the worker keeps one per process).
+
+    Returns:
+        The values of every requested key for every pair (``nan`` where undefined).
+
+    Raises:
+        ScoringError: unknown metric or option, options for a family not requested, bad
+            device or batch size, duplicate pair ids.
+        MetricUnavailable: a family cannot run here and ``skip_unavailable`` is false.
+        MetricFailed: a metric raised while scoring.
+    """
+    options = {k: dict(v) for k, v in (options or {}).items()}
+    if batch_size < 1:
+        raise ScoringError(f"batch size must be at least 1 (got {batch_size})")
+    try:
+        requested = registry.resolve(list(metrics))
+    except registry.UnknownMetric as exc:
+        raise ScoringError(str(exc)) from None
+    if not requested:
+        raise ScoringError("no metrics requested")
+    stray = sorted(set(options) - set(requested))
+    if stray:
+        raise ScoringError(
+            f"options given for metric(s) not requested: {', '.join(stray)}"
+            f" (requested: {', '.join(requested)})"
+        )
+    pairs = list(pairs)
+    ids = [str(p.id) for p in pairs]
+    if len(set(ids)) != len(ids):
+        dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise ScoringError(f"duplicate pair id(s): {', '.join(dupes)}")
+    pool = pool or MetricPool()
+
+    # Create every family first: an unknown option or a missing family fails before any
+    # batch is computed or stored.
+    plans: list[_Plan] = []
+    for family, keys in requested.items():
+        run = FamilyRun(family=family, keys=list(keys))
+        metric: Metric | None = None
+        try:
+            metric = pool.get(family, options.get(family, {}))
+            reason = metric.availability()
+            if reason is None:
+                # Some signatures need files (a checkpoint hash) and say so by raising.
+                run.signature = metric.signature()
+        except MetricUnavailable as exc:
+            reason = str(exc)
+        if reason is not None:
+            if not skip_unavailable:
+                raise MetricUnavailable(f"metric '{family}' is unavailable: {reason}")
+            run.unavailable = reason
+            metric = None
+        plans.append(_Plan(family, list(keys), metric, run))
+
+    hashes = [p.input_hash for p in pairs]
+    empty = [not p.reference.strip() or not p.candidate.strip() for p in pairs]
+    scored_idx = [i for i in range(len(pairs)) if not empty[i]]
+    # One representative pair per distinct input: identical pairs are computed once.
+    first_of: dict[str, int] = {}
+    for i in scored_idx:
+        first_of.setdefault(hashes[i], i)
+    unique_idx = list(first_of.values())
+
+    total = len(pairs) * sum(1 for p in plans if p.metric is not None)
+    done = 0
+    columns: dict[str, list[float]] = {}
+    for plan in plans:
+        fam_values: dict[str, dict[str, float]] = {k: {} for k in plan.keys}
+        if plan.metric is not None:
+            n_done_before = done
+
+            def tick(n: int, message: str, base: int = n_done_before) -> None:
+                nonlocal done
+                done = base + n
+                if progress is not None:
+                    progress(done, total, message)
+
+            _score_family(
+                plan,
+                pairs=pairs,
+                hashes=hashes,
+                scored_idx=scored_idx,
+                unique_idx=unique_idx,
+                n_empty=len(pairs) - len(scored_idx),
+                values=fam_values,
+                device=device,
+                batch_size=batch_size,
+                db=db,
+                tick=tick,
+            )
+        for key in plan.keys:
+            if plan.metric is None:
+                continue
+            columns[key] = [
+                math.nan if empty[i] else fam_values[key].get(hashes[i], math.nan)
+                for i in range(len(pairs))
+            ]
+    order = [k for k in requested_keys(metrics) if k in columns]
+    return ScoreTable(
+        ids=ids,
+        columns={k: columns[k] for k in order},
+        families={p.family: p.run for p in plans},
+        empty_ids=[ids[i] for i in range(len(pairs)) if empty[i]],
+    )
+
+
+def _score_family(
+    plan: _Plan,
+    *,
+    pairs: list[PairLike],
+    hashes: list[str],
+    scored_idx: list[int],
+    unique_idx: list[int],
+    n_empty: int,
+    values: dict[str, dict[str, float]],
+    device: str,
+    batch_size: int,
+    db: Any | None,
+    tick: Callable[[int, str], None],
+) -> None:
+    metric, run, family = plan.metric, plan.run, plan.family
+    assert metric is not None
+    corpus_dependent = bool(getattr(metric, "corpus_dependent", False))
+    signature = run.signature
+    if corpus_dependent:
+        signature = f"{signature}|set:{corpus_identity([hashes[i] for i in scored_idx])}"
+    run.signature = signature
+    run.signature_hash = sig_hash = signature_hash(signature)
+    needs_model = bool(getattr(metric.spec, "needs_model", False))
+
+    cached: dict[tuple[str, str], float] = {}
+    if db is not None and unique_idx:
+        with db.begin() as session:
+            cached = cache.lookup(
+                session,
+                input_hashes=[hashes[i] for i in unique_idx],
+                keys=plan.keys,
+                signature_hash=sig_hash,
+            )
+    missing: list[int] = []
+    for i in unique_idx:
+        h = hashes[i]
+        if all((h, k) in cached for k in plan.keys):
+            for k in plan.keys:
+                values[k][h] = cached[(h, k)]
+        else:
+            missing.append(i)
+    run.cached = len(unique_idx) - len(missing)
+    # Pairs sharing an input with a cached pair count as done too.
+    missing_hashes = {hashes[i] for i in missing}
+    resolved = n_empty + sum(1 for i in scored_idx if hashes[i] not in missing_hashes)
+    tick(resolved, f"{family}: {run.cached} cached")
+    if not missing:
+        return
+
+    run.device = resolve_device(device, needs_model=needs_model) if needs_model else "cpu"
+    try:
+        metric.load(run.device)
+    except MetricUnavailable as exc:
+        raise MetricUnavailable(f"metric '{family}' is unavailable: {exc}") from None
+
+    if corpus_dependent:
+        # The whole scored set in one call: the values depend on it.
+        batches = [list(scored_idx)]
+    else:
+        batches = list(_chunks(missing, batch_size))
+    multiplicity: dict[str, int] = {}
+    for i in scored_idx:
+        multiplicity[hashes[i]] = multiplicity.get(hashes[i], 0) + 1
+
+    for batch in batches:
+        result, seconds = _call(metric, family, pairs, batch)
+        run.seconds += seconds
+        if len(batches) == 1 and len(batch) == len(scored_idx):
+            run.corpus = dict(result.corpus)
+        rows: list[cache.ScoreRow] = []
+        per_pair = seconds / max(len(batch), 1)
+        stored_keys = list(metric.spec.keys)  # _call checked that every key is present
+        batch_hashes: list[str] = []
+        for pos, i in enumerate(batch):
+            h = hashes[i]
+            if h in batch_hashes:
+                continue  # a duplicate input inside a corpus call: stored once
+            batch_hashes.append(h)
+            detail = result.details[pos] if result.details is not None else None
+            for k in stored_keys:
+                v = _as_float(result.values[k][pos], family, k)
+                if k in values:
+                    values[k][h] = v
+                rows.append(
+                    cache.ScoreRow(
+                        input_hash=h,
+                        family=family,
+                        key=k,
+                        signature_hash=sig_hash,
+                        signature=run.signature,
+                        value=v,
+                        details=detail,
+                        device=run.device,
+                        seconds=per_pair,
+                    )
+                )
+        if db is not None:
+            with db.begin() as session:
+                cache.store(session, rows)
+        run.computed += len(batch_hashes if not corpus_dependent else missing_hashes)
+        resolved += sum(multiplicity[h] for h in batch_hashes if h in missing_hashes)
+        tick(resolved, f"{family}: {run.computed} computed, {run.cached} cached")
+
+
+def _call(
+    metric: Metric, family: str, pairs: list[PairLike], batch: list[int]
+) -> tuple[MetricResult, float]:
+    refs = [pairs[i].reference for i in batch]
+    cands = [pairs[i].candidate for i in batch]
+    images = (
+        [tuple(pairs[i].images) for i in batch]
+        if getattr(metric.spec, "needs_image", False)
+        else None
+    )
+    t0 = time.perf_counter()
+    try:
+        with _inference_context():
+            result = metric.score(references=refs, candidates=cands, images=images)
+    except (MetricUnavailable, ScoringError):
+        raise
+    except Exception as exc:
+        first = ", ".join(str(pairs[i].id) for i in batch[:3])
+        more = f" and {len(batch) - 3} more" if len(batch) > 3 else ""
+        raise MetricFailed(
+            f"metric '{family}' failed on pairs {first}{more}: {type(exc).__name__}: {exc}"
+        ) from exc
+    seconds = time.perf_counter() - t0
+    if not isinstance(result, MetricResult):
+        raise MetricFailed(f"metric '{family}' returned {type(result).__name__}, not MetricResult")
+    for k, vals in result.values.items():
+        if len(vals) != len(batch):
+            raise MetricFailed(
+                f"metric '{family}' returned {len(vals)} values of '{k}' for {len(batch)} pairs"
+            )
+    missing_keys = [k for k in metric.spec.keys if k not in result.values]
+    if missing_keys:
+        raise MetricFailed(f"metric '{family}' returned no values for {', '.join(missing_keys)}")
+    return result, seconds
+
+
+def _as_float(value: Any, family: str, key: str) -> float:
+    if value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise MetricFailed(
+            f"metric '{family}' returned a non-number for '{key}': {value!r}"
+        ) from None

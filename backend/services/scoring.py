@@ -1,0 +1,319 @@
+"""Scoring use cases for the UI: metric catalogue, job queue, a study's scores.
+
+Pages call these functions and render the plain dataclasses they return. Scoring itself runs
+in the worker process (``python -m backend worker``); the UI only queues jobs and reads
+results, so it never loads a model.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select
+
+from backend.metrics import registry
+from backend.services.errors import InvalidInput, NotFound, require_admin
+from backend.services.types import Actor
+from db.models import MetricScore, Pair, Study
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """One metric family as shown in catalogues.
+
+    Attributes:
+        family: Registry name (``bleu``).
+        kind: lexical | embedding | clinical | composite | image | learned.
+        keys: Output keys.
+        directions: ``key -> higher_is_better``; empty when the code cannot be imported.
+        available: Whether it can run here.
+        reason: Why not, when unavailable.
+        signature: Default settings signature, when cheap to compute.
+        needs_model: Whether it loads weights.
+        needs_image: Whether it needs images.
+        citation: Short citation.
+    """
+
+    family: str
+    kind: str
+    keys: tuple[str, ...]
+    directions: dict[str, bool] = field(default_factory=dict)
+    available: bool = False
+    reason: str | None = None
+    signature: str | None = None
+    needs_model: bool = False
+    needs_image: bool = False
+    citation: str = ""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def describe_family(family: str) -> MetricInfo:
+    """Catalogue entry for one family; never raises for a broken or missing metric."""
+    entry = registry.ENTRIES[family]
+    try:
+        metric = registry.create(family)
+    except ModuleNotFoundError as exc:
+        return MetricInfo(family, entry.kind, entry.keys, reason=f"not installed: {_one_line(exc)}")
+    except Exception as exc:
+        # Whatever breaks (a syntax error in a metric module, a bad default) becomes a reason
+        # shown in the UI and the CLI rather than a crash of the whole catalogue.
+        return MetricInfo(family, entry.kind, entry.keys, reason=_one_line(exc))
+    spec = metric.spec
+    directions: dict[str, bool] = {}
+    for key in entry.keys:
+        try:
+            directions[key] = bool(spec.direction(key))
+        except KeyError:
+            pass
+    try:
+        reason = metric.availability()
+    except Exception as exc:
+        reason = f"availability check failed: {_one_line(exc)}"
+    try:
+        signature: str | None = metric.signature()
+    except Exception as exc:
+        # Some signatures need loaded state (a checkpoint hash); the catalogue can do without.
+        log.debug("signature of %s not cheap: %s", family, exc)
+        signature = None
+    return MetricInfo(
+        family=family,
+        kind=entry.kind,
+        keys=entry.keys,
+        directions=directions,
+        available=reason is None,
+        reason=reason,
+        signature=signature,
+        needs_model=bool(getattr(spec, "needs_model", False)),
+        needs_image=bool(getattr(spec, "needs_image", False)),
+        citation=str(getattr(spec, "citation", "")),
+    )
+
+
+def metric_catalog() -> list[MetricInfo]:
+    """Every registered family, available or with the reason it is not (registry order)."""
+    return [describe_family(f) for f in registry.ENTRIES]
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A scoring job for the admin pages."""
+
+    id: int
+    study_name: str | None
+    metrics: tuple[str, ...]
+    options: dict[str, dict[str, Any]]
+    status: str
+    progress_done: int
+    progress_total: int
+    message: str
+    error: str | None
+    worker_id: str | None
+    heartbeat_at: dt.datetime | None
+    created_at: dt.datetime | None
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @property
+    def fraction(self) -> float:
+        """Progress between 0 and 1."""
+        return self.progress_done / self.progress_total if self.progress_total else 0.0
+
+
+def _view(info: Any) -> JobView:
+    return JobView(
+        id=info.id,
+        study_name=info.study_name,
+        metrics=tuple(info.metrics),
+        options=info.options,
+        status=info.status,
+        progress_done=info.progress_done,
+        progress_total=info.progress_total,
+        message=info.message,
+        error=info.error,
+        worker_id=info.worker_id,
+        heartbeat_at=info.heartbeat_at,
+        created_at=info.created_at,
+        started_at=info.started_at,
+        finished_at=info.finished_at,
+    )
+
+
+def _study_id(db: Any, study_name: str) -> int:
+    with db.begin() as s:
+        sid = s.scalar(select(Study.id).where(Study.name == study_name))
+    if sid is None:
+        raise NotFound(f"no study named '{study_name}'")
+    return sid
+
+
+def enqueue_scoring(
+    db: Any,
+    actor: Actor,
+    study_name: str,
+    metrics: Sequence[str],
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> JobView:
+    """Queue a job scoring ``study_name`` with ``metrics`` (admin only).
+
+    Options are checked against each family's known options now, so a typo fails here and
+    not later in the worker.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+        InvalidInput: unknown metric or option.
+    """
+    from backend.scoring import jobs
+    from backend.scoring.runner import ScoringError
+
+    require_admin(actor)
+    sid = _study_id(db, study_name)
+    try:
+        names, opts = jobs.validate_request(metrics, options)
+    except ScoringError as exc:
+        raise InvalidInput(str(exc)) from None
+    for family, values in opts.items():
+        try:
+            registry.create(family, **values)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"metric '{family}': {exc}") from None
+        except ImportError:
+            pass  # the worker reports the family as unavailable, with its reason
+    return _view(jobs.enqueue(db, study_id=sid, metrics=names, options=opts))
+
+
+def list_jobs(db: Any, actor: Actor, study_name: str | None = None) -> list[JobView]:
+    """Scoring jobs, newest first, optionally of one study (admin only)."""
+    from backend.scoring import jobs
+
+    require_admin(actor)
+    sid = _study_id(db, study_name) if study_name is not None else None
+    return [_view(j) for j in jobs.list_jobs(db, study_id=sid)]
+
+
+def job_status(db: Any, actor: Actor, job_id: int) -> JobView:
+    """One job's state (admin only).
+
+    Raises:
+        NotFound: no such job.
+    """
+    from backend.scoring import jobs
+
+    require_admin(actor)
+    info = jobs.get(db, job_id)
+    if info is None:
+        raise NotFound(f"no scoring job {job_id}")
+    return _view(info)
+
+
+@dataclass(frozen=True)
+class StudyScores:
+    """A study's metric values, one row per pair.
+
+    Attributes:
+        study: Study name.
+        keys: Output keys with at least one value, in registry order.
+        directions: ``key -> higher_is_better`` (from the registry's classes when importable).
+        signatures: ``key -> signature`` the values come from (the most recently computed).
+        rows: ``{"pair_id", "position", "source", key: value...}`` in position order;
+            ``nan`` where a pair has no value under the chosen signature.
+    """
+
+    study: str
+    keys: tuple[str, ...]
+    directions: dict[str, bool]
+    signatures: dict[str, str]
+    rows: list[dict[str, Any]]
+
+
+def study_scores(db: Any, actor: Actor, study_name: str) -> StudyScores:
+    """Per-pair values of every key scored for the study (admin only).
+
+    For each key the signature whose values were most recently computed for this study's
+    pairs is used, so changing an option and rescoring switches the dashboard to the new
+    numbers while the old ones stay cached.
+
+    Raises:
+        NotFound: no such study.
+    """
+    require_admin(actor)
+    sid = _study_id(db, study_name)
+    with db.begin() as s:
+        hashes = select(Pair.input_hash).where(Pair.study_id == sid).scalar_subquery()
+        latest: dict[str, tuple[Any, str, str]] = {}
+        for key, sig_hash, sig, newest in s.execute(
+            select(
+                MetricScore.key,
+                MetricScore.signature_hash,
+                func.min(MetricScore.signature),
+                func.max(MetricScore.created_at),
+            )
+            .where(MetricScore.input_hash.in_(hashes))
+            .group_by(MetricScore.key, MetricScore.signature_hash)
+        ):
+            best = latest.get(key)
+            # Ties (same timestamp) break on the hash so the choice is deterministic.
+            if best is None or (newest, sig_hash) > (best[0], best[1]):
+                latest[key] = (newest, sig_hash, sig)
+        pairs = s.execute(
+            select(Pair.id, Pair.position, Pair.source, Pair.input_hash)
+            .where(Pair.study_id == sid)
+            .order_by(Pair.position)
+        ).all()
+        values: dict[tuple[str, str], float] = {}
+        for key, (_, sig_hash, _) in latest.items():
+            for ih, value in s.execute(
+                select(MetricScore.input_hash, MetricScore.value).where(
+                    MetricScore.key == key,
+                    MetricScore.signature_hash == sig_hash,
+                    MetricScore.input_hash.in_(hashes),
+                )
+            ):
+                values[(key, ih)] = math.nan if value is None else float(value)
+    order = {k: i for i, k in enumerate(registry.KEY_TO_FAMILY)}
+    keys = tuple(sorted(latest, key=lambda k: (order.get(k, len(order)), k)))
+    rows = [
+        {
+            "pair_id": pid,
+            "position": pos,
+            "source": src,
+            **{k: values.get((k, ih), math.nan) for k in keys},
+        }
+        for pid, pos, src, ih in pairs
+    ]
+    return StudyScores(
+        study=study_name,
+        keys=keys,
+        directions=_directions(keys),
+        signatures={k: latest[k][2] for k in keys},
+        rows=rows,
+    )
+
+
+def _directions(keys: Sequence[str]) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    for family in {registry.KEY_TO_FAMILY[k] for k in keys if k in registry.KEY_TO_FAMILY}:
+        try:
+            spec = registry.load_class(family).spec
+        except Exception as exc:
+            # Directions are best effort: the metric's code may not be importable here.
+            log.debug("no spec for %s: %s", family, exc)
+            continue
+        for k in keys:
+            if registry.KEY_TO_FAMILY.get(k) == family:
+                try:
+                    out[k] = bool(spec.direction(k))
+                except KeyError:
+                    pass
+    return out

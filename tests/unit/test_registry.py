@@ -1,0 +1,106 @@
+"""The metric registry: cards for every family, lazy imports, consistent keys."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backend.metrics import registry
+
+REPO = Path(__file__).resolve().parent.parent.parent
+CARDS = REPO / "backend" / "metrics" / "cards"
+SECTIONS = ("Description", "Inputs", "Outputs", "Values from papers", "Limitations", "Citation")
+
+
+def _sections(text: str) -> dict[str, str]:
+    """Markdown headings (any level) -> the text under them."""
+    out: dict[str, str] = {}
+    current = None
+    for line in text.splitlines():
+        m = re.match(r"^#{1,6}\s+(.+?)\s*#*\s*$", line)
+        if m:
+            current = m.group(1).strip()
+            out[current] = ""
+        elif current is not None:
+            out[current] += line + "\n"
+    return out
+
+
+def test_every_registered_family_has_a_complete_card():
+    problems: list[str] = []
+    for family, entry in registry.ENTRIES.items():
+        path = CARDS / f"{family}.md"
+        if not path.is_file():
+            problems.append(f"{family}: no card at {path.relative_to(REPO)}")
+            continue
+        sections = _sections(path.read_text(encoding="utf-8"))
+        missing = [s for s in SECTIONS if not sections.get(s, "").strip()]
+        if missing:
+            problems.append(f"{family}: missing or empty section(s): {', '.join(missing)}")
+            continue
+        outputs = sections["Outputs"]
+        undocumented = [k for k in entry.keys if k not in outputs]
+        if undocumented:
+            problems.append(f"{family}: Outputs does not list {', '.join(undocumented)}")
+        if not re.search(r"higher|lower", outputs, re.IGNORECASE):
+            problems.append(f"{family}: Outputs gives no direction (higher/lower is better)")
+    assert not problems, "metric cards incomplete:\n  " + "\n  ".join(problems)
+
+
+def test_every_family_resolves_to_a_class_with_the_registered_keys():
+    problems: list[str] = []
+    for family, entry in registry.ENTRIES.items():
+        module_name, _, cls_name = entry.target.partition(":")
+        if importlib.util.find_spec(module_name) is None:
+            problems.append(f"{family}: module {module_name} does not exist")
+            continue
+        try:
+            cls = registry.load_class(family)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{family}: cannot load {entry.target}: {exc}")
+            continue
+        spec = cls.spec
+        if spec.name != family:
+            problems.append(f"{family}: spec.name is {spec.name!r}")
+        if tuple(spec.keys) != entry.keys:
+            problems.append(f"{family}: spec keys {spec.keys} != registry keys {entry.keys}")
+    assert not problems, "registry and metric classes disagree:\n  " + "\n  ".join(problems)
+
+
+def test_keys_belong_to_exactly_one_family():
+    seen: dict[str, str] = {}
+    for family, entry in registry.ENTRIES.items():
+        for key in entry.keys:
+            assert key not in seen, f"{key} is in {seen.get(key)} and {family}"
+            seen[key] = family
+    assert seen == registry.KEY_TO_FAMILY
+
+
+def test_resolve_keeps_request_order_and_rejects_unknown_names():
+    assert registry.resolve(["rougeL", "bleu4", "bleu1", "bleu4"]) == {
+        "rouge": ["rougeL"],
+        "bleu": ["bleu4", "bleu1"],
+    }
+    assert registry.resolve(["bleu"])["bleu"] == ["bleu1", "bleu2", "bleu3", "bleu4"]
+    with pytest.raises(registry.UnknownMetric, match="unknown metric 'bleu9'"):
+        registry.resolve(["bleu9"])
+
+
+def test_importing_the_backend_and_cli_loads_no_model_library():
+    code = (
+        "import sys\n"
+        "import backend, backend.metrics.registry, backend.cli\n"
+        "backend.cli.build_parser()\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
