@@ -1,0 +1,318 @@
+"""Parse CSV or JSONL files of cases into :class:`backend.services.types.CaseInput`.
+
+Accepted layouts (one file, UTF-8, optional BOM):
+
+- **long**: columns ``case_id`` (or ``id``), ``reference``, ``candidate`` and optionally
+  ``source``; several rows per case (one per candidate), the reference repeated identically.
+- **wide**: ``case_id`` (or ``id``), ``reference`` and one column per generator; the column
+  name is the candidate's source. Empty cells mean "no candidate from that source".
+- JSONL lines hold the same keys; a line may also carry ``candidates`` as
+  ``{source: text}`` or ``[{"text": ..., "source": ...}]``.
+
+Optional ``images`` (or ``image``): paths separated by ``;`` (a list in JSONL), relative to the
+images folder if one is given, else to the file's folder. A path that resolves outside that
+folder is rejected. Errors raise :class:`backend.services.errors.InvalidInput` naming the file,
+the row (1 = first data row; CSV errors also give the line) and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backend.services.errors import InvalidInput
+from backend.services.types import CandidateInput, CaseInput, ImageInput
+
+MAX_REPORT_BYTES = 100_000  # a chest X-ray report is a few kB; larger means a broken file
+MAX_FILE_BYTES = 512 * 1024 * 1024
+ID_FIELDS = ("case_id", "id")
+IMAGE_FIELDS = ("images", "image")
+RESERVED_FIELDS = {"case_id", "id", "reference", "candidate", "source", "images", "image",
+                   "notes", "view", "views", "candidates"}
+DEFAULT_SOURCE = "unspecified"
+
+
+@dataclass(frozen=True)
+class _Row:
+    number: int  # 1-based data row
+    where: str  # "row 3 (line 4)" or "line 3"
+    fields: dict[str, Any]
+
+
+def _decode(path: Path, data: bytes, *, jsonl: bool) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        prefix = data[: exc.start].decode("utf-8", errors="replace")
+        line = prefix.count("\n") + 1
+        if jsonl:
+            where = f"line {line}"
+        else:
+            # The number of records started before the bad byte, minus the header.
+            records = len(list(csv.reader(io.StringIO(prefix)))) if prefix else 1
+            where = f"row {max(records - 1, 1)} (line {line})"
+        raise InvalidInput(
+            f"{path}: {where}: not valid UTF-8 (byte {exc.start}); save the file as UTF-8"
+        ) from None
+
+
+def _read_rows(path: Path) -> list[_Row]:
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read file ({exc.strerror})") from None
+    if size > MAX_FILE_BYTES:
+        raise InvalidInput(f"{path}: file is {size} bytes; the limit is {MAX_FILE_BYTES}")
+    data = path.read_bytes()
+    jsonl = path.suffix.lower() in (".jsonl", ".ndjson", ".json")
+    text = _decode(path, data, jsonl=jsonl)
+    if jsonl:
+        return _read_jsonl(path, text)
+    return _read_csv(path, text)
+
+
+def _read_jsonl(path: Path, text: str) -> list[_Row]:
+    rows = []
+    number = 0
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        number += 1
+        where = f"line {line_no}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"{path}: {where}: invalid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise InvalidInput(f"{path}: {where}: expected a JSON object")
+        rows.append(_Row(number, where, obj))
+    return rows
+
+
+def _read_csv(path: Path, text: str) -> list[_Row]:
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise InvalidInput(f"{path}: empty file (no header row)") from None
+    except csv.Error as exc:
+        raise InvalidInput(f"{path}: line 1: malformed CSV header ({exc})") from None
+    header = [h.strip() for h in header]
+    if len(set(header)) != len(header):
+        dup = next(h for h in header if header.count(h) > 1)
+        raise InvalidInput(f"{path}: header: duplicate column {dup!r}")
+    rows = []
+    number = 0
+    while True:
+        start_line = reader.line_num + 1
+        try:
+            values = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            where = f"row {number + 1} (line {start_line})"
+            if "field larger than field limit" in str(exc):
+                raise InvalidInput(
+                    f"{path}: {where}: a field is larger than the CSV field limit; reports "
+                    f"are limited to {MAX_REPORT_BYTES} bytes"
+                ) from None
+            raise InvalidInput(f"{path}: {where}: malformed CSV ({exc})") from None
+        if not any(v.strip() for v in values):
+            continue
+        number += 1
+        where = f"row {number} (line {start_line})"
+        if len(values) != len(header):
+            raise InvalidInput(
+                f"{path}: {where}: {len(values)} fields, the header has {len(header)}"
+            )
+        rows.append(_Row(number, where, dict(zip(header, values, strict=True))))
+    return rows
+
+
+def check_report(path: Path, where: str, field: str, value: Any) -> str:
+    """Validate one report text (non-empty string within the size limit).
+
+    Args:
+        path: The file, for the message.
+        where: Row description, for the message.
+        field: Field name, for the message.
+        value: The raw value.
+
+    Returns:
+        The text, stripped of surrounding whitespace.
+
+    Raises:
+        InvalidInput: Not a string, empty, or larger than ``MAX_REPORT_BYTES``.
+    """
+    if not isinstance(value, str):
+        raise InvalidInput(f"{path}: {where}, field {field!r}: expected text")
+    size = len(value.encode("utf-8"))
+    if size > MAX_REPORT_BYTES:
+        raise InvalidInput(
+            f"{path}: {where}, field {field!r}: report is {size} bytes; the limit is "
+            f"{MAX_REPORT_BYTES} bytes"
+        )
+    text = value.strip()
+    if not text:
+        raise InvalidInput(f"{path}: {where}, field {field!r}: empty report")
+    return text
+
+
+def resolve_image_path(path: Path, where: str, raw: str, base: Path) -> Path:
+    """Resolve an image path inside ``base``; reject anything that escapes it.
+
+    Args:
+        path: The input file, for the message.
+        where: Row description, for the message.
+        raw: The path as written in the file.
+        base: The folder images must lie in.
+
+    Returns:
+        The absolute, resolved path of an existing file.
+
+    Raises:
+        InvalidInput: The path escapes ``base`` or the file does not exist.
+    """
+    base = base.resolve()
+    candidate = (base / raw).resolve()
+    if not candidate.is_relative_to(base):
+        raise InvalidInput(
+            f"{path}: {where}, field 'images': {raw!r} lies outside the allowed folder {base}"
+        )
+    if not candidate.is_file():
+        raise InvalidInput(f"{path}: {where}, field 'images': no such file {raw!r}")
+    return candidate
+
+
+def _image_list(path: Path, row: _Row, base: Path) -> list[ImageInput]:
+    raw: Any = None
+    for name in IMAGE_FIELDS:
+        if name in row.fields and row.fields[name] not in (None, ""):
+            raw = row.fields[name]
+            break
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        items = [p.strip() for p in raw.split(";")]
+    elif isinstance(raw, list):
+        items = []
+        for item in raw:
+            if isinstance(item, dict):
+                item = item.get("path", "")
+            if not isinstance(item, str):
+                raise InvalidInput(f"{path}: {row.where}, field 'images': expected paths")
+            items.append(item.strip())
+    else:
+        raise InvalidInput(f"{path}: {row.where}, field 'images': expected ';'-separated paths")
+    return [ImageInput(path=resolve_image_path(path, row.where, p, base)) for p in items if p]
+
+
+def _case_id(path: Path, row: _Row) -> str:
+    for name in ID_FIELDS:
+        value = row.fields.get(name)
+        if value not in (None, ""):
+            text = str(value).strip()
+            if len(text) > 128:
+                raise InvalidInput(f"{path}: {row.where}, field {name!r}: longer than 128")
+            if text:
+                return text
+    raise InvalidInput(f"{path}: {row.where}, field 'case_id': missing case id")
+
+
+def _candidates(path: Path, row: _Row, wide_columns: list[str]) -> list[CandidateInput]:
+    f = row.fields
+    out: list[CandidateInput] = []
+    if "candidates" in f and f["candidates"] not in (None, ""):
+        cands = f["candidates"]
+        if isinstance(cands, dict):
+            for source, text in cands.items():
+                out.append(CandidateInput(
+                    check_report(path, row.where, f"candidates.{source}", text), str(source)
+                ))
+        elif isinstance(cands, list):
+            for i, item in enumerate(cands):
+                if not isinstance(item, dict):
+                    raise InvalidInput(
+                        f"{path}: {row.where}, field 'candidates[{i}]': expected an object"
+                    )
+                text = check_report(path, row.where, f"candidates[{i}].text", item.get("text"))
+                out.append(CandidateInput(text, str(item.get("source") or DEFAULT_SOURCE)))
+        else:
+            raise InvalidInput(f"{path}: {row.where}, field 'candidates': expected object/list")
+        return out
+    if "candidate" in f:
+        text = check_report(path, row.where, "candidate", f["candidate"])
+        source = str(f.get("source") or "").strip() or DEFAULT_SOURCE
+        return [CandidateInput(text, source)]
+    for column in wide_columns:
+        value = f.get(column)
+        if value in (None, ""):
+            continue
+        out.append(CandidateInput(check_report(path, row.where, column, value), column))
+    return out
+
+
+def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> list[CaseInput]:
+    """Read a CSV or JSONL file of cases.
+
+    Args:
+        path: The file (``.csv``, or ``.jsonl``/``.ndjson``).
+        images_dir: Folder that image paths are relative to (default: the file's folder);
+            images must lie inside it.
+
+    Returns:
+        Cases in order of first appearance, candidates in row/column order.
+
+    Raises:
+        InvalidInput: Any problem, naming the file, row and field.
+    """
+    path = Path(path)
+    base = Path(images_dir) if images_dir is not None else path.resolve().parent
+    if images_dir is not None and not base.is_dir():
+        raise InvalidInput(f"{base}: images folder does not exist")
+    rows = _read_rows(path)
+    if not rows:
+        raise InvalidInput(f"{path}: no data rows")
+    columns = list(rows[0].fields) if path.suffix.lower() == ".csv" else []
+    if columns:
+        if not any(c in columns for c in ID_FIELDS):
+            raise InvalidInput(f"{path}: header: missing column 'case_id' (or 'id')")
+        if "reference" not in columns:
+            raise InvalidInput(f"{path}: header: missing column 'reference'")
+        if "candidate" not in columns and not (set(columns) - RESERVED_FIELDS):
+            raise InvalidInput(
+                f"{path}: header: no candidate column ('candidate', or one column per source)"
+            )
+    cases: dict[str, CaseInput] = {}
+    seen_images: dict[str, set[Path]] = {}
+    for row in rows:
+        wide = [c for c in row.fields if c not in RESERVED_FIELDS]
+        case_id = _case_id(path, row)
+        if "reference" not in row.fields:
+            raise InvalidInput(f"{path}: {row.where}, field 'reference': missing")
+        reference = check_report(path, row.where, "reference", row.fields["reference"])
+        candidates = _candidates(path, row, wide)
+        images = _image_list(path, row, base)
+        case = cases.get(case_id)
+        if case is None:
+            case = CaseInput(case_id=case_id, reference=reference, candidates=[], images=[])
+            cases[case_id] = case
+            seen_images[case_id] = set()
+        elif case.reference != reference:
+            raise InvalidInput(
+                f"{path}: {row.where}, field 'reference': differs from the reference given "
+                f"earlier for case {case_id!r}"
+            )
+        case.candidates.extend(candidates)
+        for image in images:
+            if image.path not in seen_images[case_id]:
+                seen_images[case_id].add(image.path)
+                case.images.append(image)
+    for case in cases.values():
+        if not case.candidates:
+            raise InvalidInput(f"{path}: case {case.case_id!r}: no candidate report")
+    return list(cases.values())

@@ -1,0 +1,334 @@
+"""Read DICOM, PNG and JPEG files into a float32 array plus display metadata.
+
+DICOM pixel data goes through the Modality LUT (Rescale Slope/Intercept or a Modality LUT
+Sequence), so CT values are Hounsfield units. The VOI transform is *not* applied here: the
+header's windows (all values of a multi-valued Window Center/Width) and any VOI LUT Sequence
+are kept on :class:`LoadedImage` so that :mod:`backend.imaging.window` can apply the header
+default or another preset. MONOCHROME1 images are flagged ``invert_for_display`` (their lowest
+value is shown white); the stored values are not changed. Multi-frame files give their first
+frame. Colour images are converted to luminance, because the viewer shows grey-scale films.
+
+Every failure to read a file raises :class:`ImageLoadError` whose message names the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+DICOM_SUFFIXES = {".dcm", ".dicom", ".dic"}
+PNG_SUFFIXES = {".png"}
+JPEG_SUFFIXES = {".jpg", ".jpeg"}
+
+
+class ImageLoadError(ValueError):
+    """A file could not be read as an image; the message names the file."""
+
+
+@dataclass(frozen=True)
+class VoiLut:
+    """A VOI LUT from a VOI LUT Sequence item.
+
+    Attributes:
+        first_mapped: Input value mapped to the first table entry.
+        table: Output values (float32), one per input value from ``first_mapped`` on.
+        bits: Bits per output entry; outputs are scaled to 0..1 by ``2**bits - 1``.
+        explanation: The LUT Explanation text, if any.
+    """
+
+    first_mapped: int
+    table: np.ndarray
+    bits: int
+    explanation: str = ""
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """A decoded image ready for windowing.
+
+    Attributes:
+        pixels: 2-D float32 array after the Modality LUT (HU for CT; stored values otherwise).
+        format: ``"dicom"``, ``"png"`` or ``"jpeg"``.
+        photometric: Photometric interpretation (``MONOCHROME1``, ``MONOCHROME2``, or the
+            original colour model of an image converted to grey).
+        invert_for_display: True for MONOCHROME1 (minimum value displayed white).
+        windows: Header windows as (center, width), the first being the default.
+        window_explanations: Window Center & Width Explanation values, if present.
+        voi_function: VOI LUT Function (``LINEAR``, ``LINEAR_EXACT`` or ``SIGMOID``).
+        voi_lut: First VOI LUT Sequence item, if present (used instead of windows).
+        modality: DICOM Modality, or None for PNG/JPEG.
+        view: DICOM View Position (PA, AP, LL, ...), if present.
+        bits: Significant bits of the stored values (8 for 8-bit PNG/JPEG).
+        hounsfield: True when the modality output is in HU (CT, or RescaleType ``HU``).
+        meta: JSON-able, de-identified summary for the database and the UI.
+    """
+
+    pixels: np.ndarray
+    format: str
+    photometric: str
+    invert_for_display: bool = False
+    windows: tuple[tuple[float, float], ...] = ()
+    window_explanations: tuple[str, ...] = ()
+    voi_function: str = "LINEAR"
+    voi_lut: VoiLut | None = None
+    modality: str | None = None
+    view: str | None = None
+    bits: int = 8
+    hounsfield: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def height(self) -> int:
+        """Rows of the (first) frame."""
+        return int(self.pixels.shape[0])
+
+    @property
+    def width(self) -> int:
+        """Columns of the (first) frame."""
+        return int(self.pixels.shape[1])
+
+
+def sniff_format(path: Path, head: bytes | None = None) -> str | None:
+    """Guess ``dicom``/``png``/``jpeg`` from the file's magic bytes, then its suffix.
+
+    Args:
+        path: The file.
+        head: The first 132+ bytes, if already read.
+
+    Returns:
+        The format, or None when nothing matches.
+    """
+    if head is None:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(132)
+        except OSError:
+            return None
+    if len(head) >= 132 and head[128:132] == b"DICM":
+        return "dicom"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    suffix = path.suffix.lower()
+    if suffix in DICOM_SUFFIXES or suffix == "":
+        # DICOM files without the 128-byte preamble still exist in the wild.
+        return "dicom"
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_image(path: str | Path) -> LoadedImage:
+    """Read a DICOM, PNG or JPEG file.
+
+    Args:
+        path: The image file.
+
+    Returns:
+        The decoded first frame and its display metadata.
+
+    Raises:
+        ImageLoadError: The file is missing, not an image, corrupt, or cannot be decoded.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ImageLoadError(f"{path}: no such image file")
+    fmt = sniff_format(path)
+    if fmt == "dicom":
+        return _load_dicom(path)
+    if fmt in ("png", "jpeg"):
+        return _load_pillow(path, fmt)
+    raise ImageLoadError(f"{path}: not a DICOM, PNG or JPEG file")
+
+
+def _load_pillow(path: Path, fmt: str) -> LoadedImage:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            mode = img.mode
+            if mode in ("I;16", "I;16B", "I;16L", "I"):
+                arr = np.asarray(img).astype(np.float32)
+                bits = 16
+                photometric = "MONOCHROME2"
+            elif mode == "L":
+                arr = np.asarray(img, dtype=np.float32)
+                bits = 8
+                photometric = "MONOCHROME2"
+            elif mode == "F":
+                arr = np.asarray(img, dtype=np.float32)
+                bits = 32
+                photometric = "MONOCHROME2"
+            else:
+                # Colour, palette, alpha or 1-bit: the viewer shows luminance.
+                arr = np.asarray(img.convert("L"), dtype=np.float32)
+                bits = 8
+                photometric = mode
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise ImageLoadError(f"{path}: cannot decode {fmt.upper()} image ({exc})") from exc
+    if arr.ndim != 2 or arr.size == 0:
+        raise ImageLoadError(f"{path}: unsupported {fmt.upper()} image shape {arr.shape}")
+    meta = {
+        "format": fmt,
+        "photometric": photometric,
+        "rows": int(arr.shape[0]),
+        "columns": int(arr.shape[1]),
+        "bits": bits,
+        "mode": mode,
+    }
+    return LoadedImage(
+        pixels=np.ascontiguousarray(arr, dtype=np.float32),
+        format=fmt,
+        photometric=photometric,
+        bits=bits,
+        meta=meta,
+    )
+
+
+def _multi(value: Any) -> list[Any]:
+    """A DICOM value as a list (multi-valued elements are sequences, single ones are not)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
+        return list(value)
+    return [value]
+
+
+def _header_windows(ds: Any) -> tuple[tuple[tuple[float, float], ...], tuple[str, ...]]:
+    centers = _multi(ds.get("WindowCenter"))
+    widths = _multi(ds.get("WindowWidth"))
+    windows = []
+    for c, w in zip(centers, widths, strict=False):
+        try:
+            c_f, w_f = float(c), float(w)
+        except (TypeError, ValueError):
+            continue
+        if w_f > 0 and np.isfinite(c_f) and np.isfinite(w_f):
+            windows.append((c_f, w_f))
+    explanations = tuple(str(e) for e in _multi(ds.get("WindowCenterWidthExplanation")))
+    return tuple(windows), explanations
+
+
+def _voi_lut(ds: Any, path: Path) -> VoiLut | None:
+    seq = ds.get("VOILUTSequence")
+    if not seq:
+        return None
+    item = seq[0]
+    try:
+        n_entries, first, bits = (int(v) for v in item.LUTDescriptor)
+        raw = item["LUTData"]
+        if raw.VR in ("OW", "OB") or isinstance(raw.value, bytes):
+            table = np.frombuffer(raw.value, dtype="<u2" if bits > 8 else "<u1")
+        else:
+            table = np.asarray(_multi(raw.value))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ImageLoadError(f"{path}: malformed VOI LUT Sequence ({exc})") from exc
+    n_entries = n_entries or 65536  # 0 means 2**16 entries (PS3.3 C.11.2.1.1)
+    if table.size < n_entries or table.size == 0:
+        raise ImageLoadError(
+            f"{path}: VOI LUT has {table.size} entries, descriptor says {n_entries}"
+        )
+    pixel_rep = int(ds.get("PixelRepresentation", 0))
+    if pixel_rep == 1 and first >= 32768:
+        first -= 65536  # first mapped value is signed when pixels are
+    return VoiLut(
+        first_mapped=first,
+        table=np.asarray(table[:n_entries], dtype=np.float32),
+        bits=max(1, bits),
+        explanation=str(item.get("LUTExplanation", "") or ""),
+    )
+
+
+def _load_dicom(path: Path) -> LoadedImage:
+    import pydicom
+    from pydicom.errors import InvalidDicomError
+    from pydicom.pixels import apply_modality_lut, pixel_array
+
+    try:
+        ds = pydicom.dcmread(path)
+    except (InvalidDicomError, OSError, ValueError, EOFError, TypeError, KeyError) as exc:
+        raise ImageLoadError(f"{path}: not a readable DICOM file ({exc})") from exc
+    if "PixelData" not in ds and "FloatPixelData" not in ds and "DoubleFloatPixelData" not in ds:
+        raise ImageLoadError(f"{path}: DICOM file has no pixel data")
+    try:
+        n_frames = int(ds.get("NumberOfFrames", 1) or 1)
+        index = 0 if n_frames > 1 else None
+        arr = pixel_array(ds, index=index)
+    except Exception as exc:  # decoders raise many types; each means "cannot decode"
+        raise ImageLoadError(f"{path}: cannot decode DICOM pixel data ({exc})") from exc
+    photometric = str(ds.get("PhotometricInterpretation", "MONOCHROME2")).strip().upper()
+    if arr.ndim == 3 and arr.shape[-1] in (3, 4):
+        # Colour DICOM (secondary capture): decoded as RGB by pydicom; show luminance.
+        rgb = arr[..., :3].astype(np.float32)
+        arr = rgb @ np.asarray([0.299, 0.587, 0.114], dtype=np.float32)
+        modality_out = arr
+    elif arr.ndim != 2:
+        raise ImageLoadError(f"{path}: unsupported DICOM pixel array shape {arr.shape}")
+    else:
+        try:
+            modality_out = apply_modality_lut(arr, ds)
+        except Exception as exc:  # malformed LUT descriptors raise assorted errors
+            raise ImageLoadError(f"{path}: malformed Modality LUT ({exc})") from exc
+    pixels = np.ascontiguousarray(modality_out, dtype=np.float32)
+    windows, explanations = _header_windows(ds)
+    voi_function = str(ds.get("VOILUTFunction", "LINEAR") or "LINEAR").strip().upper()
+    if voi_function not in ("LINEAR", "LINEAR_EXACT", "SIGMOID"):
+        voi_function = "LINEAR"
+    modality = str(ds.get("Modality", "") or "") or None
+    rescale_type = str(ds.get("RescaleType", "") or "").upper()
+    hounsfield = modality == "CT" or rescale_type == "HU"
+    view = str(ds.get("ViewPosition", "") or "").strip() or None
+    bits = int(ds.get("BitsStored", 8) or 8)
+    meta: dict[str, Any] = {
+        "format": "dicom",
+        "photometric": photometric,
+        "rows": int(pixels.shape[0]),
+        "columns": int(pixels.shape[1]),
+        "frames": n_frames,
+        "bits_stored": bits,
+        "modality": modality,
+        "view_position": view,
+        "body_part": str(ds.get("BodyPartExamined", "") or "") or None,
+        "transfer_syntax": str(ds.file_meta.get("TransferSyntaxUID", "")) or None,
+        "windows": [list(w) for w in windows],
+        "window_explanations": list(explanations),
+        "voi_lut": "VOILUTSequence" in ds,
+        "voi_function": voi_function,
+        "hounsfield": hounsfield,
+    }
+    if "PixelSpacing" in ds:
+        try:
+            meta["pixel_spacing"] = [float(v) for v in ds.PixelSpacing]
+        except (TypeError, ValueError):
+            pass
+    return LoadedImage(
+        pixels=pixels,
+        format="dicom",
+        photometric=photometric,
+        invert_for_display=photometric == "MONOCHROME1",
+        windows=windows,
+        window_explanations=explanations,
+        voi_function=voi_function,
+        voi_lut=_voi_lut(ds, path),
+        modality=modality,
+        view=view,
+        bits=bits,
+        hounsfield=hounsfield,
+        meta=meta,
+    )

@@ -1,0 +1,218 @@
+"""Serve rendered images to the viewer, with access control and caching.
+
+A rater may see only images of cases whose pairs are assigned to them; an admin sees any.
+Renders are cached by (file sha256, settings) in a process-wide LRU cache: the same film at
+the same window is encoded once however many raters open it. Decoded images are cached
+separately (few entries: a 2000x2000 float32 film is 16 MB).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import exists, select
+
+from backend import config
+from backend.imaging.load import ImageLoadError, LoadedImage, load_image
+from backend.imaging.render import DEFAULT_MAX_SIDE, THUMBNAIL_SIDE, RenderSettings, render_png
+from backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from backend.services.types import Actor
+from db.models import Assignment, Image, Pair
+from db.session import Database
+
+# Header fields a viewer may show (already de-identified on import).
+_PUBLIC_META = ("photometric", "modality", "view_position", "body_part", "windows",
+                "window_explanations", "voi_lut", "frames", "bits_stored", "hounsfield")
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """Display metadata of one image of a pair."""
+
+    image_id: int
+    view: str | None
+    format: str
+    width: int | None
+    height: int | None
+    meta: dict[str, Any]
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cached(abs_path: str, sha256: str) -> LoadedImage:
+    # sha256 is part of the key so that a replaced file is never served from the cache.
+    return load_image(Path(abs_path))
+
+
+@functools.lru_cache(maxsize=256)
+def _render_cached(abs_path: str, sha256: str, settings: RenderSettings) -> bytes:
+    return render_png(_load_cached(abs_path, sha256), settings)
+
+
+def clear_caches() -> None:
+    """Drop cached decodes and renders (tests, or after files are replaced)."""
+    _load_cached.cache_clear()
+    _render_cached.cache_clear()
+
+
+def _check_access(s: Any, actor: Actor, case_id: int) -> None:
+    if actor.is_admin:
+        return
+    allowed = s.scalar(
+        select(
+            exists().where(
+                Assignment.rater_id == actor.user_id,
+                Assignment.pair_id == Pair.id,
+                Pair.case_id == case_id,
+            )
+        )
+    )
+    if not allowed:
+        raise PermissionDenied("this image belongs to no pair assigned to you")
+
+
+def _image_file(db: Database, actor: Actor, image_id: int) -> tuple[str, str]:
+    with db.begin() as s:
+        image = s.get(Image, image_id)
+        if image is None:
+            if actor.is_admin:
+                raise NotFound(f"no image with id {image_id}")
+            raise PermissionDenied("this image belongs to no pair assigned to you")
+        _check_access(s, actor, image.case_id)
+        root = config.data_dir()
+        path = (root / image.path).resolve()
+        sha = image.sha256
+    if not path.is_relative_to(root):
+        raise NotFound(f"image {image_id} points outside the data folder")
+    if not path.is_file():
+        raise NotFound(f"image file of image {image_id} is missing")
+    return str(path), sha
+
+
+def rendered_image(
+    db: Database,
+    actor: Actor,
+    *,
+    image_id: int,
+    preset: str = "header",
+    center: float | None = None,
+    width: float | None = None,
+    invert: bool = False,
+    zoom: float = 1.0,
+    zoom_x: float = 0.5,
+    zoom_y: float = 0.5,
+    max_side: int = DEFAULT_MAX_SIDE,
+) -> bytes:
+    """PNG bytes of an image as the viewer shows it.
+
+    Args:
+        db: The database.
+        actor: Admin, or a rater with an assignment on a pair of the image's case.
+        image_id: The image.
+        preset: ``header``, ``lung``, ``bone`` or ``manual`` (see ``backend.imaging.window``).
+        center: Window centre for ``manual``.
+        width: Window width for ``manual``.
+        invert: Invert brightness.
+        zoom: Magnification (1..16).
+        zoom_x: Zoom centre, fraction of the width.
+        zoom_y: Zoom centre, fraction of the height.
+        max_side: Longest side of the PNG.
+
+    Returns:
+        8-bit grey PNG bytes.
+
+    Raises:
+        PermissionDenied: A rater asked for an image outside their assignments.
+        NotFound: No such image (admin) or its file is missing.
+        InvalidInput: Invalid settings, or the file cannot be decoded.
+    """
+    settings = RenderSettings(
+        preset=preset,
+        center=None if center is None else float(center),
+        width=None if width is None else float(width),
+        invert=bool(invert),
+        zoom=float(zoom),
+        zoom_x=float(zoom_x),
+        zoom_y=float(zoom_y),
+        max_side=int(max_side),
+    )
+    try:
+        settings.validate()
+        if preset == "manual" and (center is None or width is None or width <= 0):
+            raise ValueError("manual window needs a center and a width > 0")
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    path, sha = _image_file(db, actor, image_id)
+    try:
+        return _render_cached(path, sha, settings)
+    except ImageLoadError as exc:
+        raise InvalidInput(str(exc)) from None
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def thumbnail(db: Database, actor: Actor, *, image_id: int, max_side: int = THUMBNAIL_SIDE
+              ) -> bytes:
+    """A small PNG with the header window (same access rules as :func:`rendered_image`)."""
+    return rendered_image(db, actor, image_id=image_id, max_side=max_side)
+
+
+def images_for_pair(
+    db: Database,
+    actor: Actor,
+    *,
+    pair_id: int | None = None,
+    opaque_id: str | None = None,
+) -> list[ImageInfo]:
+    """Display metadata of the images shown with a pair (its case's images, in order).
+
+    Args:
+        db: The database.
+        actor: Admin, or a rater to whom the pair is assigned.
+        pair_id: The pair's database id, or
+        opaque_id: the pair's opaque id.
+
+    Returns:
+        One entry per image.
+
+    Raises:
+        PermissionDenied: A rater asked about a pair not assigned to them.
+        NotFound: No such pair (admin).
+        InvalidInput: Neither or both ids given.
+    """
+    if (pair_id is None) == (opaque_id is None):
+        raise InvalidInput("give exactly one of pair_id and opaque_id")
+    with db.begin() as s:
+        query = select(Pair)
+        query = query.where(Pair.id == pair_id) if pair_id is not None else query.where(
+            Pair.opaque_id == opaque_id
+        )
+        pair = s.scalar(query)
+        if pair is None:
+            if actor.is_admin:
+                raise NotFound("no such pair")
+            raise PermissionDenied("this pair is not assigned to you")
+        if not actor.is_admin:
+            assigned = s.scalar(
+                select(Assignment.id).where(
+                    Assignment.pair_id == pair.id, Assignment.rater_id == actor.user_id
+                )
+            )
+            if assigned is None:
+                raise PermissionDenied("this pair is not assigned to you")
+        images = s.scalars(
+            select(Image).where(Image.case_id == pair.case_id).order_by(Image.id)
+        ).all()
+        return [
+            ImageInfo(
+                image_id=i.id,
+                view=i.view,
+                format=i.format,
+                width=i.width,
+                height=i.height,
+                meta={k: (i.meta or {}).get(k) for k in _PUBLIC_META if k in (i.meta or {})},
+            )
+            for i in images
+        ]

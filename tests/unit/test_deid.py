@@ -1,0 +1,161 @@
+"""DICOM de-identification (PS3.15 Annex E basic profile) on pydicom's test files."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pydicom
+import pytest
+from PIL import Image
+from pydicom.data import get_testdata_file
+from pydicom.datadict import tag_for_keyword
+from pydicom.dataset import Dataset
+from pydicom.sequence import Sequence
+from pydicom.uid import UID
+
+from backend.imaging.deid import (
+    PROFILE,
+    UidMapper,
+    deidentify,
+    deidentify_file,
+    strip_jpeg_metadata,
+    strip_png_metadata,
+)
+
+FILES = ["RG1_UNCR.dcm", "RG1_J2KI.dcm", "CT_small.dcm", "MR_small.dcm",
+         "MR-SIEMENS-DICOM-WithOverlays.dcm"]
+
+
+def _check_no_phi(original: Dataset, cleaned: Dataset) -> None:
+    """Every profile attribute is removed/emptied/remapped; catch-alls hold everywhere."""
+    for keyword, action in PROFILE.items():
+        tag = tag_for_keyword(keyword)
+        where = cleaned.file_meta if tag >> 16 == 0x0002 else cleaned
+        if tag not in where:
+            continue
+        elem = where[tag]
+        if action == "X":
+            pytest.fail(f"{keyword} should have been removed")
+        elif action == "Z":
+            assert elem.is_empty, keyword
+        elif action == "U":
+            before = (original.file_meta if tag >> 16 == 0x0002 else original).get(tag)
+            assert before is None or str(before.value) != str(elem.value), keyword
+    for elem in cleaned.iterall():
+        assert not elem.tag.is_private, elem.tag
+        if elem.VR in ("PN", "DA", "DT", "TM"):
+            assert elem.is_empty, elem.keyword
+        assert not (0x5000 <= elem.tag.group <= 0x50FF), elem.tag
+        assert not (0x6000 <= elem.tag.group <= 0x60FF and elem.tag.element in (0x3000, 0x4000))
+    original_uids = {str(e.value) for e in original.iterall() if e.VR == "UI" and e.value}
+    for elem in cleaned.iterall():
+        if elem.VR == "UI" and elem.value and str(elem.value) in original_uids:
+            assert UID(str(elem.value)).keyword, f"{elem.keyword} kept an instance UID"
+    assert cleaned.PatientIdentityRemoved == "YES"
+    assert "Basic Profile" in " ".join(cleaned.DeidentificationMethod)
+    assert cleaned.DeidentificationMethodCodeSequence[0].CodeValue == "113100"
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_no_profile_phi_survives_and_pixels_unchanged(name):
+    path = get_testdata_file(name)
+    original = pydicom.dcmread(path)
+    data, report, _ = deidentify_file(path, UidMapper(salt="test-salt"))
+    cleaned = pydicom.dcmread(io.BytesIO(data))
+    _check_no_phi(original, cleaned)
+    assert cleaned.PixelData == original.PixelData
+    assert cleaned.file_meta.TransferSyntaxUID == original.file_meta.TransferSyntaxUID
+    assert cleaned.file_meta.MediaStorageSOPInstanceUID == cleaned.SOPInstanceUID
+    assert cleaned.SOPClassUID == original.SOPClassUID
+    assert report.uids_remapped >= 3
+
+
+def test_specific_phi_of_rg1_is_gone():
+    path = get_testdata_file("RG1_UNCR.dcm")
+    data, _, _ = deidentify_file(path, UidMapper())
+    text = data[:20000]
+    for secret in (b"CompressedSamples", b"9RG1", b"26210", b"Philips Medical Systems Hamburg",
+                   b"19400305", b"20040826", b"exam Number", b"Our Department", b"THORAVISION"):
+        assert secret not in text, secret
+    cleaned = pydicom.dcmread(io.BytesIO(data))
+    assert cleaned.PatientName == "" and cleaned.PatientID == ""
+    assert "InstitutionName" not in cleaned and "OtherPatientIDs" not in cleaned
+    assert cleaned.StudyDate == "" and "SeriesDate" not in cleaned
+    # Display-relevant attributes survive.
+    assert cleaned.ViewPosition == "PA" and cleaned.PhotometricInterpretation == "MONOCHROME1"
+    assert cleaned.WindowCenter == 15000
+
+
+def test_uid_mapping_consistent_across_one_study():
+    """RG1_UNCR and RG1_J2KI share a Study Instance UID: one mapper keeps them together."""
+    mapper = UidMapper(salt="s3cret")
+    a = pydicom.dcmread(io.BytesIO(deidentify_file(get_testdata_file("RG1_UNCR.dcm"),
+                                                   mapper)[0]))
+    b = pydicom.dcmread(io.BytesIO(deidentify_file(get_testdata_file("RG1_J2KI.dcm"),
+                                                   mapper)[0]))
+    orig = pydicom.dcmread(get_testdata_file("RG1_UNCR.dcm"), stop_before_pixels=True)
+    assert a.StudyInstanceUID == b.StudyInstanceUID != orig.StudyInstanceUID
+    assert a.StudyInstanceUID.startswith("2.25.")
+    # Persisted mapping reproduces the same UIDs; another salt gives other UIDs.
+    restored = UidMapper.from_dict(mapper.to_dict())
+    assert restored.map(orig.StudyInstanceUID) == a.StudyInstanceUID
+    assert UidMapper(salt="s3cret").map(orig.StudyInstanceUID) == a.StudyInstanceUID
+    assert UidMapper(salt="other").map(orig.StudyInstanceUID) != a.StudyInstanceUID
+
+
+def test_nested_sequences_private_tags_and_pseudonym():
+    ds = Dataset()
+    ds.PatientName = "Doe^Jane"
+    ds.PatientID = "MRN123"
+    ds.StudyInstanceUID = "1.2.3.4.5"
+    ds.add_new(0x00091001, "LO", "private secret")
+    item = Dataset()
+    item.ReferencedSOPInstanceUID = "1.2.3.4.6"
+    item.ReferencedSOPClassUID = "1.2.840.10008.5.1.4.1.1.1"
+    item.PersonName = "Smith^John"
+    item.add_new(0x00111010, "LO", "nested private")
+    ds.ReferencedSeriesSequence = Sequence([item])
+    ds.RequestAttributesSequence = Sequence([Dataset()])
+    ds.add_new(0x60003000, "OW", b"\x00\x01")
+    mapper = UidMapper(salt="x")
+    report = deidentify(ds, mapper, patient_pseudonym="demo-01")
+    assert ds.PatientName == "demo-01" and ds.PatientID == "demo-01"
+    assert 0x00091001 not in ds and 0x60003000 not in ds
+    assert "RequestAttributesSequence" not in ds
+    nested = ds.ReferencedSeriesSequence[0]
+    assert 0x00111010 not in nested
+    assert nested["PersonName"].is_empty
+    assert nested.ReferencedSOPInstanceUID == mapper.map("1.2.3.4.6")
+    assert nested.ReferencedSOPClassUID == "1.2.840.10008.5.1.4.1.1.1"
+    assert report.private_removed == 2
+
+
+def test_burned_in_annotation_is_reported():
+    ds = Dataset()
+    ds.BurnedInAnnotation = "YES"
+    report = deidentify(ds, UidMapper())
+    assert any("Burned In Annotation" in w for w in report.warnings)
+
+
+def test_png_and_jpeg_metadata_stripped_losslessly():
+    arr = (np.arange(32 * 32) % 256).astype(np.uint8).reshape(32, 32)
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Patient", "Doe^Jane")
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG", pnginfo=info)
+    stripped = strip_png_metadata(buf.getvalue())
+    assert b"Doe^Jane" in buf.getvalue() and b"Doe^Jane" not in stripped
+    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(stripped))), arr)
+
+    jbuf = io.BytesIO()
+    exif = Image.Exif()
+    exif[0x010E] = "Patient Doe^Jane"  # ImageDescription
+    Image.fromarray(arr).save(jbuf, format="JPEG", exif=exif, quality=90)
+    original = jbuf.getvalue()
+    jstripped = strip_jpeg_metadata(original)
+    assert b"Doe^Jane" in original and b"Doe^Jane" not in jstripped
+    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(jstripped))),
+                                  np.asarray(Image.open(io.BytesIO(original))))

@@ -1,0 +1,229 @@
+"""Image loading, windowing and rendering (backend.imaging.load/window/render)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pydicom
+import pytest
+from PIL import Image
+from pydicom.data import get_testdata_file
+
+from backend.imaging.load import ImageLoadError, LoadedImage, load_image
+from backend.imaging.render import RenderSettings, crop_box, render_array, render_png
+from backend.imaging.window import (
+    apply_linear,
+    apply_window,
+    percentile_range,
+    resolve_window,
+)
+
+
+def _png_array(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as img:
+        assert img.format == "PNG"
+        assert img.mode == "L"
+        return np.asarray(img)
+
+
+@pytest.fixture(scope="module")
+def rg1() -> LoadedImage:
+    return load_image(get_testdata_file("RG1_UNCR.dcm"))
+
+
+def test_cr_monochrome1_header_window(rg1):
+    assert rg1.format == "dicom"
+    assert rg1.photometric == "MONOCHROME1"
+    assert rg1.invert_for_display is True
+    assert rg1.windows == ((15000.0, 30000.0),)
+    assert rg1.view == "PA" and rg1.modality == "CR"
+    assert rg1.pixels.dtype == np.float32 and rg1.pixels.shape == (1955, 1841)
+    raw = pydicom.dcmread(get_testdata_file("RG1_UNCR.dcm")).pixel_array
+    np.testing.assert_array_equal(rg1.pixels, raw.astype(np.float32))
+
+
+def test_monochrome1_lowest_value_renders_white(rg1):
+    arr, window = render_array(rg1, RenderSettings(max_side=4096))
+    assert window.source == "header"
+    low = rg1.pixels == rg1.pixels.min()
+    high = rg1.pixels == rg1.pixels.max()
+    # MONOCHROME1: minimum stored value is displayed as white.
+    assert arr[low].mean() > arr[high].mean() + 100
+    inverted, _ = render_array(rg1, RenderSettings(max_side=4096, invert=True))
+    assert inverted[low].mean() < inverted[high].mean() - 100
+
+
+def test_jpeg2000_decodes_close_to_uncompressed(rg1):
+    j2k = load_image(get_testdata_file("RG1_J2KI.dcm"))
+    assert j2k.pixels.shape == rg1.pixels.shape
+    assert j2k.meta["transfer_syntax"] == "1.2.840.10008.1.2.4.91"
+    # Lossy compression: close, not equal.
+    rel = np.abs(j2k.pixels - rg1.pixels).mean() / rg1.pixels.mean()
+    assert 0 < rel < 0.02
+
+
+def test_ct_modality_lut_gives_hounsfield():
+    path = get_testdata_file("CT_small.dcm")
+    ds = pydicom.dcmread(path)
+    image = load_image(path)
+    expected = ds.pixel_array.astype(np.float32) * float(ds.RescaleSlope) + float(
+        ds.RescaleIntercept
+    )
+    np.testing.assert_allclose(image.pixels, expected)
+    assert image.hounsfield
+    lung = resolve_window(image, "lung")
+    assert (lung.center, lung.width, lung.source) == (-600.0, 1500.0, "ct-preset")
+    bone = resolve_window(image, "bone")
+    assert (bone.center, bone.width) == (400.0, 1800.0)
+
+
+def test_multi_valued_window_first_is_default():
+    image = load_image(get_testdata_file("MR-SIEMENS-DICOM-WithOverlays.dcm"))
+    assert image.windows == ((450.0, 790.0), (200.0, 443.0))
+    assert image.window_explanations == ("WINDOW1", "WINDOW2")
+    window = resolve_window(image, "header")
+    assert (window.center, window.width) == (450.0, 790.0)
+
+
+def test_voi_lut_sequence_is_applied():
+    path = get_testdata_file("vlut_04.dcm")
+    ds = pydicom.dcmread(path)
+    image = load_image(path)
+    assert image.voi_lut is not None
+    window = resolve_window(image, "header")
+    assert window.lut is image.voi_lut
+    out = apply_window(image.pixels, window)
+    # Reference: pydicom's own VOI LUT application, scaled by the LUT's bit depth.
+    expected = pydicom.pixels.apply_voi_lut(ds.pixel_array, ds, prefer_lut=True)
+    bits = int(ds.VOILUTSequence[0].LUTDescriptor[2])
+    np.testing.assert_allclose(out, expected / (2**bits - 1), atol=1e-6)
+
+
+def test_multiframe_gives_first_frame():
+    path = get_testdata_file("emri_small.dcm")
+    ds = pydicom.dcmread(path)
+    image = load_image(path)
+    assert ds.pixel_array.ndim == 3
+    np.testing.assert_array_equal(image.pixels, ds.pixel_array[0].astype(np.float32))
+    assert image.meta["frames"] == int(ds.NumberOfFrames)
+
+
+def test_png_8bit_header_is_identity(tmp_path):
+    arr = (np.arange(64 * 64) % 256).astype(np.uint8).reshape(64, 64)
+    path = tmp_path / "x.png"
+    Image.fromarray(arr).save(path)
+    image = load_image(path)
+    assert image.format == "png" and image.bits == 8
+    out = _png_array(render_png(image))
+    np.testing.assert_array_equal(out, arr)
+
+
+def test_png_16bit_uses_percentile_fallback(tmp_path):
+    rng = np.random.default_rng(0)
+    arr = rng.integers(1000, 3000, size=(50, 40)).astype(np.uint16)
+    path = tmp_path / "x16.png"
+    Image.fromarray(arr).save(path)
+    image = load_image(path)
+    assert image.bits == 16
+    np.testing.assert_array_equal(image.pixels, arr.astype(np.float32))
+    window = resolve_window(image, "header")
+    assert window.source == "percentile"
+    lo, hi = np.percentile(arr, [0.5, 99.5])
+    assert window.center == pytest.approx((lo + hi) / 2)
+    assert window.width == pytest.approx(hi - lo)
+
+
+def test_rgb_png_and_jpeg_become_grey(tmp_path):
+    rgb = np.zeros((20, 30, 3), dtype=np.uint8)
+    rgb[..., 0] = 200
+    Image.fromarray(rgb).save(tmp_path / "c.png")
+    Image.fromarray(rgb).save(tmp_path / "c.jpg", quality=95)
+    for name, fmt in (("c.png", "png"), ("c.jpg", "jpeg")):
+        image = load_image(tmp_path / name)
+        assert image.format == fmt
+        assert image.pixels.shape == (20, 30)
+        assert image.pixels.mean() == pytest.approx(0.299 * 200, abs=3)
+
+
+@pytest.mark.filterwarnings("ignore:.*VR:UserWarning")
+def test_corrupt_and_non_image_files_name_the_file(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("not an image")
+    with pytest.raises(ImageLoadError, match="notes.txt"):
+        load_image(text)
+    fake_dcm = tmp_path / "broken.dcm"
+    fake_dcm.write_bytes(b"\x00" * 128 + b"DICM" + b"\x02\x00garbage")
+    with pytest.raises(ImageLoadError, match="broken.dcm"):
+        load_image(fake_dcm)
+    truncated = tmp_path / "cut.png"
+    Image.fromarray(np.zeros((32, 32), np.uint8)).save(truncated)
+    truncated.write_bytes(truncated.read_bytes()[:40])
+    with pytest.raises(ImageLoadError, match="cut.png"):
+        load_image(truncated)
+    with pytest.raises(ImageLoadError, match="missing.png"):
+        load_image(tmp_path / "missing.png")
+
+
+def test_dicom_without_pixel_data_is_rejected(tmp_path):
+    ds = pydicom.dcmread(get_testdata_file("CT_small.dcm"))
+    del ds.PixelData
+    path = tmp_path / "nopix.dcm"
+    ds.save_as(path)
+    with pytest.raises(ImageLoadError, match="nopix.dcm.*no pixel data"):
+        load_image(path)
+
+
+def test_linear_window_matches_dicom_formula():
+    x = np.array([-10.0, 39.5, 40.0, 50.0, 60.0, 60.5, 100.0], dtype=np.float32)
+    # c=50, w=21: x <= 39.5 -> 0; x > 59.5 -> 1; else ((x - 49.5)/20 + 0.5).
+    out = apply_linear(x, 50.0, 21.0)
+    np.testing.assert_allclose(out, [0, 0, 0.025, 0.525, 1, 1, 1], atol=1e-6)
+
+
+def test_relative_presets_follow_display_orientation(rg1):
+    lung = resolve_window(rg1, "lung")
+    bone = resolve_window(rg1, "bone")
+    p1, p99 = percentile_range(rg1.pixels, 1, 99)
+    span = p99 - p1
+    assert lung.source == bone.source == "relative-preset"
+    # MONOCHROME1: dark display = high stored values, so lung sits above bone in raw values.
+    assert lung.center == pytest.approx(p99 - 0.45 * span)
+    assert bone.center == pytest.approx(p99 - 0.70 * span)
+    assert lung.width == pytest.approx(0.70 * span) and bone.width == pytest.approx(0.60 * span)
+
+
+def test_manual_window_validation(rg1):
+    with pytest.raises(ValueError, match="center and width"):
+        resolve_window(rg1, "manual", center=100.0)
+    with pytest.raises(ValueError, match="width > 0"):
+        resolve_window(rg1, "manual", center=100.0, width=0.0)
+    with pytest.raises(ValueError, match="unknown window preset"):
+        resolve_window(rg1, "soft")
+    window = resolve_window(rg1, "manual", center=10000.0, width=5000.0)
+    assert (window.center, window.width, window.function) == (10000.0, 5000.0, "LINEAR")
+
+
+def test_crop_box_stays_inside():
+    assert crop_box(100, 200, 2.0, 0.5, 0.5) == (25, 50, 75, 150)
+    assert crop_box(100, 200, 4.0, 0.0, 1.0) == (75, 0, 100, 50)
+    assert crop_box(100, 200, 1.0, 0.9, 0.1) == (0, 0, 100, 200)
+
+
+def test_zoom_renders_the_crop_without_changing_brightness():
+    ramp = np.tile(np.arange(200, dtype=np.float32), (100, 1))
+    image = LoadedImage(pixels=ramp, format="dicom", photometric="MONOCHROME2",
+                        windows=((100.0, 200.0),), bits=16)
+    full = _png_array(render_png(image, RenderSettings(max_side=1000)))
+    zoomed = _png_array(render_png(image, RenderSettings(zoom=2.0, zoom_x=0.25,
+                                                         max_side=1000)))
+    assert zoomed.shape == (50, 100)
+    np.testing.assert_array_equal(zoomed, full[25:75, 0:100])
+
+
+def test_output_respects_max_side_and_thumbnail(rg1):
+    out = _png_array(render_png(rg1, RenderSettings(max_side=512)))
+    assert max(out.shape) == 512
+    assert out.shape[0] / out.shape[1] == pytest.approx(1955 / 1841, rel=0.01)
+    with pytest.raises(ValueError, match="zoom"):
+        render_png(rg1, RenderSettings(zoom=0.5))
