@@ -19,6 +19,8 @@ COMMAND_MODULES = (
     "backend.datasets.commands",
     "backend.services.commands",
     "backend.analysis.commands",
+    "backend.metrics.er2_commands",
+    "backend.datasets.build_commands",
 )
 
 
