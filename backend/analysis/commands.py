@@ -1,0 +1,107 @@
+"""``python -m backend correlate``: agreement of metrics with a study's radiologists.
+
+Imports nothing heavy at import time (numpy and the database load when the command runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
+    """Add the ``correlate`` subcommand.
+
+    Args:
+        subparsers: The object returned by ``ArgumentParser.add_subparsers``.
+    """
+    p = subparsers.add_parser(
+        "correlate",
+        help="Kendall tau-b / Spearman of metrics vs radiologists, with bootstrap CIs",
+        description="Correlate every scored metric of a study with its radiologists' error"
+        " counts and write all agreement statistics as JSON.",
+    )
+    p.add_argument("--study", required=True, help="study name")
+    p.add_argument(
+        "--metrics", nargs="+", default=None, metavar="KEY",
+        help="output keys or families (space or comma separated); default: every scored key",
+    )
+    p.add_argument("--significant-only", action="store_true",
+                   help="target clinically significant errors instead of all errors")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="B",
+                   help="bootstrap resamples for the 95%% CIs (0: none; default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    p.add_argument("--cluster", choices=("pair", "case"), default="pair",
+                   help="resample pairs (default) or whole cases")
+    p.add_argument("--fdr", type=float, default=0.05,
+                   help="false discovery rate of the failure-mode tests (default 0.05)")
+    p.add_argument("--database-url", default=None,
+                   help="database URL (default: DATABASE_URL or the data folder's SQLite file)")
+    p.add_argument("--output", required=True, type=Path, help="RESULT.json to write")
+    p.set_defaults(func=run_correlate)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:  # noqa: ANN401 - any JSON-able data
+    """Write ``data`` as JSON so that ``path`` is either the old file or the complete new one.
+
+    Args:
+        path: Destination file.
+        data: JSON-able object (NaN already replaced by ``None``).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run_correlate(args: argparse.Namespace) -> int:
+    """Run ``correlate`` (see :func:`register`).
+
+    Args:
+        args: Parsed arguments.
+    """
+    from backend.analysis.data import AnalysisInputError
+    from backend.analysis.report import correlate_study
+    from backend.cli import UserError
+    from db.session import Database
+
+    if args.bootstrap < 0:
+        raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+    if not 0.0 < args.fdr < 1.0:
+        raise UserError(f"--fdr must lie in (0, 1), got {args.fdr}")
+    output: Path = args.output
+    if not output.parent.is_dir():
+        raise UserError(f"{output}: folder {output.parent} does not exist")
+    if output.is_dir():
+        raise UserError(f"{output}: is a folder, expected a file name")
+    db = Database(args.database_url)
+    try:
+        result = correlate_study(
+            db,
+            study_name=args.study,
+            metrics=args.metrics,
+            significant_only=args.significant_only,
+            bootstrap=args.bootstrap,
+            seed=args.seed,
+            cluster=args.cluster,
+            fdr=args.fdr,
+        )
+    except AnalysisInputError as exc:
+        raise UserError(str(exc)) from exc
+    finally:
+        db.dispose()
+    write_json_atomic(output, result)
+    m = result["metrics"]
+    print(f"{result['study']}: {result['n_pairs']} pairs, {len(m)} metric keys,"
+          f" target {result['target']} -> {output}")
+    return 0

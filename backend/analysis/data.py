@@ -1,0 +1,341 @@
+"""Load a study's ratings and metric scores from the database into arrays.
+
+Which ratings count. A (rater, pair) enters the analysis when the rater's assignment for the
+pair is completed, or when the rater has ratings for the pair and no assignment for it at
+all (ratings imported from a ReXVal file without assignments). A pair that is assigned but not
+completed is work in progress and is left out, so a half-entered pair never counts as a pair
+with few errors. Inside a counted (rater, pair), a category/significance cell without a
+Rating row is 0 (the rating form stores the cells a rater touched; completing a pair
+confirms the rest are 0).
+
+Which scores count. Metric values come from ``MetricScore`` rows joined through
+``Pair.input_hash == MetricScore.input_hash``. One key may have been scored with several
+signatures (another model revision, another option); per key the signature covering the most
+pairs of the study is used, ties going to the most recently written one, and the chosen
+signature is recorded with the values. A ``NULL`` value is a pair where the metric is
+undefined (NaN).
+
+Metric directions come from each family's ``spec`` (importing the class loads no weights);
+when a family's module cannot be imported here, a fixed table of the lower-is-better keys of
+METRICS.md is used.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from sqlalchemy import select
+
+from db.models import Assignment, Case, MetricScore, Pair, Rating, Study, User
+from db.session import Database
+
+logger = logging.getLogger(__name__)
+
+N_CATEGORIES = 6
+TARGETS = ("total", "significant")
+
+# Lower-is-better keys of METRICS.md, used when a family's class cannot be imported.
+LOWER_IS_BETTER: frozenset[str] = frozenset(
+    {"radcliq_v0", "radcliq_v1", "radcliq_refit", "vl_sphere", "smas_var"}
+    | {f"green_sig_{c}" for c in "abcdef"}
+)
+
+
+class AnalysisInputError(ValueError):
+    """The requested analysis cannot run on this data (message names what is missing)."""
+
+
+class StudyNotFound(AnalysisInputError):
+    """No study has the given name."""
+
+
+@dataclass(frozen=True)
+class StudyRatings:
+    """A study's pairs and the counted ratings, as arrays over pairs in position order.
+
+    Attributes:
+        study: Study name.
+        study_id: Database id.
+        pair_ids: ``(n,)`` pair ids.
+        positions: ``(n,)`` pair positions.
+        opaque_ids: Opaque pair ids (what raters see).
+        sources: Candidate source of each pair.
+        cases: External case id of each pair.
+        input_hashes: Score-cache key of each pair.
+        raters: Usernames, one per row of ``counts``.
+        counts: ``(R, n, 6, 2)`` error counts, ``[..., 0]`` insignificant and ``[..., 1]``
+            significant, category ``c`` at index ``c - 1``; NaN where the (rater, pair) does
+            not count.
+    """
+
+    study: str
+    study_id: int
+    pair_ids: NDArray[np.int64]
+    positions: NDArray[np.int64]
+    opaque_ids: tuple[str, ...]
+    sources: tuple[str, ...]
+    cases: tuple[str, ...]
+    input_hashes: tuple[str, ...]
+    raters: tuple[str, ...]
+    counts: NDArray[np.float64]
+
+    @property
+    def n_pairs(self) -> int:
+        """Pairs in the study (rated or not)."""
+        return int(self.pair_ids.size)
+
+    def rater_errors(self, target: str = "total", category: int | None = None) -> NDArray:
+        """``(R, n)`` error counts per rater (NaN where not counted).
+
+        Args:
+            target: ``"total"`` (both significance levels) or ``"significant"``.
+            category: 1-6 for one category, ``None`` for the sum over categories.
+        """
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+        c = self.counts
+        if category is not None:
+            if not 1 <= category <= N_CATEGORIES:
+                raise ValueError(f"category must be 1..{N_CATEGORIES}, got {category}")
+            c = c[:, :, category - 1 : category, :]
+        c = c[..., 1:] if target == "significant" else c
+        return c.sum(axis=(2, 3))
+
+    def mean_errors(self, target: str = "total", category: int | None = None) -> NDArray:
+        """``(n,)`` mean over counted raters (NaN for a pair nobody counted).
+
+        Args:
+            target: ``"total"`` or ``"significant"``.
+            category: 1-6 or ``None`` for the sum over categories.
+        """
+        per_rater = self.rater_errors(target, category)
+        rated = np.isfinite(per_rater)
+        n_r = rated.sum(axis=0)
+        total = np.where(rated, per_rater, 0.0).sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n_r > 0, total / np.maximum(n_r, 1), np.nan)
+
+    def raters_per_pair(self) -> NDArray[np.int64]:
+        """``(n,)`` number of counted raters of each pair."""
+        return np.isfinite(self.counts[:, :, 0, 0]).sum(axis=0)
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    """One metric key's values over the study's pairs.
+
+    Attributes:
+        key: Output key.
+        family: Family recorded with the scores.
+        values: ``(n,)`` raw values (not oriented), NaN where missing or undefined.
+        signature: The chosen signature string.
+        signature_hash: Its hash.
+        higher_is_better: Direction of the key.
+        n_signatures: How many signatures exist for this key on the study's pairs.
+    """
+
+    key: str
+    family: str
+    values: NDArray[np.float64]
+    signature: str
+    signature_hash: str
+    higher_is_better: bool
+    n_signatures: int
+
+    @property
+    def n(self) -> int:
+        """Pairs with a finite value."""
+        return int(np.isfinite(self.values).sum())
+
+
+def metric_direction(key: str, family: str | None = None) -> bool:
+    """``higher_is_better`` of an output key.
+
+    Args:
+        key: Output key (``bleu4``, ``radcliq_v1``, ...).
+        family: Family name when known (from the score rows); else looked up in the registry.
+    """
+    from backend.metrics import registry
+
+    fam = family if family in registry.ENTRIES else registry.KEY_TO_FAMILY.get(key)
+    if fam is not None:
+        try:
+            spec = registry.load_class(fam).spec
+            return bool(spec.direction(key))
+        except Exception as exc:  # noqa: BLE001 - any import problem falls back to the table
+            logger.debug("direction of %s from the fallback table (%s)", key, exc)
+    return key not in LOWER_IS_BETTER
+
+
+def load_ratings(db: Database, study_name: str) -> StudyRatings:
+    """Read a study's pairs and counted ratings (see the module docstring for the rules).
+
+    Args:
+        db: The database.
+        study_name: Study name.
+
+    Raises:
+        StudyNotFound: when no study has that name.
+    """
+    with db.begin() as s:
+        study = s.scalars(select(Study).where(Study.name == study_name)).one_or_none()
+        if study is None:
+            raise StudyNotFound(f"no study named '{study_name}'")
+        study_id = study.id
+        pairs = s.execute(
+            select(Pair.id, Pair.position, Pair.opaque_id, Pair.source, Pair.input_hash,
+                   Case.external_id)
+            .join(Case, Case.id == Pair.case_id)
+            .where(Pair.study_id == study_id)
+            .order_by(Pair.position)
+        ).all()
+        assignments = s.execute(
+            select(Assignment.rater_id, Assignment.pair_id, Assignment.completed_at).where(
+                Assignment.study_id == study_id
+            )
+        ).all()
+        ratings = s.execute(
+            select(Rating.rater_id, Rating.pair_id, Rating.category, Rating.significant,
+                   Rating.count)
+            .join(Pair, Pair.id == Rating.pair_id)
+            .where(Pair.study_id == study_id)
+        ).all()
+        rater_ids = {r.rater_id for r in ratings} | {a.rater_id for a in assignments}
+        names = dict(
+            s.execute(select(User.id, User.username).where(User.id.in_(rater_ids))).all()
+        ) if rater_ids else {}
+
+    pair_index = {p.id: i for i, p in enumerate(pairs)}
+    assigned = {(a.rater_id, a.pair_id): a.completed_at is not None for a in assignments}
+    rated = {(r.rater_id, r.pair_id) for r in ratings}
+    counted = {key for key, done in assigned.items() if done}
+    counted |= {key for key in rated if key not in assigned}
+    raters = sorted({rid for rid, _ in counted}, key=lambda rid: (names.get(rid, ""), rid))
+    rater_index = {rid: i for i, rid in enumerate(raters)}
+    counts = np.full((len(raters), len(pairs), N_CATEGORIES, 2), np.nan)
+    for rid, pid in counted:
+        counts[rater_index[rid], pair_index[pid]] = 0.0
+    for r in ratings:
+        if (r.rater_id, r.pair_id) in counted:
+            counts[rater_index[r.rater_id], pair_index[r.pair_id], r.category - 1,
+                   int(bool(r.significant))] = float(r.count)
+    return StudyRatings(
+        study=study_name,
+        study_id=study_id,
+        pair_ids=np.array([p.id for p in pairs], dtype=np.int64),
+        positions=np.array([p.position for p in pairs], dtype=np.int64),
+        opaque_ids=tuple(p.opaque_id for p in pairs),
+        sources=tuple(p.source or "" for p in pairs),
+        cases=tuple(p.external_id for p in pairs),
+        input_hashes=tuple(p.input_hash for p in pairs),
+        raters=tuple(names.get(rid, f"user-{rid}") for rid in raters),
+        counts=counts,
+    )
+
+
+def expand_metric_names(names: Iterable[str]) -> list[str]:
+    """Expand family names to their keys; other names are taken as keys (order kept).
+
+    Args:
+        names: Family names or output keys; comma-separated items are split.
+    """
+    from backend.metrics import registry
+
+    out: list[str] = []
+    for raw in names:
+        for name in (part.strip() for part in raw.split(",")):
+            if not name:
+                continue
+            keys = registry.ENTRIES[name].keys if name in registry.ENTRIES else (name,)
+            out.extend(k for k in keys if k not in out)
+    return out
+
+
+def _key_order(key: str) -> tuple[int, str]:
+    from backend.metrics import registry
+
+    order = {k: i for i, k in enumerate(registry.KEY_TO_FAMILY)}
+    return (order.get(key, len(order)), key)
+
+
+def load_metric_columns(
+    db: Database,
+    ratings: StudyRatings,
+    keys: Sequence[str] | None = None,
+    *,
+    required: bool = True,
+) -> dict[str, MetricColumn]:
+    """Per-pair metric values for the study, one chosen signature per key.
+
+    Args:
+        db: The database.
+        ratings: The study (from :func:`load_ratings`).
+        keys: Output keys to load; ``None`` loads every key scored on the study's pairs.
+        required: Raise when a requested key has no scores (else skip it silently).
+
+    Raises:
+        AnalysisInputError: when a requested key has no score on any pair of the study.
+    """
+    with db.begin() as s:
+        stmt = (
+            select(MetricScore.input_hash, MetricScore.key, MetricScore.family,
+                   MetricScore.signature_hash, MetricScore.signature, MetricScore.value,
+                   MetricScore.created_at)
+            .join(Pair, Pair.input_hash == MetricScore.input_hash)
+            .where(Pair.study_id == ratings.study_id)
+            .distinct()
+        )
+        if keys is not None:
+            stmt = stmt.where(MetricScore.key.in_(list(keys)))
+        rows = s.execute(stmt).all()
+
+    pairs_of_hash: dict[str, list[int]] = defaultdict(list)
+    for i, h in enumerate(ratings.input_hashes):
+        pairs_of_hash[h].append(i)
+    by_key: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        by_key[row.key][row.signature_hash].append(row)
+
+    wanted = list(keys) if keys is not None else sorted(by_key, key=_key_order)
+    missing = [k for k in wanted if k not in by_key]
+    if missing and required:
+        raise AnalysisInputError(
+            f"no scores for {', '.join(missing)} on study '{ratings.study}'"
+            f" (score it first: python -m backend score --study {ratings.study}"
+            f" --metrics {','.join(missing)})"
+        )
+    out: dict[str, MetricColumn] = {}
+    for key in wanted:
+        if key not in by_key:
+            continue
+        signatures = by_key[key]
+
+        def rank(sig_hash: str, signatures: dict[str, list[Any]] = signatures) -> tuple:
+            group = signatures[sig_hash]
+            coverage = sum(len(pairs_of_hash[r.input_hash]) for r in group)
+            newest = max(r.created_at for r in group)
+            return (coverage, newest.timestamp() if newest else 0.0, sig_hash)
+
+        chosen = max(signatures, key=rank)
+        group = signatures[chosen]
+        values = np.full(ratings.n_pairs, np.nan)
+        for r in group:
+            for i in pairs_of_hash[r.input_hash]:
+                values[i] = np.nan if r.value is None else float(r.value)
+        family = group[0].family
+        out[key] = MetricColumn(
+            key=key,
+            family=family,
+            values=values,
+            signature=group[0].signature,
+            signature_hash=chosen,
+            higher_is_better=metric_direction(key, family),
+            n_signatures=len(signatures),
+        )
+    return out

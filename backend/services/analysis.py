@@ -1,0 +1,340 @@
+"""Analysis services for the dashboard: correlations, inter-rater agreement, failure modes.
+
+Admin only (raters never see metric scores, sources or other raters' answers). Each function
+returns frozen dataclasses of plain values; the full ``correlate`` JSON (report.py layout) is
+kept in ``StudyCorrelation.report`` for the panels that need the other sections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from backend.analysis.data import AnalysisInputError, StudyNotFound
+from backend.services.errors import InvalidInput, NotFound, require_admin
+from backend.services.types import Actor
+from db.session import Database
+
+
+@dataclass(frozen=True)
+class MetricCorrelation:
+    """One metric key against the radiologists (positive = agreement).
+
+    Attributes:
+        key: Output key.
+        higher_is_better: The key's direction (lower-is-better keys were negated).
+        kendall_tau_b: Kendall tau-b.
+        kendall_lo: Lower end of the percentile interval (None without bootstrap).
+        kendall_hi: Upper end.
+        spearman: Spearman's rho.
+        spearman_lo: Lower end.
+        spearman_hi: Upper end.
+        n: Pairs used.
+        signature: Signature of the scores used.
+        published: Published tau values for this key as ``(paper, value)``.
+    """
+
+    key: str
+    higher_is_better: bool
+    kendall_tau_b: float | None
+    kendall_lo: float | None
+    kendall_hi: float | None
+    spearman: float | None
+    spearman_lo: float | None
+    spearman_hi: float | None
+    n: int
+    signature: str
+    published: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class StudyCorrelation:
+    """Result of :func:`study_correlation`.
+
+    Attributes:
+        study: Study name.
+        target: ``"total"`` or ``"significant"``.
+        n_pairs: Rated pairs used.
+        seed: Bootstrap seed.
+        resamples: Bootstrap resamples.
+        metrics: One row per key, best Kendall tau first.
+        report: The complete ``correlate`` JSON (per category, rater, source, ...).
+    """
+
+    study: str
+    target: str
+    n_pairs: int
+    seed: int
+    resamples: int
+    metrics: tuple[MetricCorrelation, ...]
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AgreementRow:
+    """Inter-rater agreement for the total or one category.
+
+    Attributes:
+        scope: ``"total"`` or the category number as a string.
+        alpha_interval: Krippendorff's alpha, interval metric.
+        alpha_ratio: Krippendorff's alpha, ratio metric.
+        icc2_1: ICC(2,1) on the largest complete block (None when there is none).
+        icc2_k: ICC(2,k) on that block.
+        icc_k: Raters in the block.
+        icc_n_pairs: Pairs in the block.
+        n_pairs_pairable: Pairs with at least two raters.
+    """
+
+    scope: str
+    alpha_interval: float | None
+    alpha_ratio: float | None
+    icc2_1: float | None
+    icc2_k: float | None
+    icc_k: int | None
+    icc_n_pairs: int | None
+    n_pairs_pairable: int
+
+
+@dataclass(frozen=True)
+class StudyAgreement:
+    """Result of :func:`study_agreement`.
+
+    Attributes:
+        study: Study name.
+        target: ``"total"`` or ``"significant"``.
+        raters: Usernames of the counted raters.
+        rows: Total first, then categories 1-6.
+    """
+
+    study: str
+    target: str
+    raters: tuple[str, ...]
+    rows: tuple[AgreementRow, ...]
+
+
+@dataclass(frozen=True)
+class SourceTest:
+    """One one-sided test ``mean(greater) > mean(less)`` for one category.
+
+    Attributes:
+        category: ``"1"``..``"6"`` or ``"total"``.
+        greater: Source tested for more errors.
+        less: Source compared with.
+        mean_greater: Mean errors of ``greater``.
+        mean_less: Mean errors of ``less``.
+        t: Welch t statistic.
+        p: One-sided p-value.
+        p_adjusted: Benjamini-Hochberg adjusted p-value.
+        reject: Whether the difference is a discovery at the chosen FDR.
+    """
+
+    category: str
+    greater: str
+    less: str
+    mean_greater: float | None
+    mean_less: float | None
+    t: float | None
+    p: float | None
+    p_adjusted: float | None
+    reject: bool
+
+
+@dataclass(frozen=True)
+class FailureModes:
+    """Result of :func:`study_failure_modes`.
+
+    Attributes:
+        study: Study name.
+        target: ``"total"`` or ``"significant"``.
+        fdr: False discovery rate used.
+        sources: Candidate sources.
+        means: ``source -> ((category, mean), ...)`` including ``"total"`` and ``"n"``.
+        tests: All tests of the family.
+    """
+
+    study: str
+    target: str
+    fdr: float
+    sources: tuple[str, ...]
+    means: dict[str, tuple[tuple[str, float | None], ...]]
+    tests: tuple[SourceTest, ...]
+
+
+def _run(fn: Any, /, **kwargs: Any) -> dict[str, Any]:  # noqa: ANN401
+    """Call an analysis function, mapping its errors to service errors."""
+    try:
+        return fn(**kwargs)
+    except StudyNotFound as exc:
+        raise NotFound(str(exc)) from exc
+    except AnalysisInputError as exc:
+        raise InvalidInput(str(exc)) from exc
+
+
+def study_correlation(
+    db: Database,
+    actor: Actor,
+    *,
+    study_name: str,
+    significant_only: bool = False,
+    resamples: int = 1000,
+    seed: int = 0,
+    metrics: Sequence[str] | None = None,
+    cluster: str = "pair",
+) -> StudyCorrelation:
+    """Correlations of every scored metric with the study's radiologists (admin only).
+
+    Args:
+        db: The database.
+        actor: Who asks; must be an admin.
+        study_name: Study name.
+        significant_only: Target significant errors only.
+        resamples: Bootstrap resamples (0: no intervals).
+        seed: Bootstrap seed.
+        metrics: Keys or families; ``None`` for every scored key.
+        cluster: ``"pair"`` or ``"case"`` resampling.
+
+    Raises:
+        PermissionDenied: for a non-admin.
+        NotFound: unknown study.
+        InvalidInput: nothing to correlate.
+    """
+    from backend.analysis.report import correlate_study
+
+    require_admin(actor)
+    report = _run(
+        correlate_study, db=db, study_name=study_name, metrics=metrics,
+        significant_only=significant_only, bootstrap=resamples, seed=seed, cluster=cluster,
+    )
+    published: dict[str, list[tuple[str, float]]] = {}
+    for entry in report["published"]["entries"]:
+        if entry["key"]:
+            published.setdefault(entry["key"], []).append((entry["paper"], entry["kendall_tau_b"]))
+    rows = [
+        MetricCorrelation(
+            key=key,
+            higher_is_better=m["higher_is_better"],
+            kendall_tau_b=m["kendall_tau_b"],
+            kendall_lo=m["kendall_ci95"][0],
+            kendall_hi=m["kendall_ci95"][1],
+            spearman=m["spearman"],
+            spearman_lo=m["spearman_ci95"][0],
+            spearman_hi=m["spearman_ci95"][1],
+            n=m["n"],
+            signature=m["signature"],
+            published=tuple(published.get(key, ())),
+        )
+        for key, m in report["metrics"].items()
+    ]
+    rows.sort(key=lambda r: -(r.kendall_tau_b if r.kendall_tau_b is not None else -2.0))
+    return StudyCorrelation(
+        study=report["study"], target=report["target"], n_pairs=report["n_pairs"],
+        seed=report["seed"], resamples=report["resamples"], metrics=tuple(rows), report=report,
+    )
+
+
+def _agreement(db: Database, study_name: str, target: str) -> dict[str, Any]:
+    from backend.analysis.agreement import agreement_summary
+    from backend.analysis.data import N_CATEGORIES, load_ratings
+    from backend.analysis.report import to_json_safe
+
+    def compute(study_name: str) -> dict[str, Any]:
+        ratings = load_ratings(db, study_name)
+        out = {"total": agreement_summary(ratings.rater_errors(target))}
+        for c in range(1, N_CATEGORIES + 1):
+            out[str(c)] = agreement_summary(ratings.rater_errors(target, c))
+        return {"raters": list(ratings.raters), "rows": to_json_safe(out)}
+
+    return _run(compute, study_name=study_name)
+
+
+def study_agreement(
+    db: Database, actor: Actor, *, study_name: str, significant_only: bool = False
+) -> StudyAgreement:
+    """Krippendorff's alpha and ICC(2,1)/(2,k) of the raters' error counts (admin only).
+
+    Args:
+        db: The database.
+        actor: Who asks; must be an admin.
+        study_name: Study name.
+        significant_only: Use significant errors only.
+
+    Raises:
+        PermissionDenied: for a non-admin.
+        NotFound: unknown study.
+    """
+    require_admin(actor)
+    target = "significant" if significant_only else "total"
+    data = _agreement(db, study_name, target)
+    rows = tuple(
+        AgreementRow(
+            scope=scope,
+            alpha_interval=v["krippendorff_alpha_interval"],
+            alpha_ratio=v["krippendorff_alpha_ratio"],
+            icc2_1=v["icc2_1"],
+            icc2_k=v["icc2_k"],
+            icc_k=v["icc_k"],
+            icc_n_pairs=v["icc_n_pairs"],
+            n_pairs_pairable=v["n_pairs_pairable"],
+        )
+        for scope, v in data["rows"].items()
+    )
+    return StudyAgreement(study=study_name, target=target, raters=tuple(data["raters"]),
+                          rows=rows)
+
+
+def study_failure_modes(
+    db: Database,
+    actor: Actor,
+    *,
+    study_name: str,
+    significant_only: bool = False,
+    fdr: float = 0.05,
+) -> FailureModes:
+    """Mean errors per category by source, one-sided Welch t-tests, BH at ``fdr`` (admin).
+
+    Args:
+        db: The database.
+        actor: Who asks; must be an admin.
+        study_name: Study name.
+        significant_only: Use significant errors only.
+        fdr: False discovery rate.
+
+    Raises:
+        PermissionDenied: for a non-admin.
+        NotFound: unknown study.
+        InvalidInput: ``fdr`` outside (0, 1).
+    """
+    from backend.analysis.data import N_CATEGORIES, load_ratings
+    from backend.analysis.failure_modes import failure_mode_tests
+    from backend.analysis.report import to_json_safe
+
+    require_admin(actor)
+    if not 0.0 < fdr < 1.0:
+        raise InvalidInput(f"fdr must lie in (0, 1), got {fdr}")
+    target = "significant" if significant_only else "total"
+
+    def compute(study_name: str) -> dict[str, Any]:
+        ratings = load_ratings(db, study_name)
+        per_cat: dict[str, Any] = {
+            str(c): ratings.mean_errors(target, c) for c in range(1, N_CATEGORIES + 1)
+        }
+        per_cat["total"] = ratings.mean_errors(target)
+        return to_json_safe(failure_mode_tests(per_cat, list(ratings.sources), fdr=fdr))
+
+    data = _run(compute, study_name=study_name)
+    return FailureModes(
+        study=study_name,
+        target=target,
+        fdr=fdr,
+        sources=tuple(data["sources"]),
+        means={src: tuple(row.items()) for src, row in data["means"].items()},
+        tests=tuple(
+            SourceTest(
+                category=t["category"], greater=t["greater"], less=t["less"],
+                mean_greater=t["mean_greater"], mean_less=t["mean_less"], t=t["t"], p=t["p"],
+                p_adjusted=t["p_adjusted"], reject=t["reject"],
+            )
+            for t in data["tests"]
+        ),
+    )
