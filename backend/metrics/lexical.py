@@ -1,0 +1,799 @@
+"""Lexical overlap metrics: BLEU, RadCliQ's BLEU-2, ROUGE-L, METEOR and CIDEr-D.
+
+Each family reproduces one public reference implementation exactly (see the metric cards in
+``backend/metrics/cards``) while avoiding its per-pair overhead:
+
+- ``Bleu``: pycocoevalcap 1.2 ``BleuScorer`` ('closest' reference length, tiny=1e-15 and
+  small=1e-9 smoothing), n-gram counts with C-level ``Counter`` operations.
+- ``Bleu2RadCliQ``: fast_bleu 0.0.90 ``BLEU([ref], {"bigram": (.5, .5)})`` on RadCliQ's
+  tokens, i.e. NLTK-style sentence BLEU with smoothing method 1 (its default).
+- ``RougeL``: rouge-score 0.1.2 ``RougeScorer(['rougeL'], use_stemmer=True)``, with cached
+  Porter stems and a bit-parallel LCS.
+- ``Meteor``: the METEOR 1.5 jar shipped with pycocoevalcap, driven by one long-lived Java
+  process per instance with pipelined ``SCORE`` lines and one ``EVAL`` line per call.
+- ``Cider``: pycocoevalcap 1.2 ``CiderScorer`` (CIDEr-D: clipped tf-idf, Gaussian length
+  penalty, sigma 6), document frequencies from the references of the scored set.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import shutil
+import subprocess
+import threading
+import weakref
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from backend.metrics.base import (
+    BaseMetric,
+    MetricResult,
+    MetricSpec,
+    MetricUnavailable,
+    OutputSpec,
+)
+from backend.metrics.text import (
+    DEFAULT_TOKENIZER,
+    check_tokenizer,
+    preprocess,
+    radcliq_tokens,
+    rouge_valid,
+    rouge_words,
+    token_tuple,
+)
+
+logger = logging.getLogger(__name__)
+
+# pycocoevalcap BleuScorer constants: tiny keeps a zero match count from giving log(0);
+# small keeps a zero guess count from dividing by zero.
+_BLEU_TINY = 1e-15
+_BLEU_SMALL = 1e-9
+
+
+def _ngram_counters(words: Sequence[str], n: int) -> list[Counter]:
+    """One ``Counter`` of k-gram tuples per order k = 1..n (insertion order = text order)."""
+    out = []
+    for k in range(1, n + 1):
+        if k == 1:
+            out.append(Counter(zip(words, strict=False)))
+        else:
+            out.append(Counter(zip(*(words[i:] for i in range(k)), strict=False)))
+    return out
+
+
+def _clipped_matches(hyp: Counter, ref: Counter) -> int:
+    """Sum over hypothesis n-grams of min(hyp count, ref count)."""
+    if len(hyp) > len(ref):
+        hyp, ref = ref, hyp
+    total = 0
+    for gram, count in hyp.items():
+        other = ref.get(gram)
+        if other:
+            total += count if count < other else other
+    return total
+
+
+_KEY_LIMIT = 1 << 62  # keep every packed n-gram key inside int64
+
+
+@dataclass
+class _OrderStats:
+    """Unique (pair, n-gram, side) entries of one n-gram order, sorted by (pair, n-gram, side).
+
+    Attributes:
+        pair: Pair index of each entry.
+        gram: Integer id of the n-gram (consistent across pairs within one batch).
+        side: 0 for the reference, 1 for the candidate.
+        count: Occurrences of the n-gram in that text.
+        cand: Indices of candidate entries whose n-gram also occurs in the reference.
+        ref: Index of that reference entry (always ``cand - 1``: the sort puts it first).
+    """
+
+    pair: np.ndarray
+    gram: np.ndarray
+    side: np.ndarray
+    count: np.ndarray
+    cand: np.ndarray
+    ref: np.ndarray
+
+
+def _pair_ngram_stats(
+    ref_tokens: Sequence[Sequence[str]], cand_tokens: Sequence[Sequence[str]], n: int
+) -> tuple[list[_OrderStats], np.ndarray, np.ndarray]:
+    """Count the 1..n-grams of every reference and candidate in a few vectorised sorts.
+
+    Tokens become integer ids; a k-gram starting at position i is packed into one integer
+    ``key(k-1, i) * V + id[i + k - 1]`` (compacted with ``np.unique`` whenever the packed range
+    could overflow int64), so counting and matching n-grams across the whole batch costs one
+    sort per order instead of a Python dictionary per text.
+
+    Returns:
+        Per order (index k-1) the entry table, the reference lengths and the candidate lengths.
+    """
+    n_pairs = len(ref_tokens)
+    texts = [*ref_tokens, *cand_tokens]
+    # Sorted vocabulary: ids (hence the order of the sums below) do not depend on hash seeds.
+    vocab = {tok: i for i, tok in enumerate(sorted(set(chain.from_iterable(texts))))}
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    ids = np.fromiter(
+        map(vocab.__getitem__, chain.from_iterable(texts)),
+        dtype=np.int64,
+        count=int(lengths.sum()),
+    )
+    seg = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
+    side_pos = (seg >= n_pairs).astype(np.int64)
+    pair_pos = seg - n_pairs * side_pos
+    n_vocab = max(len(vocab), 1)
+    total = len(ids)
+
+    key = ids
+    key_range = n_vocab
+    orders: list[_OrderStats] = []
+    for k in range(1, n + 1):
+        if k == 1:
+            starts = np.arange(total, dtype=np.int64)
+        else:
+            m = max(total - k + 1, 0)
+            valid = seg[:m] == seg[k - 1 : k - 1 + m]
+            prev = key[:m]
+            if key_range * n_vocab >= _KEY_LIMIT:
+                uniq, inv = np.unique(prev[valid], return_inverse=True)
+                prev = np.zeros(m, dtype=np.int64)
+                prev[valid] = inv
+                key_range = max(len(uniq), 1)
+            key = prev * n_vocab + ids[k - 1 : k - 1 + m]
+            key_range *= n_vocab
+            starts = np.flatnonzero(valid)
+        gram = key[starts]
+        gram_range = key_range
+        if 2 * max(n_pairs, 1) * gram_range >= _KEY_LIMIT:
+            uniq, gram = np.unique(gram, return_inverse=True)
+            gram_range = max(len(uniq), 1)
+        packed = (pair_pos[starts] * gram_range + gram) * 2 + side_pos[starts]
+        entries, count = np.unique(packed, return_counts=True)
+        side = entries & 1
+        base = entries >> 1
+        cand = np.flatnonzero(side == 1)
+        cand = cand[cand > 0]
+        ref = cand - 1
+        twin = (side[ref] == 0) & (base[ref] == base[cand])
+        orders.append(
+            _OrderStats(
+                pair=base // gram_range,
+                gram=base % gram_range,
+                side=side,
+                count=count,
+                cand=cand[twin],
+                ref=ref[twin],
+            )
+        )
+    return orders, lengths[:n_pairs], lengths[n_pairs:]
+
+
+class _TokenizedMetric(BaseMetric):
+    """Validates the ``tokenize`` option at construction time."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        if "tokenize" in self.options:
+            check_tokenizer(self.options["tokenize"])
+
+    def _tokens(self, texts: list[str]) -> list[tuple[str, ...]]:
+        scheme = self.options["tokenize"]
+        return [token_tuple(t, scheme) for t in texts]
+
+    def _prep(self, texts: list[str]) -> list[str]:
+        scheme = self.options["tokenize"]
+        return [preprocess(t, scheme) for t in texts]
+
+
+# --------------------------------------------------------------------------------------------
+# BLEU (pycocoevalcap)
+# --------------------------------------------------------------------------------------------
+
+
+class Bleu(_TokenizedMetric):
+    """Per-pair BLEU-1..4 with pycocoevalcap ``BleuScorer`` semantics, plus corpus BLEU-4.
+
+    Options:
+        tokenize: preprocessing scheme (see ``backend.metrics.text.TOKENIZERS``).
+    """
+
+    spec: ClassVar[MetricSpec] = MetricSpec(
+        name="bleu",
+        outputs=tuple(
+            OutputSpec(f"bleu{k}", True, f"BLEU-{k} (pycocoevalcap BleuScorer, per pair)")
+            for k in range(1, 5)
+        ),
+        citation="Papineni et al., ACL 2002",
+        corpus_outputs=("bleu4_corpus",),
+    )
+    defaults: ClassVar[dict[str, Any]] = {"tokenize": DEFAULT_TOKENIZER}
+    _N = 4
+
+    def signature(self) -> str:
+        """``bleu|n:4|tok:<scheme>|eff:closest|smooth:coco|version:1``."""
+        return f"bleu|n:{self._N}|tok:{self.options['tokenize']}|eff:closest|smooth:coco|version:1"
+
+    def _score(
+        self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None
+    ) -> MetricResult:
+        n = self._N
+        ref_toks, cand_toks = self._tokens(references), self._tokens(candidates)
+        orders, ref_len, cand_len = _pair_ngram_stats(ref_toks, cand_toks, n)
+        n_pairs = len(references)
+        correct = [
+            np.bincount(
+                o.pair[o.cand],
+                weights=np.minimum(o.count[o.cand], o.count[o.ref]),
+                minlength=n_pairs,
+            )
+            .astype(np.int64)
+            .tolist()
+            for o in orders
+        ]
+        testlens = cand_len.tolist()
+        reflens = ref_len.tolist()
+        per_key: list[list[float]] = [[] for _ in range(n)]
+        for i in range(n_pairs):
+            testlen, reflen = testlens[i], reflens[i]
+            if testlen == 0 or reflen == 0:
+                # pycocoevalcap gives 0.0 for an empty candidate and < 1e-14 for an empty
+                # reference (its tiny constant); 0.0 is stored for both (see the card).
+                for k in range(n):
+                    per_key[k].append(0.0)
+                continue
+            # Same float operations in the same order as BleuScorer.compute_score, so the
+            # values agree to the last bit.
+            bleu = 1.0
+            for k in range(n):
+                guess = testlen - k if testlen > k else 0
+                bleu *= (float(correct[k][i]) + _BLEU_TINY) / (float(guess) + _BLEU_SMALL)
+                per_key[k].append(bleu ** (1.0 / (k + 1)))
+            ratio = (testlen + _BLEU_TINY) / (reflen + _BLEU_SMALL)
+            if ratio < 1:
+                bp = math.exp(1 - 1 / ratio)
+                for k in range(n):
+                    per_key[k][-1] *= bp
+
+        total_test = sum(testlens)
+        total_ref = sum(reflens)  # one reference per pair: 'closest' is its length
+        bleu = 1.0
+        corpus = []
+        for k in range(n):
+            total_guess = sum(t - k for t in testlens if t > k)
+            bleu *= float(sum(correct[k]) + _BLEU_TINY) / (total_guess + _BLEU_SMALL)
+            corpus.append(bleu ** (1.0 / (k + 1)))
+        ratio = (total_test + _BLEU_TINY) / (total_ref + _BLEU_SMALL)
+        if ratio < 1:
+            corpus = [c * math.exp(1 - 1 / ratio) for c in corpus]
+        return MetricResult(
+            values={f"bleu{k + 1}": per_key[k] for k in range(n)},
+            corpus={"bleu4_corpus": corpus[n - 1]},
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# BLEU-2 as in RadCliQ (fast_bleu)
+# --------------------------------------------------------------------------------------------
+
+
+class Bleu2RadCliQ(BaseMetric):
+    """Sentence BLEU-2 exactly as RadCliQ computes it with fast_bleu.
+
+    Tokens: RadCliQ's ``prep_reports`` (lowercase, ``'.' -> ' .'``, split on spaces).
+    Score: weights (1/2, 1/2), single reference, brevity penalty ``exp(1 - r/c)`` for
+    ``c <= r`` (0 when ``c == 0``), 0 when no unigram matches.
+
+    Options:
+        smoothing: ``"method1"`` (fast_bleu's default, which RadCliQ uses: a zero bigram
+            match count becomes 0.1 / bigram count) or ``"none"`` (fast_bleu
+            ``smoothing_func=0``: a zero bigram match count gives 0.0).
+    """
+
+    spec: ClassVar[MetricSpec] = MetricSpec(
+        name="bleu2_radcliq",
+        outputs=(OutputSpec("bleu2_radcliq", True, "BLEU-2 with RadCliQ tokens (fast_bleu)"),),
+        citation="Yu et al., Patterns 2023 (RadCliQ)",
+    )
+    defaults: ClassVar[dict[str, Any]] = {"smoothing": "method1"}
+    _SMOOTHINGS = ("method1", "none")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        if self.options["smoothing"] not in self._SMOOTHINGS:
+            raise ValueError(
+                f"unknown smoothing {self.options['smoothing']!r} for metric 'bleu2_radcliq'"
+                f" (known: {', '.join(self._SMOOTHINGS)})"
+            )
+
+    def signature(self) -> str:
+        """``bleu2_radcliq|w:0.5,0.5|tok:radcliq|smooth:<smoothing>|version:1``."""
+        return f"bleu2_radcliq|w:0.5,0.5|tok:radcliq|smooth:{self.options['smoothing']}|version:1"
+
+    def _score(
+        self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None
+    ) -> MetricResult:
+        smooth = self.options["smoothing"] == "method1"
+        out: list[float] = []
+        ref_cache: dict[str, tuple[int, list[Counter]]] = {}
+        for ref, cand in zip(references, candidates, strict=True):
+            cached = ref_cache.get(ref)
+            if cached is None:
+                rt = radcliq_tokens(ref)
+                cached = ref_cache[ref] = (len(rt), _ngram_counters(rt, 2))
+            reflen, (r1, r2) = cached
+            ht = radcliq_tokens(cand)
+            hyplen = len(ht)
+            h1, h2 = _ngram_counters(ht, 2)
+            num1 = _clipped_matches(h1, r1)
+            if num1 == 0:  # also covers an empty candidate or reference
+                out.append(0.0)
+                continue
+            den1 = max(1, hyplen)
+            num2 = _clipped_matches(h2, r2)
+            den2 = max(1, hyplen - 1)
+            if num2 == 0:
+                if not smooth:
+                    # fast_bleu smooth_0: 1/LLONG_MAX, then log(LDBL_MIN): underflows to 0.
+                    out.append(0.0)
+                    continue
+                p2 = 0.1 / den2
+            else:
+                p2 = num2 / den2
+            s = 0.5 * math.log(num1 / den1) + 0.5 * math.log(p2)
+            bp = 1.0 if hyplen > reflen else math.exp(1 - reflen / hyplen)
+            out.append(bp * math.exp(s))
+        return MetricResult(values={"bleu2_radcliq": out})
+
+
+# --------------------------------------------------------------------------------------------
+# ROUGE-L (rouge-score)
+# --------------------------------------------------------------------------------------------
+
+
+def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest common subsequence of two token sequences.
+
+    Bit-parallel (Allison-Dix / Hyyro): one big-integer update per token of ``b`` instead of a
+    ``len(a) x len(b)`` table; same result as the dynamic programme.
+
+    Args:
+        a: First sequence.
+        b: Second sequence.
+
+    Returns:
+        The LCS length.
+    """
+    if len(a) < len(b):
+        a, b = b, a
+    if not b:
+        return 0
+    masks: dict[str, int] = {}
+    for i, tok in enumerate(a):
+        masks[tok] = masks.get(tok, 0) | (1 << i)
+    full = (1 << len(a)) - 1
+    v = full
+    for tok in b:
+        m = masks.get(tok)
+        if m is None:
+            continue
+        u = v & m
+        v = ((v + u) | (v - u)) & full
+    return len(a) - v.bit_count()
+
+
+class RougeL(BaseMetric):
+    """ROUGE-L F-measure identical to rouge-score 0.1.2 ``RougeScorer(['rougeL'])``.
+
+    Uses rouge-score's tokenizer on the raw text and NLTK's Porter stemmer (the one
+    rouge-score uses) for words longer than three characters.
+
+    Options:
+        use_stemmer: Porter stemming on (default, as RadCliQ/ER2Score report it) or off.
+    """
+
+    spec: ClassVar[MetricSpec] = MetricSpec(
+        name="rouge",
+        outputs=(OutputSpec("rougeL", True, "ROUGE-L F-measure (rouge-score, Porter stems)"),),
+        citation="Lin, ACL Workshop 2004",
+    )
+    defaults: ClassVar[dict[str, Any]] = {"use_stemmer": True}
+    _STEM_CACHE_MAX = 200_000
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        if not isinstance(self.options["use_stemmer"], bool):
+            raise ValueError("option use_stemmer of metric 'rouge' must be true or false")
+        self._stemmer: Any = None
+        self._stems: dict[str, str] = {}
+
+    def availability(self) -> str | None:
+        """``None`` when NLTK is importable (needed only with stemming)."""
+        if self.options["use_stemmer"] and importlib.util.find_spec("nltk") is None:
+            return "unavailable: NLTK is not installed (pip install nltk; its Porter stemmer)"
+        return None
+
+    def _load(self) -> None:
+        if self.options["use_stemmer"]:
+            from nltk.stem import porter
+
+            self._stemmer = porter.PorterStemmer()
+
+    def signature(self) -> str:
+        """``rougeL|score:f|tok:rouge_score|stem:porter|version:1`` (``stem:none`` if off)."""
+        stem = "porter" if self.options["use_stemmer"] else "none"
+        return f"rougeL|score:f|tok:rouge_score|stem:{stem}|version:1"
+
+    def _tokens(self, text: str) -> list[str]:
+        words = rouge_words(text)
+        if self._stemmer is None:
+            return words
+        stems = self._stems
+        if len(stems) > self._STEM_CACHE_MAX:
+            stems.clear()
+        out = []
+        for w in words:
+            if len(w) > 3:
+                s = stems.get(w)
+                if s is None:
+                    # Stemming dominates rouge-score's cost; a word's stem never changes.
+                    s = stems[w] = self._stemmer.stem(w)
+                w = s
+            if rouge_valid(w):
+                out.append(w)
+        return out
+
+    def _score(
+        self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None
+    ) -> MetricResult:
+        cache: dict[str, list[str]] = {}
+        out: list[float] = []
+        for ref, cand in zip(references, candidates, strict=True):
+            rt = cache.get(ref)
+            if rt is None:
+                rt = cache[ref] = self._tokens(ref)
+            ct = cache.get(cand)
+            if ct is None:
+                ct = cache[cand] = self._tokens(cand)
+            if not rt or not ct:
+                out.append(0.0)
+                continue
+            lcs = lcs_length(rt, ct)
+            precision = lcs / len(ct)
+            recall = lcs / len(rt)
+            if precision + recall > 0:
+                out.append(2 * precision * recall / (precision + recall))
+            else:
+                out.append(0.0)
+        return MetricResult(values={"rougeL": out})
+
+
+# --------------------------------------------------------------------------------------------
+# METEOR 1.5 (Java jar shipped by pycocoevalcap)
+# --------------------------------------------------------------------------------------------
+
+METEOR_JAR_NAME = "meteor-1.5.jar"
+_JAVA_MISSING = (
+    "unavailable: Java runtime not found (install a JRE 11+, e.g. "
+    "apt-get install default-jre-headless)"
+)
+
+
+def find_meteor_jar() -> Path | None:
+    """Locate ``meteor-1.5.jar`` inside the installed pycocoevalcap package.
+
+    Returns:
+        The jar path, or ``None`` when pycocoevalcap or the jar is missing.
+    """
+    try:
+        spec = importlib.util.find_spec("pycocoevalcap")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    # pycocoevalcap is a namespace package, so look in every location it spans.
+    for base in spec.submodule_search_locations:
+        jar = Path(base) / "meteor" / METEOR_JAR_NAME
+        if jar.is_file():
+            return jar
+    return None
+
+
+def meteor_sanitize(text: str) -> str:
+    """Make ``text`` safe for one field of the METEOR ``-stdio`` protocol.
+
+    pycocoevalcap removes ``|||`` from the hypothesis and replaces double spaces with one;
+    this does the same, for both sides, and also turns line breaks into spaces. Inputs from
+    the default tokenizer never contain any of these, so the rule only matters for the
+    ``whitespace`` schemes. (pycocoevalcap leaves references untouched: a ``|||`` there
+    splits the reference in two and a newline desynchronises its pipe.)
+
+    Args:
+        text: One already preprocessed report.
+
+    Returns:
+        The text to send.
+    """
+    text = text.replace("\r", " ").replace("\n", " ")
+    return text.replace("|||", "").replace("  ", " ")
+
+
+def _shutdown_process(proc: subprocess.Popen, lock: threading.Lock) -> None:
+    with lock:
+        if proc.poll() is not None:
+            return
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class _MeteorProcess:
+    """One ``java -jar meteor-1.5.jar - - -stdio -l en -norm`` process.
+
+    The command line and working directory are pycocoevalcap's, so the jar sees the same
+    options. Calls are serialised by a lock; within a call all ``SCORE`` lines are written
+    by a helper thread while this thread reads the statistics back, so the pipe never
+    blocks on per-line round trips.
+    """
+
+    def __init__(self, jar: Path, heap: str) -> None:
+        self._cmd = [
+            "java", "-jar", f"-Xmx{heap}", str(jar), "-", "-", "-stdio", "-l", "en", "-norm",
+        ]
+        self._proc = subprocess.Popen(
+            self._cmd,
+            cwd=str(jar.parent),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self._lock = threading.Lock()
+        self._stderr_tail: deque[str] = deque(maxlen=20)
+        # Drain stderr so that a chatty JVM cannot fill the pipe and stall.
+        self._stderr_thread = threading.Thread(
+            target=self._drain_stderr, name="meteor-stderr", daemon=True
+        )
+        self._stderr_thread.start()
+        self._finalizer = weakref.finalize(self, _shutdown_process, self._proc, self._lock)
+
+    def _drain_stderr(self) -> None:
+        assert self._proc.stderr is not None
+        for raw in self._proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                self._stderr_tail.append(line)
+                logger.debug("meteor stderr: %s", line)
+
+    def _died(self) -> RuntimeError:
+        code = self._proc.poll()
+        tail = " | ".join(self._stderr_tail) or "no stderr output"
+        return RuntimeError(f"METEOR java process stopped (exit code {code}): {tail}")
+
+    def _readline(self) -> str:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            raise self._died()
+        return line.decode("utf-8").strip()
+
+    def score(self, references: list[str], candidates: list[str]) -> tuple[list[float], float]:
+        """Score aligned, sanitised pairs; return per-pair scores and the jar's aggregate."""
+        lines = [
+            f"SCORE ||| {ref} ||| {cand}\n".encode()
+            for ref, cand in zip(references, candidates, strict=True)
+        ]
+        with self._lock:
+            if self._proc.poll() is not None:
+                raise self._died()
+            stdin = self._proc.stdin
+            assert stdin is not None
+            write_error: list[BaseException] = []
+
+            def write_all() -> None:
+                try:
+                    # Chunks keep memory flat for very large calls.
+                    for start in range(0, len(lines), 256):
+                        stdin.write(b"".join(lines[start : start + 256]))
+                    stdin.flush()
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                    write_error.append(exc)
+
+            writer = threading.Thread(target=write_all, name="meteor-writer", daemon=True)
+            writer.start()
+            try:
+                stats = [self._readline() for _ in lines]
+            finally:
+                writer.join()
+            if write_error:
+                raise self._died() from write_error[0]
+            stdin.write(("EVAL ||| " + " ||| ".join(stats) + "\n").encode())
+            stdin.flush()
+            scores = [float(self._readline()) for _ in lines]
+            aggregate = float(self._readline())
+        return scores, aggregate
+
+    def close(self) -> None:
+        """Close stdin and wait for the JVM to exit (kill after 5 s)."""
+        self._finalizer()
+
+
+class Meteor(_TokenizedMetric):
+    """METEOR 1.5 through the jar that pycocoevalcap ships (``-l en -norm``).
+
+    One Java process per instance, started in :meth:`load` (takes a few seconds: the jar
+    loads its paraphrase table) and stopped by :meth:`close`, by garbage collection or at
+    interpreter exit. Thread-safe: concurrent ``score`` calls are serialised.
+
+    Options:
+        tokenize: preprocessing applied before the jar's own ``-norm`` normalisation.
+        java_heap: JVM ``-Xmx`` value (does not change scores).
+    """
+
+    spec: ClassVar[MetricSpec] = MetricSpec(
+        name="meteor",
+        outputs=(OutputSpec("meteor", True, "METEOR 1.5 (exact, stem, synonym, paraphrase)"),),
+        citation="Denkowski & Lavie, WMT 2014",
+        corpus_outputs=("meteor_corpus",),
+    )
+    defaults: ClassVar[dict[str, Any]] = {"tokenize": DEFAULT_TOKENIZER, "java_heap": "2G"}
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._proc: _MeteorProcess | None = None
+
+    def availability(self) -> str | None:
+        """Reason when ``java`` is not on PATH or the jar is missing, else ``None``."""
+        if shutil.which("java") is None:
+            return _JAVA_MISSING
+        if find_meteor_jar() is None:
+            return (
+                "unavailable: meteor-1.5.jar not found (it ships with pycocoevalcap: "
+                "pip install pycocoevalcap==1.2)"
+            )
+        return None
+
+    def _load(self) -> None:
+        jar = find_meteor_jar()
+        if jar is None:  # availability() was checked by load(); guard a race with uninstall
+            raise MetricUnavailable("unavailable: meteor-1.5.jar not found")
+        self._proc = _MeteorProcess(jar, str(self.options["java_heap"]))
+
+    def signature(self) -> str:
+        """``meteor|version:1.5|lang:en|norm:yes|tok:<scheme>``."""
+        return f"meteor|version:1.5|lang:en|norm:yes|tok:{self.options['tokenize']}"
+
+    def close(self) -> None:
+        """Stop the Java process; a later ``score`` starts a new one."""
+        if self._proc is not None:
+            self._proc.close()
+            self._proc = None
+        self._loaded = False
+
+    def __enter__(self) -> Meteor:
+        self.load(self.device)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _score(
+        self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None
+    ) -> MetricResult:
+        assert self._proc is not None
+        refs = [meteor_sanitize(r) for r in self._prep(references)]
+        cands = [meteor_sanitize(c) for c in self._prep(candidates)]
+        scores, aggregate = self._proc.score(refs, cands)
+        return MetricResult(values={"meteor": scores}, corpus={"meteor_corpus": aggregate})
+
+
+# --------------------------------------------------------------------------------------------
+# CIDEr-D (pycocoevalcap)
+# --------------------------------------------------------------------------------------------
+
+
+class Cider(_TokenizedMetric):
+    """CIDEr-D per pair, identical to pycocoevalcap 1.2 ``Cider`` on the same strings.
+
+    Document frequencies come from the references of the set passed to one ``score`` call
+    (one document per pair), so a pair's value depends on the rest of the set: score a
+    study in one call.
+
+    Options:
+        tokenize: preprocessing scheme.
+        n: largest n-gram order (4).
+        sigma: standard deviation of the Gaussian length penalty (6.0).
+    """
+
+    # The scoring runner passes the whole scored set in one call for such metrics and adds
+    # the set's identity to the cache key.
+    corpus_dependent = True
+
+    spec: ClassVar[MetricSpec] = MetricSpec(
+        name="cider",
+        outputs=(OutputSpec("cider", True, "CIDEr-D (pycocoevalcap), df from the scored set"),),
+        citation="Vedantam et al., CVPR 2015",
+        corpus_outputs=("cider_corpus",),
+    )
+    defaults: ClassVar[dict[str, Any]] = {"tokenize": DEFAULT_TOKENIZER, "n": 4, "sigma": 6.0}
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        n, sigma = self.options["n"], self.options["sigma"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"option n of metric 'cider' must be a positive integer, got {n!r}")
+        if isinstance(sigma, bool) or not isinstance(sigma, int | float) or sigma <= 0:
+            raise ValueError(f"option sigma of metric 'cider' must be > 0, got {sigma!r}")
+
+    def signature(self) -> str:
+        """``cider|variant:D|n:4|sigma:6|df:scored-set|tok:<scheme>|version:1``."""
+        sigma = float(self.options["sigma"])
+        sigma_s = f"{sigma:g}"
+        return (
+            f"cider|variant:D|n:{self.options['n']}|sigma:{sigma_s}|df:scored-set"
+            f"|tok:{self.options['tokenize']}|version:1"
+        )
+
+    def _score(
+        self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None
+    ) -> MetricResult:
+        n = int(self.options["n"])
+        sigma = float(self.options["sigma"])
+        n_pairs = len(references)
+        orders, ref_len, cand_len = _pair_ngram_stats(
+            self._tokens(references), self._tokens(candidates), n
+        )
+        # pycocoevalcap: ref_len = log(number of pairs); idf = ref_len - log(max(1, df)).
+        log_n = np.log(float(n_pairs))
+        # Its 'length' is the bigram count (it tests the 0-based order index == 1).
+        if n >= 2:
+            len_h = np.maximum(cand_len - 1, 0)
+            len_r = np.maximum(ref_len - 1, 0)
+        else:
+            len_h = len_r = np.zeros(n_pairs, dtype=np.int64)
+        denom = 2 * sigma**2
+        penalty = np.array(
+            [math.e ** (-(float(d) ** 2) / denom) for d in (len_h - len_r).tolist()],
+            dtype=np.float64,
+        )
+        total = np.zeros(n_pairs, dtype=np.float64)
+        for o in orders:
+            # Document frequency: number of pairs whose reference holds the n-gram.
+            df_grams, df_counts = np.unique(o.gram[o.side == 0], return_counts=True)
+            if len(df_grams):
+                pos = np.minimum(np.searchsorted(df_grams, o.gram), len(df_grams) - 1)
+                df = np.where(df_grams[pos] == o.gram, df_counts[pos], 0).astype(np.float64)
+            else:
+                df = np.zeros(len(o.gram), dtype=np.float64)
+            vec = o.count.astype(np.float64) * (log_n - np.log(np.maximum(1.0, df)))
+            norm = np.sqrt(
+                np.bincount(o.pair * 2 + o.side, weights=vec * vec, minlength=2 * n_pairs)
+            )
+            norm_r, norm_h = norm[0::2], norm[1::2]
+            vr = vec[o.ref]
+            # astype: bincount of an empty selection comes back as int64.
+            dot = np.bincount(
+                o.pair[o.cand], weights=np.minimum(vec[o.cand], vr) * vr, minlength=n_pairs
+            ).astype(np.float64)
+            both = (norm_h != 0) & (norm_r != 0)
+            val = np.divide(dot, norm_h * norm_r, out=dot.copy(), where=both)
+            total += val * penalty
+        # Mean over orders, / number of references (1), * 10, as pycocoevalcap.
+        scores = (total / n / 1 * 10.0).tolist()
+        corpus = math.fsum(scores) / len(scores)
+        return MetricResult(values={"cider": scores}, corpus={"cider_corpus": corpus})
