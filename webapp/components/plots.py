@@ -1,0 +1,156 @@
+"""Plotly figures for the analysis pages. Pure functions: plain data in, a figure out.
+
+Nothing here queries the database or draws on the page; views pass the figures to
+``st.plotly_chart``. Values arrive at full precision and are rounded only in hover text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+_OURS = "#1f5f8b"
+_PUBLISHED = "#c0392b"
+
+
+def forest_plot(rows: Sequence[Mapping[str, Any]], *, title: str = "Kendall tau-b") -> go.Figure:
+    """Point and CI bar per metric, published values as hollow markers.
+
+    Args:
+        rows: ``{"key", "tau", "lo", "hi", "published": [(paper, tau), ...]}``; the first row
+            is drawn at the top.
+        title: X-axis title.
+    """
+    rows = [r for r in rows if r.get("tau") is not None]
+    keys = [str(r["key"]) for r in rows]
+    taus = [float(r["tau"]) for r in rows]
+    lo = [r.get("lo") for r in rows]
+    hi = [r.get("hi") for r in rows]
+    has_ci = all(v is not None for v in lo + hi) and rows
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        x=taus, y=keys, mode="markers", name="this study",
+        marker={"color": _OURS, "size": 9},
+        error_x={"type": "data", "symmetric": False,
+                 "array": [h - t for h, t in zip(hi, taus, strict=True)],
+                 "arrayminus": [t - lw for lw, t in zip(lo, taus, strict=True)],
+                 "thickness": 1.5, "width": 4} if has_ci else None,
+        hovertemplate="%{y}: tau-b %{x:.3f}<extra></extra>",
+    ))
+    pub_x: list[float] = []
+    pub_y: list[str] = []
+    pub_text: list[str] = []
+    for r in rows:
+        for paper, value in r.get("published") or ():
+            pub_x.append(float(value))
+            pub_y.append(str(r["key"]))
+            pub_text.append(str(paper))
+    if pub_x:
+        fig.add_trace(go.Scatter(
+            x=pub_x, y=pub_y, mode="markers", name="published (ReXVal)",
+            marker={"symbol": "circle-open", "size": 12, "color": _PUBLISHED,
+                    "line": {"width": 2}},
+            text=pub_text, hovertemplate="%{text}: %{x:.3f}<extra></extra>",
+        ))
+    fig.add_vline(x=0.0, line={"color": "#999", "dash": "dot"})
+    fig.update_layout(
+        xaxis_title=title, yaxis={"autorange": "reversed", "type": "category"},
+        height=max(260, 34 * len(keys) + 120), margin={"l": 10, "r": 10, "t": 30, "b": 40},
+        legend={"orientation": "h", "y": 1.08},
+    )
+    return fig
+
+
+def metric_scatter(
+    *,
+    errors: Sequence[float],
+    values: Sequence[float],
+    pair_ids: Sequence[int],
+    labels: Sequence[str],
+    sources: Sequence[str],
+    key: str,
+    target: str,
+) -> go.Figure:
+    """One point per pair: raters' mean errors (x) against one metric (y), colour = source.
+
+    ``customdata`` carries the pair id, so a selection names the pair to open.
+    """
+    fig = go.Figure()
+    for src in sorted(set(sources)):
+        idx = [i for i, s in enumerate(sources) if s == src]
+        fig.add_trace(go.Scatter(
+            x=[errors[i] for i in idx], y=[values[i] for i in idx], mode="markers",
+            name=src or "(no source)", customdata=[pair_ids[i] for i in idx],
+            text=[labels[i] for i in idx], marker={"size": 9, "opacity": 0.8},
+            hovertemplate="%{text}<br>errors %{x:.2f}<br>" + key
+                          + " %{y:.4f}<extra>%{fullData.name}</extra>",
+        ))
+    fig.update_layout(
+        xaxis_title=f"raters' mean {target} errors", yaxis_title=key, height=420,
+        margin={"l": 10, "r": 10, "t": 30, "b": 40}, clickmode="event+select",
+        legend={"orientation": "h", "y": 1.08},
+    )
+    return fig
+
+
+def error_distribution(*, errors: Sequence[float], sources: Sequence[str],
+                       target: str) -> go.Figure:
+    """Box plot with every pair as a point, one box per candidate source."""
+    fig = go.Figure()
+    for src in sorted(set(sources)):
+        fig.add_trace(go.Box(
+            y=[e for e, s in zip(errors, sources, strict=True) if s == src],
+            name=src or "(no source)", boxpoints="all", jitter=0.4, pointpos=0,
+        ))
+    fig.update_layout(yaxis_title=f"mean {target} errors per pair", showlegend=False,
+                      height=360, margin={"l": 10, "r": 10, "t": 30, "b": 40})
+    return fig
+
+
+def agreement_bars(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+    """Grouped bars of Krippendorff's alpha and ICC per scope (total and categories).
+
+    Args:
+        rows: ``{"scope", "alpha_interval", "icc2_1", "icc2_k"}``; ``None`` values are gaps.
+    """
+    scopes = [str(r["scope"]) for r in rows]
+    fig = go.Figure()
+    for field, name in (("alpha_interval", "Krippendorff alpha (interval)"),
+                        ("icc2_1", "ICC(2,1)"), ("icc2_k", "ICC(2,k)")):
+        fig.add_trace(go.Bar(x=scopes, y=[r.get(field) for r in rows], name=name,
+                             hovertemplate="%{x}: %{y:.3f}<extra>" + name + "</extra>"))
+    fig.update_layout(barmode="group", yaxis_title="agreement", height=360,
+                      margin={"l": 10, "r": 10, "t": 30, "b": 40},
+                      legend={"orientation": "h", "y": 1.1})
+    return fig
+
+
+def probe_bars(rows: Sequence[Mapping[str, Any]], kinds: Sequence[tuple[str, str, bool]]
+               ) -> go.Figure:
+    """Grouped bars: mean score per perturbation type, one group per metric key.
+
+    Args:
+        rows: ``{"key", "means": {kind: value}}``.
+        kinds: ``(kind, label, significant)`` in display order; significant types are drawn
+            in warm colours, insignificant ones in cool colours.
+    """
+    warm = ["#c0392b", "#e67e22", "#d35400", "#8e44ad"]
+    cool = ["#2980b9", "#16a085", "#27ae60", "#2c3e50"]
+    fig = go.Figure()
+    w = c = 0
+    for kind, label, significant in kinds:
+        if significant:
+            color, w = warm[w % len(warm)], w + 1
+        else:
+            color, c = cool[c % len(cool)], c + 1
+        fig.add_trace(go.Bar(
+            x=[r["key"] for r in rows], y=[r["means"].get(kind) for r in rows],
+            name=f"{label} ({'significant' if significant else 'insignificant'})",
+            marker_color=color,
+        ))
+    fig.update_layout(barmode="group", yaxis_title="mean score vs original", height=400,
+                      margin={"l": 10, "r": 10, "t": 30, "b": 40},
+                      legend={"orientation": "h", "y": -0.2})
+    return fig

@@ -1,0 +1,237 @@
+"""Admin: live agreement dashboard of one study (correlations, plots, reproduction panel).
+
+The panels sit in one ``st.fragment`` that reruns every few seconds while "Live updates" is
+on, so they follow raters and the scoring worker without reloading the page. Each run asks
+the database for the study's cheap data version (counts and latest timestamps of ratings,
+completions and scores); the expensive bootstrap is cached with ``st.cache_data`` on that
+version and the chosen settings, so a refresh when nothing changed costs three small queries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+from backend.services import analysis, explore, studies
+from backend.services.errors import ServiceError
+from backend.services.types import Actor
+from db.session import Database
+from webapp import state
+from webapp.components import plots
+
+LIVE_SECONDS = 5
+EXPLORER = "views/explorer.py"
+
+actor = state.require_actor()
+state.require_admin_page(actor)
+db = state.get_db()
+
+
+@st.cache_data(show_spinner="Bootstrapping correlations...", max_entries=32)
+def _correlation(version: str, actor: Actor, study: str, significant: bool, resamples: int,
+                 seed: int, _db: Database) -> analysis.StudyCorrelation:
+    # ``version`` changes whenever a rating, completion or score changes: it is the cache key
+    # that makes an unchanged refresh free. The actor is part of the key so a result computed
+    # for one account is never handed to another without the service's role check.
+    return analysis.study_correlation(_db, actor, study_name=study,
+                                      significant_only=significant, resamples=resamples,
+                                      seed=seed)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _pairs(version: str, actor: Actor, study: str, significant: bool,
+           _db: Database) -> explore.PairTable:
+    return explore.study_pairs(_db, actor, study_name=study, significant_only=significant)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _agreement(version: str, actor: Actor, study: str, significant: bool,
+               _db: Database) -> analysis.StudyAgreement:
+    return analysis.study_agreement(_db, actor, study_name=study, significant_only=significant)
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _ci(lo: float | None, hi: float | None) -> str:
+    return "" if lo is None or hi is None else f"[{lo:.3f}, {hi:.3f}]"
+
+
+st.title("Agreement dashboard")
+study_names = [s.name for s in state.call(studies.list_studies, db, actor)]
+if not study_names:
+    st.info("No studies yet: import cases first.")
+    st.stop()
+
+c1, c2, c3, c4, c5 = st.columns([3, 2, 1, 1, 1])
+study = c1.selectbox("Study", study_names, key="dash_study")
+target_label = c2.radio("Target", ["Total errors", "Significant errors only"],
+                        horizontal=True, key="dash_target")
+significant = target_label != "Total errors"
+resamples = int(c3.number_input("Resamples", min_value=0, max_value=10_000, value=1000,
+                                step=100, key="dash_resamples",
+                                help="Bootstrap resamples for the 95% intervals (0: none)."))
+seed = int(c4.number_input("Seed", min_value=0, value=0, step=1, key="dash_seed"))
+live = c5.toggle("Live updates", value=True, key="dash_live",
+                 help=f"Refresh the panels every {LIVE_SECONDS} s while raters rate and the "
+                      "worker scores.")
+
+
+def _tau_table(corr: analysis.StudyCorrelation) -> None:
+    st.dataframe(
+        [
+            {
+                "Metric": m.key,
+                "Kendall tau-b": m.kendall_tau_b,
+                "tau 95% CI": _ci(m.kendall_lo, m.kendall_hi),
+                "Spearman": m.spearman,
+                "rho 95% CI": _ci(m.spearman_lo, m.spearman_hi),
+                "n": m.n,
+                "Direction": "higher is better" if m.higher_is_better else "lower is better",
+                "Signature": m.signature,
+            }
+            for m in corr.metrics
+        ],
+        hide_index=True, width="stretch", key="dash_tau_table",
+        column_config={
+            "Kendall tau-b": st.column_config.NumberColumn(format="%.3f"),
+            "Spearman": st.column_config.NumberColumn(format="%.3f"),
+            "Signature": st.column_config.TextColumn(width="large"),
+        },
+    )
+
+
+def _reproduction(corr: analysis.StudyCorrelation) -> None:
+    published = corr.report["published"]
+    ours = {m.key: m for m in corr.metrics}
+    rows = [
+        {
+            "Paper": e["paper"], "Metric": e["metric"], "Our key": e["key"] or "",
+            "Published tau-b": e["kendall_tau_b"], "Ours": e["ours"],
+            "Ours - published": (e["ours"] - e["kendall_tau_b"]) if e["ours"] is not None
+            else None,
+            "Our 95% CI": _ci(ours[e["key"]].kendall_lo, ours[e["key"]].kendall_hi)
+            if e["key"] in ours else "",
+            "Our signature": ours[e["key"]].signature if e["key"] in ours else "not scored",
+        }
+        for e in published["entries"]
+    ]
+    st.dataframe(rows, hide_index=True, width="stretch", key="dash_repro",
+                 column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                for c in ("Published tau-b", "Ours", "Ours - published")})
+    rep = corr.report
+    st.caption(
+        f"Published: {published['dataset']}; {published['note']} Ours: study "
+        f"**{rep['study']}**, target **{rep['target']}** errors (mean over counted raters), "
+        f"{rep['n_pairs']} of {rep['n_pairs_in_study']} pairs rated, {rep['n_raters']} raters, "
+        f"{rep['resamples']} {rep['cluster']}-level bootstrap resamples, seed {rep['seed']}, "
+        f"level {rep['level']}. Metric settings are the signatures above."
+    )
+    if rep["target"] != "total":
+        st.warning("The published values are against total errors; switch the target to "
+                   "'Total errors' to compare like with like.")
+
+
+def _scatter(table: explore.PairTable, study_name: str) -> None:
+    if not table.keys:
+        st.caption("No metric scores yet.")
+        return
+    key = st.selectbox("Metric", table.keys, key="dash_scatter_key")
+    rows = [r for r in table.rows if r.mean_errors is not None and r.values.get(key) is not None]
+    if not rows:
+        st.caption(f"No pair has both a rating and a {key} value yet.")
+        return
+    fig = plots.metric_scatter(
+        errors=[r.mean_errors for r in rows], values=[r.values[key] for r in rows],
+        pair_ids=[r.pair_id for r in rows],
+        labels=[f"pair {r.position} ({r.case})" for r in rows],
+        sources=[r.source for r in rows], key=key, target=table.target,
+    )
+    event: Any = st.plotly_chart(fig, on_select="rerun", selection_mode="points",
+                                 key="dash_scatter", width="stretch")
+    points = event.get("selection", {}).get("points", []) if event else []
+    if points:
+        custom = points[0].get("customdata")
+        pair_id = int(custom[0] if isinstance(custom, (list, tuple)) else custom)
+        st.session_state["explorer_study"] = study_name
+        st.session_state["explorer_pair"] = pair_id
+        st.session_state["explorer_key"] = key
+        try:
+            st.switch_page(EXPLORER, query_params={"study": study_name, "pair": str(pair_id)})
+        except StreamlitAPIException:
+            # The page runs outside the router (no registered explorer page).
+            st.info(f"Selected pair id {pair_id}: open it in the Disagreements page.")
+    st.caption("Click a point to open the pair in the disagreement explorer.")
+
+
+@st.fragment(run_every=LIVE_SECONDS if live else None)
+def panels() -> None:
+    """Every panel of the dashboard; reruns on its own while live updates are on."""
+    database = state.get_db()
+    version = state.call(explore.data_version, database, actor, study_name=study)
+    table = state.call(_pairs, version.token, actor, study, significant, database)
+    rated = sum(1 for r in table.rows if r.mean_errors is not None)
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Pairs", len(table.rows))
+    m2.metric("Rated pairs", rated)
+    m3.metric("Ratings", version.n_ratings)
+    m4.metric("Metric scores", version.n_scores)
+
+    corr: analysis.StudyCorrelation | None = None
+    try:
+        corr = _correlation(version.token, actor, study, significant, resamples, seed, database)
+    except ServiceError as exc:
+        st.warning(f"No correlations yet: {exc}")
+
+    if corr is not None:
+        st.subheader("Kendall tau-b and Spearman against the radiologists")
+        st.caption("Each metric is oriented so that a positive value means agreement "
+                   "(lower-is-better metrics are negated); intervals are bootstrap "
+                   "percentile 95% intervals.")
+        _tau_table(corr)
+        st.plotly_chart(
+            plots.forest_plot([
+                {"key": m.key, "tau": m.kendall_tau_b, "lo": m.kendall_lo,
+                 "hi": m.kendall_hi, "published": list(m.published)}
+                for m in corr.metrics
+            ]),
+            key="dash_forest", width="stretch",
+        )
+
+    left, right = st.columns(2, gap="large")
+    with left:
+        st.subheader("Metric vs raters")
+        _scatter(table, study)
+    with right:
+        st.subheader("Errors per source")
+        errs = [(r.mean_errors, r.source) for r in table.rows if r.mean_errors is not None]
+        if errs:
+            st.plotly_chart(plots.error_distribution(
+                errors=[e for e, _ in errs], sources=[s for _, s in errs], target=table.target),
+                key="dash_sources", width="stretch")
+        else:
+            st.caption("No completed ratings yet.")
+
+    st.subheader("Agreement between raters")
+    agreement = state.call(_agreement, version.token, actor, study, significant, database)
+    rows = [
+        {"scope": "total" if r.scope == "total" else f"cat {r.scope}",
+         "alpha_interval": r.alpha_interval, "icc2_1": r.icc2_1, "icc2_k": r.icc2_k,
+         "pairable": r.n_pairs_pairable}
+        for r in agreement.rows
+    ]
+    if any(r["alpha_interval"] is not None or r["icc2_1"] is not None for r in rows):
+        st.plotly_chart(plots.agreement_bars(rows), key="dash_agreement", width="stretch")
+    else:
+        st.caption("Agreement needs pairs rated by at least two raters.")
+    st.caption(f"Raters: {', '.join(agreement.raters) or 'none yet'}.")
+
+    if corr is not None:
+        st.subheader("Reproduction: ours next to the published values")
+        _reproduction(corr)
+
+
+panels()

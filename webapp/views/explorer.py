@@ -1,0 +1,138 @@
+"""Admin: disagreement explorer, pairs where a metric and the radiologists disagree most.
+
+Pairs are ranked by the gap between the metric's normalised rank and the raters' (see
+``backend.analysis.disagreement``). Selecting a row (or arriving from a dashboard scatter
+click, ``?study=...&pair=ID``) opens the pair: both reports with a word-level diff, every
+metric's value and each rater's counts per category. Admin only, so sources and rater names
+are shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from backend.analysis.report import CATEGORY_NAMES
+from backend.services import explore, studies
+from webapp import state
+from webapp.components.diff import show_diff
+
+actor = state.require_actor()
+state.require_admin_page(actor)
+db = state.get_db()
+
+st.title("Disagreement explorer")
+study_names = [s.name for s in state.call(studies.list_studies, db, actor)]
+if not study_names:
+    st.info("No studies yet: import cases first.")
+    st.stop()
+
+# A dashboard click hands over the study and pair through session state and query params.
+wanted_study = st.query_params.get("study") or st.session_state.get("explorer_study")
+wanted_pair = st.query_params.get("pair") or st.session_state.get("explorer_pair")
+if wanted_study in study_names and "exp_study" not in st.session_state:
+    st.session_state["exp_study"] = wanted_study
+
+c1, c2, c3, c4 = st.columns([3, 2, 2, 1])
+study = c1.selectbox("Study", study_names, key="exp_study")
+significant = c3.radio("Target", ["Total errors", "Significant errors only"], horizontal=True,
+                       key="exp_target") != "Total errors"
+table = state.call(explore.study_pairs, db, actor, study_name=study,
+                   significant_only=significant)
+if not table.keys:
+    st.info(f"Study **{study}** has no metric scores yet: score it on the Metrics page.")
+    st.stop()
+default_key = st.session_state.get("explorer_key")
+key = c2.selectbox("Metric", table.keys,
+                   index=table.keys.index(default_key) if default_key in table.keys else 0,
+                   key="exp_key")
+limit = int(c4.number_input("Show", min_value=5, max_value=1000, value=50, step=5,
+                            key="exp_limit"))
+
+ranking = state.call(explore.disagreements, db, actor, study_name=study, key=key,
+                     significant_only=significant, limit=limit)
+st.caption(
+    f"{ranking.n_ranked} pairs have both a {key} value and a completed rating. Disagreement ="
+    " |normalised rank of the metric (oriented, "
+    f"{'higher' if ranking.higher_is_better else 'lower'} is better) - normalised rank of "
+    "the raters' mean errors (fewer is better)|; 1 means opposite ends. Signature: "
+    f"`{ranking.signature}`."
+)
+rows = [
+    {
+        "Rank": d.rank,
+        "Pair": d.pair.position,
+        "Case": d.pair.case,
+        "Source": d.pair.source,
+        key: d.value,
+        "Mean errors": d.pair.mean_errors,
+        "Metric rank": d.metric_rank,
+        "Raters' rank": d.rater_rank,
+        "Disagreement": d.score,
+    }
+    for d in ranking.rows
+]
+event: Any = st.dataframe(
+    rows, hide_index=True, width="stretch", key="exp_table", on_select="rerun",
+    selection_mode="single-row",
+    column_config={c: st.column_config.NumberColumn(format="%.3f")
+                   for c in (key, "Mean errors", "Metric rank", "Raters' rank", "Disagreement")},
+)
+selected = list(event.selection.rows) if event is not None else []
+
+pair_id: int | None = None
+if selected:
+    pair_id = ranking.rows[selected[0]].pair.pair_id
+elif wanted_pair is not None and study == wanted_study:
+    try:
+        pair_id = int(wanted_pair)
+    except (TypeError, ValueError):
+        st.warning(f"Ignoring pair id {wanted_pair!r}: not a number.")
+elif ranking.rows:
+    pair_id = ranking.rows[0].pair.pair_id
+
+if pair_id is None:
+    st.info("No ranked pair yet: pairs need a metric value and a completed rating.")
+    st.stop()
+
+detail = state.call(explore.pair_detail, db, actor, study_name=study, pair_id=pair_id)
+p = detail.pair
+st.subheader(f"Pair {p.position}: case {p.case}, source {p.source or '(none)'}")
+mean_txt = f"{p.mean_errors:.2f}" if p.mean_errors is not None else "not rated"
+sig_txt = f"{detail.mean_significant:.2f}" if detail.mean_significant is not None else "-"
+st.caption(f"Opaque id {p.opaque_id} · mean errors {mean_txt} (significant: {sig_txt}) over "
+           f"{p.n_raters} counted rater(s).")
+show_diff(detail.diff)
+st.caption("Struck through: only in the reference; highlighted: only in the candidate "
+           "(word level, case and spacing ignored).")
+
+left, right = st.columns([2, 3], gap="large")
+with left:
+    st.markdown("**Metric scores**")
+    st.dataframe(
+        [{"Metric": m.key, "Value": m.value,
+          "Direction": "higher is better" if m.higher_is_better else "lower is better",
+          "Signature": m.signature} for m in detail.metrics],
+        hide_index=True, width="stretch", key="exp_scores",
+        column_config={"Value": st.column_config.NumberColumn(format="%.4f")},
+    )
+with right:
+    st.markdown("**Raters' error counts** (significant / insignificant)")
+    if not detail.raters:
+        st.caption("No rater has this pair.")
+    else:
+        st.dataframe(
+            [
+                {
+                    "Rater": r.rater,
+                    "Status": "counted" if r.counted else "in progress (not counted)",
+                    **{f"{c}. {CATEGORY_NAMES[c]}":
+                       f"{r.counts[(c, True)]} / {r.counts[(c, False)]}" for c in range(1, 7)},
+                    "Total": r.total,
+                    "Significant": r.significant,
+                }
+                for r in detail.raters
+            ],
+            hide_index=True, width="stretch", key="exp_raters",
+        )
