@@ -1,0 +1,122 @@
+"""Command ``build-study``: a ReXVal-style study from metric-oracle candidates.
+
+```
+python -m backend build-study --tests FILE|iu --corpus FILE|iu --metrics KEY[,KEY...]
+        --name NAME [--per-metric 1] [--top-k 50] [--engine local|ray] [--seed 0]
+        [--limit-tests N] [--raters a,b --raters-per-pair K] [--export DIR]
+```
+
+Nothing heavy is imported until the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def _top_k(text: str) -> int | None:
+    if text.strip().lower() in ("all", "none", "exhaustive"):
+        return None
+    return _positive(text)
+
+
+def cmd_build_study(args: argparse.Namespace) -> int:
+    """Build the study, optionally assign raters and export it."""
+    from backend.cli import UserError
+    from backend.scoring.runner import ScoringError, parse_set_options
+    from backend.services import build_study
+    from backend.services.errors import ServiceError
+    from backend.services.types import Actor
+    from db.session import Database
+
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    raters = [r.strip() for r in (args.raters or "").split(",") if r.strip()]
+    try:
+        options = parse_set_options(args.set or [])
+    except ScoringError as exc:
+        raise UserError(str(exc)) from None
+    if args.export and Path(args.export).exists() and any(Path(args.export).iterdir()):
+        raise UserError(f"{args.export}: output folder exists and is not empty")
+    last = [-1]
+
+    def progress(done: int, total: int, message: str) -> None:
+        # One line per 10 % on stderr: enough to see it move, quiet in logs.
+        step = int(10 * done / total) if total else 10
+        if step != last[0]:
+            last[0] = step
+            print(f"[{done}/{total}] {message}", file=sys.stderr)
+
+    db = Database()
+    actor = Actor.system()
+    try:
+        summary = build_study.build_study(
+            db, actor, study_name=args.name, tests=args.tests, corpus=args.corpus,
+            metrics=metrics, per_metric=args.per_metric, top_k=args.top_k, engine=args.engine,
+            seed=args.seed, limit_tests=args.limit_tests, raters=raters,
+            raters_per_pair=args.raters_per_pair, options=options,
+            progress=None if args.quiet else progress,
+        )
+        print(f"study {summary.study_name!r}: {summary.n_pairs} pairs for {summary.n_cases} "
+              f"test reports ({summary.n_picks_before_dedup} metric picks before dedup), "
+              f"metrics {', '.join(summary.metrics)}, engine {summary.engine}, "
+              f"{summary.seconds:.1f} s")
+        for source, n in sorted(summary.sources.items()):
+            print(f"  {source}: {n}")
+        if summary.tests_without_candidate:
+            print(f"warning: {len(summary.tests_without_candidate)} test report(s) got no "
+                  f"candidate: {', '.join(summary.tests_without_candidate[:5])}")
+        if summary.n_assigned:
+            print(f"assigned {summary.n_assigned} pairs to {len(raters)} rater(s)")
+        if args.export:
+            bundle = build_study.export_build(db, actor, study_name=summary.study_name,
+                                              out_dir=Path(args.export))
+            print(f"exported {len(bundle.files)} files to {bundle.out_dir}")
+    except ServiceError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        db.dispose()
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``build-study``."""
+    p = subparsers.add_parser(
+        "build-study",
+        help="create a ReXVal-style study from metric-oracle candidates of a report corpus",
+        description="For each test report, pick the corpus report(s) each metric scores best "
+                    "(TF-IDF candidate stage, exact re-ranking), deduplicate and create a "
+                    "study open for rating.",
+    )
+    p.add_argument("--tests", required=True, help="CSV/JSONL of test reports (id, text) or 'iu'")
+    p.add_argument("--corpus", required=True, help="CSV/JSONL of candidate reports or 'iu'")
+    p.add_argument("--metrics", required=True, help="comma-separated metric keys or families")
+    p.add_argument("--name", required=True, help="name of the new study")
+    p.add_argument("--per-metric", type=_positive, default=1,
+                   help="best candidates per metric and test report (default 1)")
+    p.add_argument("--top-k", type=_top_k, default=50,
+                   help="candidate-stage size, or 'all' for exhaustive search (default 50)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local")
+    p.add_argument("--seed", type=int, default=0,
+                   help="test sampling (iu), study seed and rater order (default 0)")
+    p.add_argument("--limit-tests", type=_positive, default=None,
+                   help="use at most N test reports (a seeded sample for --tests iu)")
+    p.add_argument("--raters", default="", help="comma-separated rater usernames to assign")
+    p.add_argument("--raters-per-pair", type=_positive, default=1)
+    p.add_argument("--set", action="append", metavar="METRIC.OPTION=VALUE",
+                   help="metric option (repeatable)")
+    p.add_argument("--export", default=None, metavar="DIR",
+                   help="also write rexval/, jsonl/, hf/ and manifest.json into DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_build_study)
