@@ -1,0 +1,186 @@
+"""End to end in a real browser: ``streamlit run`` + Debian chromium driven by Playwright.
+
+Needs ``/usr/bin/chromium`` (``apt-get install -y chromium``); without it the test FAILS with
+that instruction rather than skipping, so a CI without the browser cannot pass silently.
+The server runs on a free local port with a fresh data folder seeded with the demo study
+(``RADCONCORD_SEED_DEMO=1``; demo accounts in ``backend/services/seed.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+RATER, RATER_PASSWORD = "rater1", "radconcord-rater1"
+START_TIMEOUT_S = 90
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A running app on a free port; yields (base URL, data folder)."""
+    data = tmp_path_factory.mktemp("e2e-data")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "RADCONCORD_DATA_DIR": str(data),
+        "DATABASE_URL": f"sqlite:///{data / 'e2e.db'}",
+        "RADCONCORD_SEED_DEMO": "1",
+    }
+    log_path = data / "streamlit.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "webapp/app.py",
+             "--server.headless", "true", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"streamlit exited with {proc.returncode}:\n{log_path.read_text()}")
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                    if resp.read() == b"ok":
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"streamlit did not start in {START_TIMEOUT_S}s:\n"
+                            f"{log_path.read_text()}")
+            time.sleep(0.5)
+        yield url, data
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium, headless; a missing binary is a failure with the fix in it."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} not found: install the browser with "
+                    "`apt-get install -y chromium chromium-driver` (see .ci)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        instance = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+def _log_in(page, username: str, password: str) -> None:
+    page.get_by_label("Username", exact=True).fill(username)
+    page.get_by_label("Password", exact=True).fill(password)
+    page.get_by_role("button", name="Log in").click()
+
+
+def _cell(page, label: str):
+    return page.get_by_label(label, exact=True)
+
+
+def test_counts_survive_a_reload_and_admin_pages_stay_closed(server, browser, tmp_path):
+    url, data = server
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(url)
+    _log_in(page, RATER, RATER_PASSWORD)
+    page.get_by_text("Candidate report").wait_for()
+    page.wait_for_function("() => new URL(location.href).searchParams.get('pair')")
+    pair = page.evaluate("() => new URL(location.href).searchParams.get('pair')")
+
+    omission = _cell(page, "Omission of finding (clinically significant)")
+    severity = _cell(page, "Incorrect severity of finding (clinically insignificant)")
+    omission.fill("2")
+    omission.press("Enter")
+    page.get_by_text("Saved ").wait_for()
+    severity.fill("1")
+    severity.press("Tab")
+
+    # What the database holds, through the rater's own service view (the second save
+    # lands when the input loses focus; give it a few seconds).
+    from backend.services import auth, rating
+    from db.session import Database
+
+    db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
+    try:
+        actor = auth.authenticate(db, username=RATER, password=RATER_PASSWORD)
+        deadline = time.monotonic() + 30
+        while True:
+            counts = rating.get_pair(db, actor, opaque_id=pair).counts
+            if counts[(4, False)] == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+    finally:
+        db.dispose()
+    assert counts[(2, True)] == 2 and counts[(4, False)] == 1
+    assert sum(counts.values()) == 3
+    page.get_by_text("Saved ").wait_for()
+    page.screenshot(path="/tmp/rate.png")
+
+    # A reload starts a new session: log in again and land on the same pair, counts intact.
+    page.reload()
+    _log_in(page, RATER, RATER_PASSWORD)
+    page.get_by_text("Candidate report").wait_for()
+    assert page.evaluate("() => new URL(location.href).searchParams.get('pair')") == pair
+    # The grid draws just after the texts: wait (bounded) for the stored values.
+    expect(_cell(page, "Omission of finding (clinically significant)")).to_have_value("2")
+    expect(_cell(page, "Incorrect severity of finding (clinically insignificant)")
+           ).to_have_value("1")
+    expect(_cell(page, "False prediction of finding (clinically significant)")
+           ).to_have_value("0")
+
+    # The admin page's URL path shows no admin content to a rater.
+    for path in ("studies", "metrics", "export"):
+        page.goto(f"{url}/{path}")
+        # Logged out, only the login page exists: Streamlit says so and shows it.
+        page.get_by_text("Page not found").wait_for()
+        page.keyboard.press("Escape")
+        _log_in(page, RATER, RATER_PASSWORD)
+        page.get_by_text("Candidate report").wait_for()
+        body = page.inner_text("body")
+        assert "Studies & progress" not in body
+        assert "Metric families" not in body and "Export" not in body
+        assert "Assign raters" not in body
+    page.close()
+
+
+def test_next_shortcut_moves_to_the_next_pair(server, browser):
+    url, _ = server
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(url)
+    _log_in(page, "rater2", "radconcord-rater2")
+    page.get_by_text("Pair 1 of").wait_for()
+    # Shortcuts are bound once the buttons are drawn (and work while no input has focus).
+    expect(page.get_by_role("button", name="Next")).to_be_enabled()
+    page.keyboard.press("n")
+    page.get_by_text("Pair 2 of").wait_for()
+    page.keyboard.press("p")
+    page.get_by_text("Pair 1 of").wait_for()
+    page.close()

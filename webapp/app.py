@@ -1,0 +1,95 @@
+"""RadConcord web app entry point: a router (``streamlit run webapp/app.py``).
+
+The pages offered depend on the logged-in user's role: nobody logged in sees only the login
+page; a rater sees "Rate" and "My studies"; an admin sees the study pages, the metric
+catalogue and the analysis pages (dashboard, explorer, probes, oracle study builder).
+Pages that are not offered are not registered with ``st.navigation``, so their URL paths
+fall back to the role's default page. Each page still checks the role through the services
+it calls, so a page script reached some other way cannot show admin data to a rater.
+
+On first start with an empty database the demo study is seeded (see ``webapp/state.py``;
+set ``RADCONCORD_SEED_DEMO=0`` to start empty).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `streamlit run webapp/app.py` puts webapp/ on sys.path, not the repository root.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import streamlit as st  # noqa: E402
+
+from webapp import state  # noqa: E402
+
+# Not "pages/": a folder of that name beside the entry script switches Streamlit to its
+# legacy multipage mode, which would route to EVERY script in it whatever the role.
+PAGES = Path(__file__).resolve().parent / "views"
+
+state.get_db()  # open (migrate, maybe seed) before any page runs
+actor = state.current_actor()
+
+# Raters need the whole width for images, texts and the grid; the sidebar (account, help)
+# starts collapsed for them.
+st.set_page_config(
+    page_title="RadConcord", page_icon=":material/radiology:", layout="wide",
+    initial_sidebar_state="collapsed" if actor is not None and not actor.is_admin else "auto",
+)
+st.markdown(
+    # Less blank space above the page title under the top navigation bar.
+    "<style>[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;}</style>",
+    unsafe_allow_html=True,
+)
+
+if actor is None:
+    pages: list[st.Page] | dict[str, list[st.Page]] = [
+        st.Page(PAGES / "login.py", title="Log in", icon=":material/login:", url_path="login",
+                default=True),
+    ]
+elif actor.is_admin:
+    pages = {
+        "Study": [
+            st.Page(PAGES / "studies.py", title="Studies & progress",
+                    icon=":material/monitoring:", url_path="studies", default=True),
+            st.Page(PAGES / "import_data.py", title="Import", icon=":material/upload:",
+                    url_path="import"),
+            st.Page(PAGES / "assign.py", title="Assign raters", icon=":material/group_add:",
+                    url_path="assign"),
+            st.Page(PAGES / "export.py", title="Export", icon=":material/download:",
+                    url_path="export"),
+        ],
+        "Metrics": [
+            st.Page(PAGES / "metrics.py", title="Metrics", icon=":material/functions:",
+                    url_path="metrics"),
+            st.Page(PAGES / "dashboard.py", title="Agreement dashboard",
+                    icon=":material/insights:", url_path="dashboard"),
+            st.Page(PAGES / "explorer.py", title="Disagreement explorer",
+                    icon=":material/compare:", url_path="explorer"),
+            st.Page(PAGES / "probes.py", title="Perturbation probes",
+                    icon=":material/science:", url_path="probes"),
+            st.Page(PAGES / "build_study.py", title="Build oracle study",
+                    icon=":material/construction:", url_path="build-study"),
+        ],
+    }
+else:
+    pages = [
+        st.Page(PAGES / "rate.py", title="Rate", icon=":material/rate_review:", url_path="rate",
+                default=True),
+        st.Page(PAGES / "my_studies.py", title="My studies", icon=":material/list:",
+                url_path="my-studies"),
+    ]
+
+nav = st.navigation(pages, position="top")
+
+if actor is not None:
+    with st.sidebar:
+        st.caption(f"Logged in as **{actor.username}** ({actor.role})")
+        if st.button("Log out", icon=":material/logout:", key="logout"):
+            state.logout()
+            st.query_params.clear()
+            st.rerun()
+
+nav.run()

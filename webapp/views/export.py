@@ -1,0 +1,67 @@
+"""Admin: export a study (ReXVal CSV files or JSONL with images) with its manifest."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import re
+import zipfile
+from pathlib import Path
+
+import streamlit as st
+
+from backend import config
+from backend.services import exports, studies
+from webapp import state
+
+actor = state.require_actor()
+state.require_admin_page(actor)
+db = state.get_db()
+
+LAST_EXPORT_KEY = "last_export"
+
+
+def _zip_folder(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                archive.write(path, arcname=f"{folder.name}/{path.relative_to(folder)}")
+    return buffer.getvalue()
+
+
+st.title("Export")
+st.caption("ReXVal format writes the two ReXVal CSV files; JSONL writes pairs, ratings and "
+           "the de-identified images. Both come with `manifest.json` (versions, provenance, "
+           "sha256 of every file). Exports are kept in the data folder.")
+
+study_names = [s.name for s in state.call(studies.list_studies, db, actor)]
+if not study_names:
+    st.info("No studies yet: import cases first.")
+    st.stop()
+
+with st.form("export"):
+    study_name = st.selectbox("Study", study_names, key="export_study")
+    fmt = st.radio("Format", exports.FORMATS, horizontal=True, key="export_format",
+                   format_func=lambda f: {"rexval": "ReXVal CSV", "jsonl": "JSONL"}.get(f, f))
+    submitted = st.form_submit_button("Export", type="primary")
+
+if submitted:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", study_name).strip("-") or "study"
+    out_dir = config.data_dir() / "exports" / f"{slug}-{fmt}-{stamp}"
+    summary = state.call(exports.export_study, db, actor, study_name=study_name, fmt=fmt,
+                         out_dir=out_dir)
+    st.session_state[LAST_EXPORT_KEY] = summary
+
+summary = st.session_state.get(LAST_EXPORT_KEY)
+if summary is not None:
+    st.success(f"Exported **{summary.study_name}** as {summary.format}: {summary.n_pairs} "
+               f"pairs, {summary.n_rating_rows} rating rows, to `{summary.out_dir}`.")
+    st.dataframe([{"File": name} for name in summary.files], hide_index=True)
+    if summary.out_dir.is_dir():
+        st.download_button(
+            "Download as .zip", data=_zip_folder(summary.out_dir),
+            file_name=f"{summary.out_dir.name}.zip", mime="application/zip",
+            icon=":material/download:", on_click="ignore", key="export_download",
+        )

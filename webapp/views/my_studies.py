@@ -1,0 +1,34 @@
+"""Rater: the studies assigned to me, my progress in each, and where to resume."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from backend.services import rating
+from webapp import state
+
+actor = state.require_actor()
+db = state.get_db()
+
+st.title("My studies")
+my_studies = state.call(rating.rater_studies, db, actor)
+if not my_studies:
+    st.info("No pairs are assigned to you yet. Your study lead will let you know.")
+    st.stop()
+
+for study in my_studies:
+    with st.container(border=True):
+        top = st.columns([4, 1], vertical_alignment="center")
+        with top[0]:
+            st.markdown(f"**{study.name}**" + (" · closed" if study.status == "closed" else ""))
+            if study.description:
+                st.caption(study.description)
+            st.progress(study.completed / study.total if study.total else 0.0,
+                        text=f"{study.completed} of {study.total} done")
+        with top[1]:
+            label = "Resume" if study.resume_opaque_id else "Review"
+            if st.button(label, key=f"open-{study.name}", type="primary", width="stretch"):
+                params = {"study": study.name}
+                if study.resume_opaque_id:
+                    params["pair"] = study.resume_opaque_id
+                st.switch_page("views/rate.py", query_params=params)

@@ -1,0 +1,182 @@
+"""Rating screen: one reference/candidate pair at a time beside its images.
+
+The pair being rated is in the URL (``?pair=<opaque id>``) so a reload returns to it. Every
+count change is saved at once through ``rating.set_count``; the grid is re-read from the
+service on every run, so what is shown is what is stored. The rater never sees the candidate's
+source, metric scores or other raters' answers: the service returns none of them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import streamlit as st
+
+from backend.services import images, rating
+from backend.services.errors import ServiceError
+from backend.services.types import Actor
+from webapp import state
+from webapp.components.count_grid import cell_key, count_grid
+from webapp.components.image_viewer import image_panel, order_views, view_controls
+from webapp.components.reports import report_pair
+
+PAIR_PARAM = "pair"
+STUDY_PARAM = "study"
+STATUS_KEY = "rate_save_status"  # {"pair": opaque_id, "ok": bool, "text": str}
+CONFIRM_KEY = "rate_confirm_zero"  # opaque id awaiting the all-zero confirmation
+FLASH_KEY = "rate_flash"  # one-off message shown after moving to another pair
+
+
+def _clock(moment: dt.datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone().strftime("%H:%M:%S")
+
+
+def _go_to(opaque_id: str) -> None:
+    st.query_params[PAIR_PARAM] = opaque_id
+    st.session_state.pop(CONFIRM_KEY, None)
+
+
+def _save_cell(actor: Actor, opaque_id: str, category: int, significant: bool) -> None:
+    """Widget callback: store one changed cell and remember the outcome for display."""
+    value = st.session_state.get(cell_key(opaque_id, category, significant))
+    db = state.get_db()
+    try:
+        result = rating.set_count(db, actor, opaque_id=opaque_id, category=category,
+                                  significant=significant, count=int(value or 0))
+        rating.record_activity(db, actor, opaque_id=opaque_id)
+    except ServiceError as exc:
+        st.session_state[STATUS_KEY] = {"pair": opaque_id, "ok": False,
+                                        "text": f"Not saved: {exc}"}
+        return
+    st.session_state[STATUS_KEY] = {"pair": opaque_id, "ok": True,
+                                    "text": f"Saved {_clock(result.saved_at)}"}
+
+
+def _first_open_pair(actor: Actor, study_name: str | None) -> str | None:
+    """Where to start: the first pair not done of the requested (or first unfinished) study."""
+    studies = state.call(rating.rater_studies, state.get_db(), actor)
+    if not studies:
+        return None
+    chosen = [s for s in studies if s.name == study_name]
+    unfinished = [s for s in studies if s.resume_opaque_id is not None]
+    study = (chosen or unfinished or studies)[0]
+    if study.resume_opaque_id is not None:
+        return study.resume_opaque_id
+    queue = state.call(rating.rater_queue, state.get_db(), actor, study_name=study.name)
+    return queue[0].opaque_id
+
+
+def _complete(actor: Actor, view: rating.RaterPairView, *, confirm_zero: bool) -> None:
+    status = state.call(rating.complete_pair, state.get_db(), actor, opaque_id=view.opaque_id,
+                        confirm_zero=confirm_zero)
+    st.session_state.pop(CONFIRM_KEY, None)
+    if status.next_open_opaque_id is None:
+        st.session_state[FLASH_KEY] = "Pair marked done. Every pair of this study is done."
+        return
+    st.session_state[FLASH_KEY] = f"Pair {view.index} of {view.total} marked done."
+    _go_to(status.next_open_opaque_id)
+
+
+actor = state.require_actor()
+db = state.get_db()
+
+opaque_id = st.query_params.get(PAIR_PARAM)
+if not opaque_id:
+    opaque_id = _first_open_pair(actor, st.query_params.get(STUDY_PARAM))
+    if opaque_id is None:
+        st.info("No pairs are assigned to you yet. Your study lead will let you know.")
+        st.stop()
+    st.query_params[PAIR_PARAM] = opaque_id
+
+view = state.call(rating.get_pair, db, actor, opaque_id=opaque_id)
+# Each run of this page is an interaction (a click, a change, a page view): it feeds the
+# time-on-task measure.
+state.call(rating.record_activity, db, actor, opaque_id=view.opaque_id)
+
+with st.sidebar:
+    st.caption("Shortcuts: **N** next pair · **P** previous pair · **Ctrl+Enter** mark done")
+
+# Header: where the rater is, and the way back and forth.
+n_done = next((s.completed for s in state.call(rating.rater_studies, db, actor)
+               if s.name == view.study_name), 0)
+head = st.columns([4, 1, 1], vertical_alignment="center")
+with head[0]:
+    st.markdown(f"#### {view.study_name} · Pair {view.index} of {view.total}")
+    st.progress(n_done / view.total if view.total else 0.0,
+                text=f"{n_done} of {view.total} done")
+with head[1]:
+    if st.button("Previous", icon=":material/arrow_back:", shortcut="P", width="stretch",
+                 disabled=view.prev_opaque_id is None, key="prev"):
+        _go_to(view.prev_opaque_id)
+        st.rerun()
+with head[2]:
+    if st.button("Next", icon=":material/arrow_forward:", shortcut="N", width="stretch",
+                 disabled=view.next_opaque_id is None, key="next"):
+        _go_to(view.next_opaque_id)
+        st.rerun()
+
+flash = st.session_state.pop(FLASH_KEY, None)
+if flash:
+    st.toast(flash, icon=":material/check_circle:")
+
+left, right = st.columns([1, 1.25], gap="medium")
+
+with left:
+    # Window controls only when there is an image to window.
+    settings = view_controls() if view.images else None
+    rendered: list[tuple[str, bytes | str]] = []
+    for image_id, view_name, fmt in order_views(view.images):
+        caption = f"{view_name or 'Image'} ({fmt.upper()})"
+        try:
+            # The service checks access on every call and caches the render itself.
+            rendered.append((caption, images.rendered_image(
+                db, actor, image_id=image_id, preset=settings.preset, center=settings.center,
+                width=settings.width, invert=settings.invert, zoom=settings.zoom)))
+        except ServiceError as exc:
+            rendered.append((caption, str(exc)))
+    image_panel(rendered)
+
+with right:
+    report_pair(view.reference_text, view.candidate_text)
+    st.markdown("")
+    count_grid(view.opaque_id, view.counts,
+               on_change=lambda oid, cat, sig: _save_cell(actor, oid, cat, sig))
+
+    status = st.session_state.get(STATUS_KEY)
+    foot = st.columns([2, 1], vertical_alignment="center")
+    with foot[0]:
+        if status and status["pair"] == view.opaque_id:
+            if status["ok"]:
+                st.success(status["text"], icon=":material/cloud_done:")
+            else:
+                st.error(status["text"])
+        elif view.completed_at is not None:
+            st.success(f"Marked done at {_clock(view.completed_at)}",
+                       icon=":material/task_alt:")
+        else:
+            st.caption("Each change is saved as soon as you make it.")
+    with foot[1]:
+        all_zero = not any(view.counts.values())
+        if st.button("Mark done", type="primary", icon=":material/done:",
+                     shortcut="Ctrl+Enter", width="stretch", key="done"):
+            if all_zero:
+                st.session_state[CONFIRM_KEY] = view.opaque_id
+            else:
+                _complete(actor, view, confirm_zero=False)
+                st.rerun()
+
+    if st.session_state.get(CONFIRM_KEY) == view.opaque_id:
+        with st.container(border=True):
+            st.warning("All twelve counts are zero: this says the candidate report has no "
+                       "errors at all. Is that right?")
+            yes, no = st.columns(2)
+            if yes.button("Yes, no errors: mark done", key="confirm_zero_yes",
+                          width="stretch"):
+                _complete(actor, view, confirm_zero=True)
+                st.rerun()
+            if no.button("No, go back to the counts", key="confirm_zero_no",
+                         width="stretch"):
+                st.session_state.pop(CONFIRM_KEY, None)
+                st.rerun()
