@@ -1,0 +1,87 @@
+"""ER2Score metric: availability, signature, adapter round trip, SmolLM2 training smoke."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from backend.metrics import er2score, llm
+from backend.metrics.er2score import ER2Score, RatedCandidate, TrainConfig, train_reward_model
+from tests.helpers_llm import SMOLLM2_CONVERTED_ROOT, build_tiny_llama, smollm2_gguf
+
+
+def _items(n_groups: int = 3) -> list[RatedCandidate]:
+    out = []
+    for g in range(n_groups):
+        ref = "no pleural effusion." if g % 2 else "mild cardiomegaly."
+        for k in range(3):
+            out.append(RatedCandidate(f"{g}-{k}", f"g{g}", ref, ref + " spurious nodule seen." * k,
+                                      (float(k), 0, 0, 0, 0, 0)))
+    return out
+
+
+def test_availability_needs_adapter(tmp_path) -> None:
+    reason = ER2Score().availability()
+    assert reason is not None and "train-er2score" in reason and "er2score.adapter" in reason
+    reason = ER2Score(adapter=str(tmp_path)).availability()
+    assert reason is not None and "er2score.json" in reason
+    assert "missing" in ER2Score().signature()
+
+
+def test_adapter_round_trip_and_base_check(tmp_path) -> None:
+    base = build_tiny_llama(tmp_path)
+    out = tmp_path / "ad"
+    res = train_reward_model(
+        base=llm.LMRef(str(base)), train_items=_items(), output=out,
+        config=TrainConfig(epochs=1, lr=1e-3, max_steps=2), study="s",
+    )
+    assert res.steps == 2 and all(math.isfinite(x) for x in res.losses)
+    m = ER2Score(adapter=str(out))
+    assert m.availability() is None
+    refs = ["mild cardiomegaly.", "no pleural effusion."]
+    cands = ["mild cardiomegaly. spurious nodule seen.", "no pleural effusion."]
+    a = m.score(references=refs, candidates=cands)
+    b = ER2Score(adapter=str(out), batch_size=1).score(references=refs, candidates=cands)
+    assert a.values["er2score"] == pytest.approx(b.values["er2score"], abs=1e-5)
+    assert set(a.values) == {"er2score", *er2score.CATEGORY_KEYS}
+    # A different base than the one recorded is refused with a clear reason.
+    other = build_tiny_llama(tmp_path, seed=1, name="other")
+    reason = ER2Score(adapter=str(out), base=str(other)).availability()
+    assert reason is not None and "not the one the adapter was trained on" in reason
+    # Retraining into a non-empty folder is refused and leaves it alone.
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(ValueError, match="not empty"):
+        train_reward_model(base=llm.LMRef(str(base)), train_items=_items(), output=out)
+    assert sorted(p.name for p in out.iterdir()) == before
+    meta = json.loads((out / er2score.META_FILE).read_text())
+    assert meta["hyperparameters"]["max_steps"] == 2 and meta["steps"] == 2
+
+
+def test_no_pairs_is_an_error(tmp_path) -> None:
+    base = build_tiny_llama(tmp_path)
+    same = [RatedCandidate("a", "g", "r", "c", (1, 0, 0, 0, 0, 0)),
+            RatedCandidate("b", "g", "r", "d", (0, 1, 0, 0, 0, 0))]
+    with pytest.raises(ValueError, match="no training pairs"):
+        train_reward_model(base=llm.LMRef(str(base)), train_items=same, output=tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_smollm2_short_training(tmp_path, monkeypatch) -> None:
+    """A few LoRA steps on SmolLM2-135M-Instruct (GGUF converted once), then scoring."""
+    gguf = smollm2_gguf()
+    monkeypatch.setenv("RADCONCORD_MODEL_DIR", str(SMOLLM2_CONVERTED_ROOT))
+    out = tmp_path / "ad"
+    res = train_reward_model(
+        base=llm.LMRef(str(gguf)), train_items=_items(2), output=out,
+        config=TrainConfig(epochs=1, lr=1e-4, max_steps=2, batch_size=2), study="smoke",
+    )
+    assert res.steps == 2 and all(math.isfinite(x) for x in res.losses)
+    meta = json.loads((out / er2score.META_FILE).read_text())
+    assert meta["base"]["fingerprint"].startswith("gguf:sha256:")
+    m = ER2Score(adapter=str(out))
+    assert m.availability() is None
+    r = m.score(references=["mild cardiomegaly."], candidates=["mild cardiomegaly."])
+    assert all(math.isfinite(v[0]) for v in r.values.values())
