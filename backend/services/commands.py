@@ -1,0 +1,145 @@
+"""Account and study commands: ``init-db``, ``seed-demo``, ``create-user``, ``assign``."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+
+from backend.cli import UserError
+
+
+def _db():  # noqa: ANN202 - db.session.Database
+    from db.session import Database
+
+    return Database()
+
+
+def _init_db(args: argparse.Namespace) -> int:
+    from backend.services.seed import ensure_database
+
+    db = _db()
+    try:
+        revision = ensure_database(db)
+    finally:
+        db.dispose()
+    print(f"database ready at {_redact(db.url)} (revision {revision})")
+    return 0
+
+
+def _seed_demo(args: argparse.Namespace) -> int:
+    from backend.services.errors import ServiceError
+    from backend.services.seed import DEMO_USERS, seed_demo
+
+    db = _db()
+    try:
+        result = seed_demo(db)
+    except ServiceError as exc:
+        raise UserError(str(exc)) from exc
+    finally:
+        db.dispose()
+    print(
+        f"{result.study_name}: {result.n_pairs} pairs, "
+        f"{'imported' if result.study_created else 'already present'}; "
+        f"{result.assignments_created} new assignments; "
+        f"new accounts: {', '.join(result.created_users) or 'none'}"
+    )
+    if result.created_users:
+        for username, password, role, _ in DEMO_USERS:
+            if username in result.created_users:
+                print(f"  {role:5s} {username} / {password}")
+    return 0
+
+
+def _create_user(args: argparse.Namespace) -> int:
+    from backend.services import auth
+    from backend.services.errors import ServiceError
+    from backend.services.types import Actor
+
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        if not sys.stdin.isatty():
+            raise UserError("no terminal to ask for the password: use --password-stdin")
+        password = getpass.getpass(f"password for {args.username}: ")
+        if getpass.getpass("again: ") != password:
+            raise UserError("the two passwords differ")
+    db = _db()
+    try:
+        info = auth.create_user(
+            db,
+            Actor.system(),
+            username=args.username,
+            password=password,
+            role=args.role,
+            display_name=args.display_name or "",
+        )
+    except ServiceError as exc:
+        raise UserError(str(exc)) from exc
+    finally:
+        db.dispose()
+    print(f"created {info.role} {info.username}")
+    return 0
+
+
+def _assign(args: argparse.Namespace) -> int:
+    from backend.services import assignment
+    from backend.services.errors import ServiceError
+    from backend.services.types import Actor
+
+    raters = [r.strip() for r in args.raters.split(",") if r.strip()]
+    db = _db()
+    try:
+        summary = assignment.assign_raters(
+            db,
+            Actor.system(),
+            study_name=args.study,
+            rater_usernames=raters,
+            raters_per_pair=args.per_pair,
+            seed=args.seed,
+        )
+    except ServiceError as exc:
+        raise UserError(str(exc)) from exc
+    finally:
+        db.dispose()
+    print(
+        f"{summary.study_name}: {summary.created} new assignments "
+        f"({summary.n_pairs} pairs, k={summary.raters_per_pair}, seed={summary.seed})"
+    )
+    for username, n in summary.per_rater.items():
+        print(f"  {username}: {n} pairs")
+    return 0
+
+
+def _redact(url: str) -> str:
+    """``url`` without its password."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add this module's subcommands to ``python -m backend``."""
+    p = subparsers.add_parser("init-db", help="create or upgrade the study database schema")
+    p.set_defaults(func=_init_db)
+
+    p = subparsers.add_parser(
+        "seed-demo", help="create the demo accounts and study (idempotent)"
+    )
+    p.set_defaults(func=_seed_demo)
+
+    p = subparsers.add_parser("create-user", help="create an admin or rater account")
+    p.add_argument("--username", required=True)
+    p.add_argument("--role", required=True, choices=["admin", "rater"])
+    p.add_argument("--display-name", default="")
+    p.add_argument(
+        "--password-stdin", action="store_true", help="read the password from the first stdin line"
+    )
+    p.set_defaults(func=_create_user)
+
+    p = subparsers.add_parser("assign", help="assign raters to a study's pairs")
+    p.add_argument("--study", required=True, help="study name")
+    p.add_argument("--raters", required=True, help="comma-separated rater usernames")
+    p.add_argument("--per-pair", type=int, required=True, help="raters per pair (k)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the assignment and orders")
+    p.set_defaults(func=_assign)

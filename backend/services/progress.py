@@ -1,0 +1,127 @@
+"""Study progress for admins: per rater done/total/time on task, per pair completed ratings."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+
+from backend.services.errors import NotFound, require_admin
+from backend.services.rating import as_utc
+from backend.services.types import Actor
+from db.models import Assignment, Pair, Study, User
+from db.session import Database
+
+
+@dataclass(frozen=True)
+class RaterProgress:
+    """One rater's progress in a study."""
+
+    username: str
+    display_name: str
+    completed: int
+    total: int
+    active_seconds: float  # time on task summed over the rater's pairs (idle gaps capped)
+    last_active_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class PairProgress:
+    """How many of a pair's raters have marked it done."""
+
+    position: int
+    opaque_id: str
+    source: str
+    assigned: int
+    completed: int
+
+
+@dataclass(frozen=True)
+class StudyProgress:
+    """Progress of a whole study."""
+
+    name: str
+    status: str
+    raters_per_pair: int
+    n_pairs: int
+    n_assignments: int
+    n_completed: int
+    # Pairs whose every assigned rater has marked them done.
+    n_pairs_fully_rated: int
+    raters: tuple[RaterProgress, ...]
+    pairs: tuple[PairProgress, ...]
+
+
+def study_progress(db: Database, actor: Actor, *, study_name: str) -> StudyProgress:
+    """Per-rater and per-pair progress of a study (admin only).
+
+    Args:
+        db: the study database.
+        actor: an admin.
+        study_name: the study.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+    """
+    require_admin(actor)
+    with db.begin() as s:
+        study = s.scalar(select(Study).where(Study.name == study_name))
+        if study is None:
+            raise NotFound(f"no study named {study_name!r}")
+        rater_rows = s.execute(
+            select(
+                User.username,
+                User.display_name,
+                func.count(Assignment.id),
+                func.count(Assignment.completed_at),
+                func.coalesce(func.sum(Assignment.active_seconds), 0.0),
+                func.max(Assignment.last_active_at),
+            )
+            .join(Assignment, Assignment.rater_id == User.id)
+            .where(Assignment.study_id == study.id)
+            .group_by(User.id, User.username, User.display_name)
+            .order_by(User.username)
+        ).all()
+        pair_rows = s.execute(
+            select(
+                Pair.position,
+                Pair.opaque_id,
+                Pair.source,
+                func.count(Assignment.id),
+                func.count(Assignment.completed_at),
+            )
+            .outerjoin(Assignment, Assignment.pair_id == Pair.id)
+            .where(Pair.study_id == study.id)
+            .group_by(Pair.id, Pair.position, Pair.opaque_id, Pair.source)
+            .order_by(Pair.position)
+        ).all()
+        raters = tuple(
+            RaterProgress(
+                username=u,
+                display_name=d,
+                completed=int(done),
+                total=int(total),
+                active_seconds=float(secs),
+                last_active_at=as_utc(last),
+            )
+            for u, d, total, done, secs, last in rater_rows
+        )
+        pairs = tuple(
+            PairProgress(
+                position=int(p), opaque_id=o, source=src, assigned=int(a), completed=int(c)
+            )
+            for p, o, src, a, c in pair_rows
+        )
+        return StudyProgress(
+            name=study.name,
+            status=study.status,
+            raters_per_pair=study.raters_per_pair,
+            n_pairs=len(pairs),
+            n_assignments=sum(p.assigned for p in pairs),
+            n_completed=sum(p.completed for p in pairs),
+            n_pairs_fully_rated=sum(1 for p in pairs if p.assigned and p.completed == p.assigned),
+            raters=raters,
+            pairs=pairs,
+        )

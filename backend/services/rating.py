@@ -1,0 +1,602 @@
+"""The rater's side: their studies, their queue, one pair at a time, autosaved counts, audit.
+
+Blinding is structural: every query starts from the actor's own ``Assignment`` rows, so a
+rater can reach only pairs assigned to them, and the values returned carry the texts, images
+and the rater's own counts, never a candidate source, a metric score, a database id of a pair
+or another rater's answer. A pair that is not assigned to the actor is reported as
+``NotFound`` with the same message as a pair that does not exist, so ids cannot be probed.
+
+Writes lock the actor's assignment row (``SELECT ... FOR UPDATE`` on PostgreSQL; SQLite
+transactions already hold the database write lock), which serialises two browser tabs of the
+same rater on the same pair and makes each audit event's ``old_count`` exact, while different
+raters never wait for each other on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import numbers
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session, aliased
+
+from backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from backend.services.types import CATEGORIES, Actor
+from db.models import Assignment, Image, Pair, Rating, RatingEvent, Report, Study
+from db.session import Database
+
+log = logging.getLogger(__name__)
+
+MAX_COUNT = 99
+# Every (category, significant) cell of the ReXVal scheme, in display order.
+CELLS: tuple[tuple[int, bool], ...] = tuple(
+    (category, significant) for category in sorted(CATEGORIES) for significant in (True, False)
+)
+HIDDEN_STATUSES = ("draft",)  # studies raters cannot see yet
+READ_ONLY_STATUSES = ("closed",)  # studies raters can see but no longer change
+
+
+def utcnow() -> dt.datetime:
+    """Timezone-aware current time in UTC."""
+    return dt.datetime.now(dt.UTC)
+
+
+def as_utc(value: dt.datetime | None) -> dt.datetime | None:
+    """``value`` as an aware UTC datetime (SQLite hands back naive datetimes, stored as UTC)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
+
+
+class ImageRef(NamedTuple):
+    """An image of the pair's case, to be fetched through the images service."""
+
+    image_id: int
+    view: str | None
+    format: str
+
+
+@dataclass(frozen=True)
+class RaterStudy:
+    """A study as its rater sees it."""
+
+    name: str
+    description: str
+    status: str
+    completed: int  # pairs the rater has marked done
+    total: int
+    # First pair (in the rater's order) not yet marked done; None when all are done.
+    resume_opaque_id: str | None
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """One entry of the rater's queue."""
+
+    opaque_id: str
+    index: int  # 1..N in the rater's seeded order
+    completed: bool
+    completed_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class RaterPairView:
+    """Everything a rater sees for one pair, and nothing else."""
+
+    opaque_id: str
+    study_name: str
+    index: int
+    total: int
+    reference_text: str
+    candidate_text: str
+    images: tuple[ImageRef, ...]
+    counts: dict[tuple[int, bool], int]  # every cell of CELLS, 0 when never entered
+    completed_at: dt.datetime | None
+    prev_opaque_id: str | None
+    next_opaque_id: str | None
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    """Outcome of an autosaved count."""
+
+    saved_at: dt.datetime
+    count: int
+    changed: bool
+
+
+@dataclass(frozen=True)
+class CompletionStatus:
+    """A pair's done-state after ``complete_pair`` or ``reopen_pair``."""
+
+    opaque_id: str
+    completed_at: dt.datetime | None
+    # The next pair still to do after this one in the rater's order (wrapping); None if none.
+    next_open_opaque_id: str | None
+
+
+@dataclass(frozen=True)
+class ActivityResult:
+    """Time on task after ``record_activity``."""
+
+    active_seconds: float
+    last_active_at: dt.datetime
+
+
+# -- internals ------------------------------------------------------------------------------
+
+
+class _Target(NamedTuple):
+    assignment: Assignment
+    pair_id: int
+    case_id: int
+    reference_id: int
+    candidate_id: int
+    study_id: int
+    study_name: str
+    study_status: str
+
+
+def _not_found(opaque_id: str) -> NotFound:
+    return NotFound(f"pair {opaque_id!r} is not in your assignments")
+
+
+def _target(s: Session, actor: Actor, opaque_id: str, *, lock: bool = False) -> _Target:
+    """The actor's assignment for ``opaque_id`` (and what it points to), or ``NotFound``."""
+    stmt = (
+        select(
+            Assignment,
+            Pair.id,
+            Pair.case_id,
+            Pair.reference_id,
+            Pair.candidate_id,
+            Study.id,
+            Study.name,
+            Study.status,
+        )
+        .join(Pair, Pair.id == Assignment.pair_id)
+        .join(Study, Study.id == Assignment.study_id)
+        .where(
+            Assignment.rater_id == actor.user_id,
+            Pair.opaque_id == str(opaque_id),
+            Study.status.not_in(HIDDEN_STATUSES),
+        )
+    )
+    if lock:
+        stmt = stmt.with_for_update(of=Assignment)
+    row = s.execute(stmt).first()
+    if row is None:
+        raise _not_found(opaque_id)
+    return _Target(*row)
+
+
+def _writable(target: _Target) -> None:
+    if target.study_status in READ_ONLY_STATUSES:
+        raise PermissionDenied(f"study {target.study_name!r} is closed; ratings can't change")
+
+
+def _queue(s: Session, actor: Actor, study_id: int) -> list[tuple[str, dt.datetime | None]]:
+    """(opaque_id, completed_at) of the actor's pairs in a study, in the rater's order."""
+    return [
+        (oid, done)
+        for oid, done in s.execute(
+            select(Pair.opaque_id, Assignment.completed_at)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .where(Assignment.rater_id == actor.user_id, Assignment.study_id == study_id)
+            .order_by(Assignment.order_index, Assignment.id)
+        )
+    ]
+
+
+def _next_open(queue: list[tuple[str, Any]], after: str) -> str | None:
+    ids = [oid for oid, _ in queue]
+    start = ids.index(after) + 1 if after in ids else 0
+    for oid, done in queue[start:] + queue[:start]:
+        if done is None and oid != after:
+            return oid
+    return None
+
+
+def _counts(s: Session, actor: Actor, pair_id: int) -> dict[tuple[int, bool], int]:
+    counts = dict.fromkeys(CELLS, 0)
+    for category, significant, count in s.execute(
+        select(Rating.category, Rating.significant, Rating.count).where(
+            Rating.rater_id == actor.user_id, Rating.pair_id == pair_id
+        )
+    ):
+        counts[(int(category), bool(significant))] = int(count)
+    return counts
+
+
+def _upsert_rating(
+    s: Session, *, rater_id: int, pair_id: int, category: int, significant: bool, count: int,
+    now: dt.datetime,
+) -> None:
+    """Insert or update one rating cell in a single statement (SQLite and PostgreSQL)."""
+    dialect = s.get_bind().dialect.name
+    if dialect == "postgresql":
+        insert = pg_insert
+    elif dialect == "sqlite":
+        insert = sqlite_insert
+    else:  # pragma: no cover - the project supports these two
+        raise RuntimeError(f"unsupported database dialect {dialect!r}")
+    stmt = insert(Rating).values(
+        rater_id=rater_id,
+        pair_id=pair_id,
+        category=category,
+        significant=significant,
+        count=count,
+        created_at=now,
+        updated_at=now,
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[Rating.rater_id, Rating.pair_id, Rating.category, Rating.significant],
+        set_={"count": stmt.excluded.count, "updated_at": stmt.excluded.updated_at},
+    )
+    s.execute(stmt)
+
+
+def _is_int(value: object) -> bool:
+    # numpy integers from a widget are fine; bools and floats are not counts.
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _validate_cell(category: object, significant: object, count: object) -> None:
+    if not _is_int(category) or int(category) not in CATEGORIES:
+        raise InvalidInput(f"category: must be an integer 1-6, got {category!r}")
+    if not isinstance(significant, bool):
+        raise InvalidInput(f"significant: must be true or false, got {significant!r}")
+    if not _is_int(count) or not 0 <= int(count) <= MAX_COUNT:
+        raise InvalidInput(f"count: must be an integer 0-{MAX_COUNT}, got {count!r}")
+
+
+# -- services -------------------------------------------------------------------------------
+
+
+def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
+    """The studies in which the actor has pairs to rate, with their progress.
+
+    Args:
+        db: the study database.
+        actor: any account (only its own assignments count).
+
+    Returns:
+        One entry per visible study, by name.
+    """
+    with db.begin() as s:
+        rows = s.execute(
+            select(
+                Study.id,
+                Study.name,
+                Study.description,
+                Study.status,
+                func.count(Assignment.id),
+                func.count(Assignment.completed_at),
+            )
+            .join(Assignment, Assignment.study_id == Study.id)
+            .where(Assignment.rater_id == actor.user_id, Study.status.not_in(HIDDEN_STATUSES))
+            .group_by(Study.id, Study.name, Study.description, Study.status)
+            .order_by(Study.name)
+        ).all()
+        out = []
+        for study_id, name, description, status, total, done in rows:
+            resume = s.scalar(
+                select(Pair.opaque_id)
+                .join(Assignment, Assignment.pair_id == Pair.id)
+                .where(
+                    Assignment.rater_id == actor.user_id,
+                    Assignment.study_id == study_id,
+                    Assignment.completed_at.is_(None),
+                )
+                .order_by(Assignment.order_index, Assignment.id)
+                .limit(1)
+            )
+            out.append(
+                RaterStudy(
+                    name=name,
+                    description=description,
+                    status=status,
+                    completed=int(done),
+                    total=int(total),
+                    resume_opaque_id=resume,
+                )
+            )
+        return out
+
+
+def rater_queue(db: Database, actor: Actor, *, study_name: str) -> list[QueueItem]:
+    """The actor's pairs in a study, in their own seeded order.
+
+    Raises:
+        NotFound: no such study, or no pairs of it are assigned to the actor.
+    """
+    with db.begin() as s:
+        study_id = s.scalar(
+            select(Study.id).where(
+                Study.name == study_name, Study.status.not_in(HIDDEN_STATUSES)
+            )
+        )
+        queue = _queue(s, actor, study_id) if study_id is not None else []
+    if not queue:
+        raise NotFound(f"you have no pairs to rate in study {study_name!r}")
+    return [
+        QueueItem(opaque_id=oid, index=i, completed=done is not None, completed_at=as_utc(done))
+        for i, (oid, done) in enumerate(queue, start=1)
+    ]
+
+
+def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
+    """One assigned pair with the texts, images and the actor's own saved counts.
+
+    Raises:
+        NotFound: the pair does not exist or is not assigned to the actor.
+    """
+    reference = aliased(Report)
+    candidate = aliased(Report)
+    with db.begin() as s:
+        t = _target(s, actor, opaque_id)
+        ref_text, cand_text = s.execute(
+            select(reference.text, candidate.text)
+            .join_from(reference, candidate, candidate.case_id == reference.case_id)
+            .where(reference.id == t.reference_id, candidate.id == t.candidate_id)
+        ).one()
+        images = tuple(
+            ImageRef(int(i), v, f)
+            for i, v, f in s.execute(
+                select(Image.id, Image.view, Image.format)
+                .where(Image.case_id == t.case_id)
+                .order_by(Image.id)
+            )
+        )
+        counts = _counts(s, actor, t.pair_id)
+        ids = [oid for oid, _ in _queue(s, actor, t.study_id)]
+    pos = ids.index(str(opaque_id))
+    return RaterPairView(
+        opaque_id=str(opaque_id),
+        study_name=t.study_name,
+        index=pos + 1,
+        total=len(ids),
+        reference_text=ref_text,
+        candidate_text=cand_text,
+        images=images,
+        counts=counts,
+        completed_at=as_utc(t.assignment.completed_at),
+        prev_opaque_id=ids[pos - 1] if pos > 0 else None,
+        next_opaque_id=ids[pos + 1] if pos + 1 < len(ids) else None,
+    )
+
+
+def set_count(
+    db: Database,
+    actor: Actor,
+    *,
+    opaque_id: str,
+    category: int,
+    significant: bool,
+    count: int,
+) -> SaveResult:
+    """Autosave one cell: the number of errors of a category and significance.
+
+    Idempotent: saving the value already stored changes nothing and logs no event. Otherwise
+    the cell is upserted and one ``RatingEvent`` (old and new count) is appended in the same
+    transaction. A missing cell counts as 0.
+
+    Args:
+        db: the study database.
+        actor: the rater the pair is assigned to.
+        opaque_id: the pair as the rater knows it.
+        category: ReXVal error category 1-6.
+        significant: clinically significant (True) or insignificant (False) errors.
+        count: 0-99.
+
+    Returns:
+        When it was saved, the stored count, and whether anything changed.
+
+    Raises:
+        InvalidInput: a value out of range.
+        NotFound: the pair is not assigned to the actor.
+        PermissionDenied: the study is closed.
+    """
+    _validate_cell(category, significant, count)
+    category, count = int(category), int(count)
+    now = utcnow()
+    with db.begin() as s:
+        t = _target(s, actor, opaque_id, lock=True)
+        # A pair marked done stays editable (a rater going back to fix a count must never
+        # lose the edit); the change is audited like any other.
+        _writable(t)
+        # Read in its own statement, after the lock is held: under PostgreSQL's READ COMMITTED
+        # a statement that waited for a row lock re-reads only the locked row, so a count
+        # joined into the locking query could be stale and break the audit chain.
+        old = s.scalar(
+            select(Rating.count).where(
+                Rating.rater_id == actor.user_id,
+                Rating.pair_id == t.pair_id,
+                Rating.category == category,
+                Rating.significant == significant,
+            )
+        )
+        if (old if old is not None else 0) == count:
+            return SaveResult(saved_at=now, count=count, changed=False)
+        _upsert_rating(
+            s,
+            rater_id=actor.user_id,
+            pair_id=t.pair_id,
+            category=category,
+            significant=significant,
+            count=count,
+            now=now,
+        )
+        s.add(
+            RatingEvent(
+                rater_id=actor.user_id,
+                pair_id=t.pair_id,
+                action="set",
+                category=category,
+                significant=significant,
+                old_count=old,
+                new_count=count,
+                at=now,
+            )
+        )
+    return SaveResult(saved_at=now, count=count, changed=True)
+
+
+def complete_pair(
+    db: Database, actor: Actor, *, opaque_id: str, confirm_zero: bool = False
+) -> CompletionStatus:
+    """Mark a pair done.
+
+    Cells never entered are stored as explicit zeros so a done pair always has all twelve
+    cells. Marking a done pair again changes nothing.
+
+    Args:
+        db: the study database.
+        actor: the rater the pair is assigned to.
+        opaque_id: the pair.
+        confirm_zero: must be True when every count is 0 (the rater confirms "no errors"
+            rather than forgetting to enter them).
+
+    Raises:
+        InvalidInput: all counts are zero and ``confirm_zero`` is False.
+        NotFound: the pair is not assigned to the actor.
+        PermissionDenied: the study is closed.
+    """
+    now = utcnow()
+    with db.begin() as s:
+        t = _target(s, actor, opaque_id, lock=True)
+        _writable(t)
+        if t.assignment.completed_at is None:
+            counts = _counts(s, actor, t.pair_id)
+            if not any(counts.values()) and not confirm_zero:
+                raise InvalidInput(
+                    "all counts are 0: confirm that the candidate has no errors "
+                    "(confirm_zero) or enter the errors first"
+                )
+            present = {
+                (int(category), bool(significant))
+                for category, significant in s.execute(
+                    select(Rating.category, Rating.significant).where(
+                        Rating.rater_id == actor.user_id, Rating.pair_id == t.pair_id
+                    )
+                )
+            }
+            for category, significant in CELLS:
+                if (category, significant) not in present:
+                    _upsert_rating(
+                        s,
+                        rater_id=actor.user_id,
+                        pair_id=t.pair_id,
+                        category=category,
+                        significant=significant,
+                        count=0,
+                        now=now,
+                    )
+            t.assignment.completed_at = now
+            s.add(RatingEvent(rater_id=actor.user_id, pair_id=t.pair_id, action="complete", at=now))
+        completed_at = as_utc(t.assignment.completed_at)
+        s.flush()
+        nxt = _next_open(_queue(s, actor, t.study_id), str(opaque_id))
+    return CompletionStatus(str(opaque_id), completed_at, nxt)
+
+
+def reopen_pair(db: Database, actor: Actor, *, opaque_id: str) -> CompletionStatus:
+    """Take a pair out of the done state so its counts can change again.
+
+    Raises:
+        NotFound: the pair is not assigned to the actor.
+        PermissionDenied: the study is closed.
+    """
+    now = utcnow()
+    with db.begin() as s:
+        t = _target(s, actor, opaque_id, lock=True)
+        _writable(t)
+        if t.assignment.completed_at is not None:
+            t.assignment.completed_at = None
+            s.add(RatingEvent(rater_id=actor.user_id, pair_id=t.pair_id, action="reopen", at=now))
+            s.flush()
+        nxt = _next_open(_queue(s, actor, t.study_id), str(opaque_id))
+    return CompletionStatus(str(opaque_id), None, nxt)
+
+
+def record_activity(
+    db: Database,
+    actor: Actor,
+    *,
+    opaque_id: str,
+    now: dt.datetime | None = None,
+    idle_cap_seconds: float = 60,
+) -> ActivityResult:
+    """Add time on task: the gap since the last activity on this pair, capped.
+
+    A rater who leaves the page open over lunch gets at most ``idle_cap_seconds`` for that
+    gap. The first call on a pair only starts the clock.
+
+    Args:
+        db: the study database.
+        actor: the rater the pair is assigned to.
+        opaque_id: the pair on screen.
+        now: the time of the activity (default: now, UTC); naive values are taken as UTC.
+        idle_cap_seconds: the most one gap can add.
+
+    Raises:
+        NotFound: the pair is not assigned to the actor.
+    """
+    now = as_utc(now) or utcnow()
+    with db.begin() as s:
+        t = _target(s, actor, opaque_id, lock=True)
+        a = t.assignment
+        last = as_utc(a.last_active_at)
+        if last is not None:
+            gap = (now - last).total_seconds()
+            a.active_seconds = float(a.active_seconds or 0.0) + min(max(gap, 0.0), idle_cap_seconds)
+        # A late, out-of-order call must not move the clock backwards.
+        if last is None or now > last:
+            a.last_active_at = now
+        return ActivityResult(float(a.active_seconds or 0.0), as_utc(a.last_active_at))
+
+
+def assigned_case_ids(db: Database, actor: Actor) -> frozenset[int]:
+    """Case ids whose pairs are assigned to the actor (for image access checks).
+
+    The images service can use this to refuse a rater an image of a case they do not rate.
+    """
+    with db.begin() as s:
+        return frozenset(
+            s.scalars(
+                select(Pair.case_id)
+                .join(Assignment, Assignment.pair_id == Pair.id)
+                .join(Study, Study.id == Assignment.study_id)
+                .where(Assignment.rater_id == actor.user_id, Study.status.not_in(HIDDEN_STATUSES))
+                .distinct()
+            )
+        )
+
+
+__all__ = [
+    "CELLS",
+    "ActivityResult",
+    "CompletionStatus",
+    "ImageRef",
+    "QueueItem",
+    "RaterPairView",
+    "RaterStudy",
+    "SaveResult",
+    "as_utc",
+    "assigned_case_ids",
+    "complete_pair",
+    "get_pair",
+    "rater_queue",
+    "rater_studies",
+    "record_activity",
+    "reopen_pair",
+    "set_count",
+    "utcnow",
+]

@@ -1,0 +1,105 @@
+"""Demo seeding: accounts, the bundled demo study and its assignment, idempotently.
+
+Demo credentials (documented in the README; change them on any shared deployment)::
+
+    admin   / radconcord-admin    (admin)
+    rater1  / radconcord-rater1   (rater)
+    rater2  / radconcord-rater2   (rater)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from backend.services import assignment, auth
+from backend.services.types import Actor
+from db.models import Study, User
+from db.session import Database, upgrade
+
+log = logging.getLogger(__name__)
+
+DEMO_STUDY = "Demo study"
+DEMO_SEED = 0
+# (username, password, role, display name)
+DEMO_USERS: tuple[tuple[str, str, str, str], ...] = (
+    ("admin", "radconcord-admin", "admin", "Demo admin"),
+    ("rater1", "radconcord-rater1", "rater", "Demo rater 1"),
+    ("rater2", "radconcord-rater2", "rater", "Demo rater 2"),
+)
+DEMO_RATERS = tuple(u for u, _, role, _ in DEMO_USERS if role == "rater")
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """What ``seed_demo`` created (empty/zero when everything was already there)."""
+
+    created_users: tuple[str, ...]
+    study_name: str
+    study_created: bool
+    n_pairs: int
+    assignments_created: int
+
+
+def ensure_database(db: Database) -> str | None:
+    """Bring the schema to the latest migration (idempotent) and return its revision.
+
+    ``Database()`` already migrates on construction; this is for ``init-db`` and for databases
+    opened with ``migrate=False``.
+    """
+    from sqlalchemy import text
+
+    upgrade(db.engine)
+    with db.engine.connect() as conn:
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def seed_demo(db: Database) -> SeedResult:
+    """Create the demo accounts and study and assign both raters to every pair.
+
+    Safe to run again: existing accounts (and their passwords) and an existing demo study are
+    left alone; only missing assignments are added.
+    """
+    system = Actor.system()
+    with db.begin() as s:
+        existing = set(s.scalars(select(User.username)))
+        study_exists = s.scalar(select(Study.id).where(Study.name == DEMO_STUDY)) is not None
+    created = []
+    for username, password, role, display in DEMO_USERS:
+        if username not in existing:
+            auth.create_user(
+                db, system, username=username, password=password, role=role, display_name=display
+            )
+            created.append(username)
+    if not study_exists:
+        # Imported lazily: the importer and the demo assets are only needed on first seeding.
+        from backend.datasets.demo import demo_cases
+        from backend.services.imports import import_cases
+
+        import_cases(
+            db,
+            system,
+            study_name=DEMO_STUDY,
+            cases=demo_cases(),
+            description="Demo chest X-ray reports written for RadConcord (not patient data).",
+            raters_per_pair=len(DEMO_RATERS),
+            seed=DEMO_SEED,
+        )
+    summary = assignment.assign_raters(
+        db,
+        system,
+        study_name=DEMO_STUDY,
+        rater_usernames=list(DEMO_RATERS),
+        raters_per_pair=len(DEMO_RATERS),
+        seed=DEMO_SEED,
+    )
+    log.info("demo seeded: users %s, study created %s", created, not study_exists)
+    return SeedResult(
+        created_users=tuple(created),
+        study_name=DEMO_STUDY,
+        study_created=not study_exists,
+        n_pairs=summary.n_pairs,
+        assignments_created=summary.created,
+    )

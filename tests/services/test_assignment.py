@@ -1,0 +1,233 @@
+"""Assignment of raters to pairs: k per pair, balanced, seeded, idempotent, extendable."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+
+import pytest
+from sqlalchemy import select
+
+from backend.services import auth
+from backend.services.assignment import assign_raters
+from backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from backend.services.types import Actor
+from db.models import Assignment, Pair, Report, Study, User
+
+SYSTEM = Actor.system()
+
+
+def _raters(db, *names: str) -> list[str]:
+    for name in names:
+        auth.create_user(db, SYSTEM, username=name, password=f"{name}-password", role="rater")
+    return list(names)
+
+
+def _layout(db, study: str) -> tuple[dict[int, set[str]], dict[str, list[int]]]:
+    """(pair position -> raters, rater -> positions in their order) of a study."""
+    with db.begin() as s:
+        rows = s.execute(
+            select(Pair.position, User.username, Assignment.order_index)
+            .join(Assignment, Assignment.pair_id == Pair.id)
+            .join(User, User.id == Assignment.rater_id)
+            .join(Study, Study.id == Pair.study_id)
+            .where(Study.name == study)
+            .order_by(User.username, Assignment.order_index)
+        ).all()
+    by_pair: dict[int, set[str]] = defaultdict(set)
+    order: dict[str, list[int]] = defaultdict(list)
+    indices: dict[str, list[int]] = defaultdict(list)
+    for position, user, index in rows:
+        by_pair[position].add(user)
+        order[user].append(position)
+        indices[user].append(index)
+    for user, idx in indices.items():
+        assert idx == list(range(len(idx))), f"{user}: order_index not 0..n-1: {idx}"
+    return dict(by_pair), dict(order)
+
+
+def _add_pairs(db, study: str, n: int) -> None:
+    """Append ``n`` pairs to an existing study (as a later import would)."""
+    from db.models import Case
+
+    with db.begin() as s:
+        st = s.scalar(select(Study).where(Study.name == study))
+        start = len(st.pairs)
+        for i in range(start, start + n):
+            case = Case(external_id=f"{study}-extra-{i}")
+            s.add(case)
+            s.flush()
+            ref = Report(case_id=case.id, role="reference", text=f"ref {i}")
+            cand = Report(case_id=case.id, role="candidate", source="gen-x", text=f"cand {i}")
+            s.add_all([ref, cand])
+            s.flush()
+            s.add(Pair(study_id=st.id, case_id=case.id, reference_id=ref.id,
+                       candidate_id=cand.id, source="gen-x", opaque_id=uuid.uuid4().hex[:12],
+                       position=i, input_hash="0" * 64))
+
+
+def test_k_raters_per_pair_balanced(any_db, make_study, fast_password_hashing):
+    make_study(any_db, "S", 10)
+    raters = _raters(any_db, "ra", "rb", "rc")
+    summary = assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=raters,
+                            raters_per_pair=2, seed=7)
+    assert (summary.n_pairs, summary.created, summary.raters_per_pair, summary.seed) == (
+        10, 20, 2, 7
+    )
+    by_pair, order = _layout(any_db, "S")
+    assert sorted(by_pair) == list(range(10))
+    assert all(len(r) == 2 for r in by_pair.values())
+    loads = sorted(len(v) for v in order.values())
+    assert loads == [6, 7, 7]
+    assert summary.per_rater == {u: len(order[u]) for u in raters}
+    with any_db.begin() as s:
+        study = s.scalar(select(Study).where(Study.name == "S"))
+        assert (study.raters_per_pair, study.seed) == (2, 7)
+        assert study.provenance["assignment_runs"] == [
+            {"raters": raters, "raters_per_pair": 2, "seed": 7, "created": 20}
+        ]
+
+
+def test_deterministic_given_seed_and_order_per_rater(db, make_study, fast_password_hashing):
+    """Same content, raters and seed -> same layout; raters get different orders."""
+    raters = _raters(db, "ra", "rb", "rc", "rd")
+    for name in ("S1", "S2", "S3"):
+        make_study(db, name, 24)
+    assign_raters(db, SYSTEM, study_name="S1", rater_usernames=raters, raters_per_pair=2, seed=3)
+    # Username order in the call does not matter.
+    assign_raters(db, SYSTEM, study_name="S2", rater_usernames=raters[::-1], raters_per_pair=2,
+                  seed=3)
+    assign_raters(db, SYSTEM, study_name="S3", rater_usernames=raters, raters_per_pair=2, seed=4)
+    s1, s2, s3 = (_layout(db, n) for n in ("S1", "S2", "S3"))
+    assert s1 == s2
+    assert s1 != s3
+    by_pair, order = s1
+    assert all(len(v) == 12 for v in order.values())  # 48 / 4
+    # Each rater's queue is their own shuffle, not the import order.
+    assert all(seq != sorted(seq) for seq in order.values())
+    assert len({tuple(seq) for seq in order.values()}) == 4
+
+
+def test_idempotent_and_extends(any_db, make_study, fast_password_hashing):
+    make_study(any_db, "S", 6)
+    raters = _raters(any_db, "ra", "rb", "rc")
+    first = assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=raters[:2],
+                          raters_per_pair=1, seed=1)
+    assert first.created == 6
+    before = _layout(any_db, "S")
+    again = assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=raters[:2],
+                          raters_per_pair=1, seed=99)
+    assert again.created == 0 and _layout(any_db, "S") == before
+    with any_db.begin() as s:
+        study = s.scalar(select(Study).where(Study.name == "S"))
+        assert study.seed == 1 and len(study.provenance["assignment_runs"]) == 1
+
+    # New pairs in the study: only they are assigned, appended after each rater's queue.
+    _add_pairs(any_db, "S", 4)
+    grown = assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=raters[:2],
+                          raters_per_pair=1, seed=1)
+    assert grown.created == 4
+    by_pair, order = _layout(any_db, "S")
+    for user, seq in before[1].items():
+        assert order[user][: len(seq)] == seq
+    assert all(len(v) == 1 for v in by_pair.values()) and len(by_pair) == 10
+
+    # A new rater with k raised to 2: every pair gets exactly one more rater, the newcomer
+    # (least loaded) first, nobody twice on a pair, existing queues untouched.
+    more = assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=raters,
+                         raters_per_pair=2, seed=1)
+    assert more.created == 10
+    by_pair2, order2 = _layout(any_db, "S")
+    assert all(len(v) == 2 for v in by_pair2.values())
+    assert sorted(len(v) for v in order2.values()) == [6, 7, 7]
+    for user, seq in order.items():
+        assert order2[user][: len(seq)] == seq
+
+
+def test_assignment_errors(any_db, make_study, fast_password_hashing):
+    make_study(any_db, "S", 3)
+    raters = _raters(any_db, "ra", "rb")
+    auth.create_user(any_db, SYSTEM, username="boss", password="boss-password", role="admin")
+    with pytest.raises(InvalidInput, match="raters_per_pair"):
+        assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=raters,
+                      raters_per_pair=3, seed=0)
+    with pytest.raises(InvalidInput, match="raters_per_pair"):
+        assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=raters,
+                      raters_per_pair=0, seed=0)
+    with pytest.raises(InvalidInput, match="ghost"):
+        assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=["ra", "ghost"],
+                      raters_per_pair=1, seed=0)
+    with pytest.raises(InvalidInput, match="boss"):
+        assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=["ra", "boss"],
+                      raters_per_pair=1, seed=0)
+    with pytest.raises(InvalidInput, match="at least one"):
+        assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=[" "],
+                      raters_per_pair=1, seed=0)
+    with pytest.raises(NotFound):
+        assign_raters(any_db, SYSTEM, study_name="nope", rater_usernames=raters,
+                      raters_per_pair=1, seed=0)
+    rater = auth.authenticate(any_db, username="ra", password="ra-password")
+    with pytest.raises(PermissionDenied):
+        assign_raters(any_db, rater, study_name="S", rater_usernames=raters,
+                      raters_per_pair=1, seed=0)
+    assert _layout(any_db, "S") == ({}, {})
+
+
+def test_seed_demo_is_idempotent_and_usable(any_db, fast_password_hashing):
+    from backend.services import rating
+    from backend.services.seed import DEMO_STUDY, DEMO_USERS, seed_demo
+
+    first = seed_demo(any_db)
+    assert first.created_users == ("admin", "rater1", "rater2") and first.study_created
+    assert first.n_pairs > 0 and first.assignments_created == 2 * first.n_pairs
+    again = seed_demo(any_db)
+    assert (again.created_users, again.study_created, again.assignments_created) == ((), False, 0)
+    assert again.n_pairs == first.n_pairs
+    for username, password, role, _ in DEMO_USERS:
+        actor = auth.authenticate(any_db, username=username, password=password)
+        assert actor is not None and actor.role == role
+    r1 = auth.authenticate(any_db, username="rater1", password="radconcord-rater1")
+    [mine] = rating.rater_studies(any_db, r1)
+    assert (mine.name, mine.completed, mine.total) == (DEMO_STUDY, 0, first.n_pairs)
+    views = [rating.get_pair(any_db, r1, opaque_id=q.opaque_id)
+             for q in rating.rater_queue(any_db, r1, study_name=DEMO_STUDY)]
+    assert views[0].opaque_id == mine.resume_opaque_id
+    assert all(v.reference_text and v.candidate_text for v in views)
+    assert any(v.images for v in views)  # the demo has cases with images
+    by_pair, order = _layout(any_db, DEMO_STUDY)
+    assert all(v == {"rater1", "rater2"} for v in by_pair.values())
+    assert order["rater1"] != order["rater2"]  # each rater has their own order
+
+
+def test_cli_create_user_and_assign(tmp_path, monkeypatch, make_study, capsys,
+                                    fast_password_hashing):
+    import io
+
+    from backend.cli import main
+    from db.session import Database
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("RADCONCORD_DATA_DIR", str(tmp_path))
+    assert main(["init-db"]) == 0
+    assert "revision 0001" in capsys.readouterr().out
+    for name in ("ca", "cb"):
+        monkeypatch.setattr("sys.stdin", io.StringIO(f"{name}-password\n"))
+        assert main(["create-user", "--username", name, "--role", "rater",
+                     "--password-stdin"]) == 0
+    assert "created rater cb" in capsys.readouterr().out
+    db = Database(url)
+    assert auth.authenticate(db, username="ca", password="ca-password") is not None
+    make_study(db, "Cli", 4)
+    assert main(["assign", "--study", "Cli", "--raters", "ca,cb", "--per-pair", "1",
+                 "--seed", "3"]) == 0
+    assert "4 new assignments" in capsys.readouterr().out
+    assert sum(len(v) for v in _layout(db, "Cli")[1].values()) == 4
+    # User errors: one line on stderr, exit status 2, nothing written.
+    monkeypatch.setattr("sys.stdin", io.StringIO("short\n"))
+    assert main(["create-user", "--username", "cc", "--role", "rater", "--password-stdin"]) == 2
+    assert main(["assign", "--study", "Nope", "--raters", "ca", "--per-pair", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("error: password") and "Nope" in err[1] and len(err) == 2
+    assert [u.username for u in auth.list_users(db, Actor.system())] == ["ca", "cb"]
+    db.dispose()

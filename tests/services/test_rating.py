@@ -1,0 +1,261 @@
+"""Rater services on both databases: queue, pair view, autosave with audit, done state, time
+on task, and the admin progress/summary views built on them."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from sqlalchemy import func, select
+
+from backend.services import auth, progress, rating, studies
+from backend.services.assignment import assign_raters
+from backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from backend.services.types import Actor
+from db.models import Assignment, Image, Pair, Rating, RatingEvent, Study
+
+SYSTEM = Actor.system()
+
+
+def _setup(db, make_study, *, n_pairs=4, raters=("r1", "r2"), k=2, name="S"):
+    make_study(db, name, n_pairs)
+    actors = {}
+    for username in raters:
+        auth.create_user(db, SYSTEM, username=username, password=f"{username}-password",
+                         role="rater")
+        actors[username] = auth.authenticate(db, username=username,
+                                             password=f"{username}-password")
+    assign_raters(db, SYSTEM, study_name=name, rater_usernames=list(raters),
+                  raters_per_pair=k, seed=5)
+    return actors
+
+
+def _events(db, **where):
+    with db.begin() as s:
+        stmt = select(RatingEvent).order_by(RatingEvent.id)
+        for key, value in where.items():
+            stmt = stmt.where(getattr(RatingEvent, key) == value)
+        return [(e.action, e.category, e.significant, e.old_count, e.new_count)
+                for e in s.scalars(stmt)]
+
+
+def test_queue_and_pair_view(any_db, make_study, fast_password_hashing):
+    actors = _setup(any_db, make_study)
+    r1 = actors["r1"]
+    queue = rating.rater_queue(any_db, r1, study_name="S")
+    assert [q.index for q in queue] == [1, 2, 3, 4]
+    assert not any(q.completed for q in queue) and all(q.completed_at is None for q in queue)
+    # The queue is the rater's own seeded order.
+    with any_db.begin() as s:
+        expected = list(s.scalars(
+            select(Pair.opaque_id).join(Assignment, Assignment.pair_id == Pair.id)
+            .where(Assignment.rater_id == r1.user_id).order_by(Assignment.order_index)))
+    assert [q.opaque_id for q in queue] == expected
+
+    first, second = queue[0].opaque_id, queue[1].opaque_id
+    view = rating.get_pair(any_db, r1, opaque_id=second)
+    assert (view.index, view.total, view.study_name) == (2, 4, "S")
+    assert (view.prev_opaque_id, view.next_opaque_id) == (first, queue[2].opaque_id)
+    assert view.counts == dict.fromkeys(rating.CELLS, 0) and len(view.counts) == 12
+    assert view.completed_at is None and view.images == ()
+    with any_db.begin() as s:
+        pair = s.scalar(select(Pair).where(Pair.opaque_id == second))
+        assert view.reference_text == pair.reference.text
+        assert view.candidate_text == pair.candidate.text
+        s.add_all([
+            Image(case_id=pair.case_id, path="x/pa.dcm", format="dicom", view="PA", sha256="a"),
+            Image(case_id=pair.case_id, path="x/lat.png", format="png", view="LATERAL",
+                  sha256="b"),
+        ])
+    view = rating.get_pair(any_db, r1, opaque_id=second)
+    assert [(i.view, i.format) for i in view.images] == [("PA", "dicom"), ("LATERAL", "png")]
+    assert all(isinstance(i.image_id, int) for i in view.images)
+    assert rating.get_pair(any_db, r1, opaque_id=first).prev_opaque_id is None
+    assert rating.get_pair(any_db, r1, opaque_id=queue[-1].opaque_id).next_opaque_id is None
+
+
+def test_set_count_saves_and_audits(any_db, make_study, fast_password_hashing):
+    r1 = _setup(any_db, make_study)["r1"]
+    oid = rating.rater_queue(any_db, r1, study_name="S")[0].opaque_id
+    res = rating.set_count(any_db, r1, opaque_id=oid, category=2, significant=True, count=3)
+    assert (res.count, res.changed) == (3, True) and res.saved_at.tzinfo is not None
+    res = rating.set_count(any_db, r1, opaque_id=oid, category=2, significant=True, count=3)
+    assert res.changed is False  # unchanged: no event
+    rating.set_count(any_db, r1, opaque_id=oid, category=2, significant=True, count=1)
+    rating.set_count(any_db, r1, opaque_id=oid, category=5, significant=False, count=2)
+    # Entering 0 in a cell never written is no change (a missing cell is 0).
+    assert not rating.set_count(any_db, r1, opaque_id=oid, category=6, significant=True,
+                                count=0).changed
+    assert _events(any_db, rater_id=r1.user_id) == [
+        ("set", 2, True, None, 3),
+        ("set", 2, True, 3, 1),
+        ("set", 5, False, None, 2),
+    ]
+    # A second read returns exactly what was saved (what a reload shows).
+    view = rating.get_pair(any_db, r1, opaque_id=oid)
+    expected = dict.fromkeys(rating.CELLS, 0) | {(2, True): 1, (5, False): 2}
+    assert view.counts == expected
+    with any_db.begin() as s:
+        assert s.scalar(select(func.count(Rating.id))) == 2
+
+
+@pytest.mark.parametrize(
+    ("category", "significant", "count", "field"),
+    [
+        (0, True, 1, "category"),
+        (7, True, 1, "category"),
+        (True, True, 1, "category"),
+        ("2", True, 1, "category"),
+        (1, 1, 1, "significant"),
+        (1, True, -1, "count"),
+        (1, True, 100, "count"),
+        (1, True, 2.0, "count"),
+    ],
+)
+def test_set_count_validation(db, make_study, fast_password_hashing, category, significant,
+                              count, field):
+    r1 = _setup(db, make_study, n_pairs=1)["r1"]
+    oid = rating.rater_queue(db, r1, study_name="S")[0].opaque_id
+    with pytest.raises(InvalidInput, match=field):
+        rating.set_count(db, r1, opaque_id=oid, category=category, significant=significant,
+                         count=count)
+    assert _events(db) == []
+    assert rating.get_pair(db, r1, opaque_id=oid).counts == dict.fromkeys(rating.CELLS, 0)
+
+
+def test_complete_and_reopen(any_db, make_study, fast_password_hashing):
+    r1 = _setup(any_db, make_study, n_pairs=3)["r1"]
+    queue = [q.opaque_id for q in rating.rater_queue(any_db, r1, study_name="S")]
+    a, b, c = queue
+    with pytest.raises(InvalidInput, match="confirm"):
+        rating.complete_pair(any_db, r1, opaque_id=a)
+    assert rating.get_pair(any_db, r1, opaque_id=a).completed_at is None
+    done = rating.complete_pair(any_db, r1, opaque_id=a, confirm_zero=True)
+    assert done.completed_at is not None and done.next_open_opaque_id == b
+    # A done pair stores all twelve cells, as explicit zeros here.
+    with any_db.begin() as s:
+        rows = s.execute(select(Rating.category, Rating.significant, Rating.count).where(
+            Rating.rater_id == r1.user_id)).all()
+    assert sorted((int(x), bool(y)) for x, y, _ in rows) == sorted(rating.CELLS)
+    assert {n for *_, n in rows} == {0}
+    again = rating.complete_pair(any_db, r1, opaque_id=a, confirm_zero=True)
+    assert again.completed_at == done.completed_at
+    assert [e[0] for e in _events(any_db)] == ["complete"]
+
+    rating.set_count(any_db, r1, opaque_id=c, category=1, significant=True, count=1)
+    done_c = rating.complete_pair(any_db, r1, opaque_id=c)  # non-zero: no confirmation
+    assert done_c.next_open_opaque_id == b  # wraps round to the remaining pair
+    # Editing a done pair is allowed and audited; it stays done.
+    rating.set_count(any_db, r1, opaque_id=c, category=1, significant=True, count=2)
+    assert rating.get_pair(any_db, r1, opaque_id=c).completed_at is not None
+
+    items = {q.opaque_id: q for q in rating.rater_queue(any_db, r1, study_name="S")}
+    assert (items[a].completed, items[b].completed, items[c].completed) == (True, False, True)
+    assert items[a].completed_at == done.completed_at
+
+    reopened = rating.reopen_pair(any_db, r1, opaque_id=a)
+    assert reopened.completed_at is None
+    assert rating.get_pair(any_db, r1, opaque_id=a).completed_at is None
+    rating.reopen_pair(any_db, r1, opaque_id=a)  # already open: no event
+    assert [e[0] for e in _events(any_db)] == ["complete", "set", "complete", "set", "reopen"]
+
+
+def test_closed_study_is_read_only_and_draft_is_hidden(any_db, make_study,
+                                                       fast_password_hashing):
+    r1 = _setup(any_db, make_study, n_pairs=2)["r1"]
+    oid = rating.rater_queue(any_db, r1, study_name="S")[0].opaque_id
+    rating.set_count(any_db, r1, opaque_id=oid, category=3, significant=False, count=4)
+    with any_db.begin() as s:
+        s.scalar(select(Study).where(Study.name == "S")).status = "closed"
+    with pytest.raises(PermissionDenied, match="closed"):
+        rating.set_count(any_db, r1, opaque_id=oid, category=3, significant=False, count=5)
+    with pytest.raises(PermissionDenied):
+        rating.complete_pair(any_db, r1, opaque_id=oid)
+    assert rating.get_pair(any_db, r1, opaque_id=oid).counts[(3, False)] == 4
+    with any_db.begin() as s:
+        s.scalar(select(Study).where(Study.name == "S")).status = "draft"
+    assert rating.rater_studies(any_db, r1) == []
+    with pytest.raises(NotFound):
+        rating.get_pair(any_db, r1, opaque_id=oid)
+    with pytest.raises(NotFound):
+        rating.rater_queue(any_db, r1, study_name="S")
+
+
+def test_time_on_task_caps_idle_gaps(any_db, make_study, fast_password_hashing):
+    r1 = _setup(any_db, make_study, n_pairs=2)["r1"]
+    oid = rating.rater_queue(any_db, r1, study_name="S")[0].opaque_id
+    t0 = dt.datetime(2025, 3, 1, 9, 0, tzinfo=dt.UTC)
+    res = rating.record_activity(any_db, r1, opaque_id=oid, now=t0)
+    assert res.active_seconds == 0.0 and res.last_active_at == t0
+    res = rating.record_activity(any_db, r1, opaque_id=oid, now=t0 + dt.timedelta(seconds=12))
+    assert res.active_seconds == pytest.approx(12.0)
+    # Lunch break: a 40-minute gap adds only the cap.
+    t1 = t0 + dt.timedelta(minutes=40, seconds=12)
+    res = rating.record_activity(any_db, r1, opaque_id=oid, now=t1, idle_cap_seconds=60)
+    assert res.active_seconds == pytest.approx(72.0)
+    # Naive datetimes are UTC; an out-of-order (earlier) call adds nothing.
+    naive = (t1 + dt.timedelta(seconds=5)).replace(tzinfo=None)
+    assert rating.record_activity(any_db, r1, opaque_id=oid, now=naive).active_seconds == (
+        pytest.approx(77.0)
+    )
+    res = rating.record_activity(any_db, r1, opaque_id=oid, now=t0)
+    assert res.active_seconds == pytest.approx(77.0)
+    assert res.last_active_at == t1 + dt.timedelta(seconds=5)
+    prog = progress.study_progress(any_db, SYSTEM, study_name="S")
+    by_user = {r.username: r for r in prog.raters}
+    assert by_user["r1"].active_seconds == pytest.approx(77.0)
+    assert by_user["r1"].last_active_at == t1 + dt.timedelta(seconds=5)
+    assert by_user["r2"].active_seconds == 0.0 and by_user["r2"].last_active_at is None
+
+
+def test_rater_studies_progress_and_summaries(any_db, make_study, fast_password_hashing):
+    actors = _setup(any_db, make_study, n_pairs=4, raters=("r1", "r2", "r3"), k=2)
+    make_study(any_db, "Other", 2)  # nobody assigned
+    r1 = actors["r1"]
+    mine = rating.rater_studies(any_db, r1)
+    assert [(m.name, m.completed) for m in mine] == [("S", 0)]
+    total = mine[0].total
+    queue = rating.rater_queue(any_db, r1, study_name="S")
+    assert mine[0].resume_opaque_id == queue[0].opaque_id and total == len(queue)
+    rating.complete_pair(any_db, r1, opaque_id=queue[0].opaque_id, confirm_zero=True)
+    mine = rating.rater_studies(any_db, r1)
+    assert (mine[0].completed, mine[0].resume_opaque_id) == (1, queue[1].opaque_id)
+    assert studies.list_studies(any_db, r1) == mine
+
+    prog = progress.study_progress(any_db, SYSTEM, study_name="S")
+    assert (prog.name, prog.n_pairs, prog.n_assignments, prog.n_completed) == ("S", 4, 8, 1)
+    assert prog.n_pairs_fully_rated == 0
+    assert sorted((r.username, r.completed) for r in prog.raters) == [
+        ("r1", 1), ("r2", 0), ("r3", 0)
+    ]
+    assert sum(r.total for r in prog.raters) == 8
+    assert all(p.assigned == 2 for p in prog.pairs)
+    assert [p.position for p in prog.pairs] == [0, 1, 2, 3]
+    done_pair = next(p for p in prog.pairs if p.opaque_id == queue[0].opaque_id)
+    assert done_pair.completed == 1
+
+    listed = {s.name: s for s in studies.list_studies(any_db, SYSTEM)}
+    assert set(listed) == {"S", "Other"}
+    summary = studies.get_study_summary(any_db, SYSTEM, study_name="S")
+    assert summary == listed["S"]
+    assert (summary.n_pairs, summary.n_cases, summary.n_raters, summary.n_assignments,
+            summary.n_completed) == (4, 4, 3, 8, 1)
+    assert summary.sources == {"gen-a": 2, "gen-b": 2}
+    assert summary.provenance["assignment_runs"][0]["raters_per_pair"] == 2
+    assert listed["Other"].n_raters == 0
+    with pytest.raises(NotFound):
+        studies.get_study_summary(any_db, SYSTEM, study_name="missing")
+    with pytest.raises(NotFound):
+        progress.study_progress(any_db, SYSTEM, study_name="missing")
+
+
+def test_assigned_case_ids(any_db, make_study, fast_password_hashing):
+    actors = _setup(any_db, make_study, n_pairs=4, raters=("r1", "r2"), k=1)
+    with any_db.begin() as s:
+        expected = {
+            u: set(s.scalars(select(Pair.case_id).join(Assignment, Assignment.pair_id == Pair.id)
+                             .where(Assignment.rater_id == a.user_id)))
+            for u, a in actors.items()
+        }
+    got = {u: set(rating.assigned_case_ids(any_db, a)) for u, a in actors.items()}
+    assert got == expected and not (got["r1"] & got["r2"]) and len(got["r1"]) == 2
