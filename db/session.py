@@ -51,7 +51,8 @@ def make_engine(url: str | None = None, *, echo: bool = False) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, echo=echo, pool_pre_ping=True, future=True)
+    # 20 raters + a worker + dashboard fragments exceed the default 5+10 pool.
+    return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
