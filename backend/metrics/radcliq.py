@@ -111,6 +111,8 @@ class RadCliQ(BaseMetric):
             RadCliQ's signature.
         input_options: ``family -> options`` passed to ``registry.create``; bertscore gets
             :data:`BERTSCORE_RADCLIQ_OPTIONS` merged under them.
+        <family>.<option>: the same per input, in the form the command line can carry
+            (``--set radcliq.semb.checkpoint=/path/chexbert.pth``).
     """
 
     spec = MetricSpec(
@@ -127,8 +129,20 @@ class RadCliQ(BaseMetric):
     defaults: dict[str, Any] = {"inputs": None, "input_options": None}
 
     def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
         families = {f for f, _ in INPUTS}
+        dotted = {k: options.pop(k) for k in [k for k in options if "." in k]}
+        if dotted:
+            merged = {f: dict(o) for f, o in (options.get("input_options") or {}).items()}
+            for name, value in dotted.items():
+                family, _, opt = name.partition(".")
+                if family not in families:
+                    raise ValueError(
+                        f"radcliq: option {name!r} names unknown input {family!r}"
+                        f" (known: {', '.join(sorted(families))})"
+                    )
+                merged.setdefault(family, {})[opt] = value
+            options["input_options"] = merged
+        super().__init__(**options)
         for opt in ("inputs", "input_options"):
             given = self.options[opt] or {}
             if not isinstance(given, Mapping):

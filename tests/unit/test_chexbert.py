@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from transformers import BertConfig, BertModel
 
 from backend.metrics import chexbert, labels
 from backend.metrics.base import MetricUnavailable
+from tests.helpers_chexbert import write_chexbert_checkpoint
 from tests.helpers_models import build_tiny_bert
 
 REPORTS = [
@@ -27,21 +27,7 @@ REPORTS = [
 
 
 def _write_checkpoint(tmp_path, seed: int = 0):
-    enc = build_tiny_bert(tmp_path, seed=seed, name="enc")
-    config = BertConfig.from_pretrained(str(enc))
-    torch.manual_seed(seed + 1)
-    bert = BertModel(config)
-    hidden = config.hidden_size
-    heads = [torch.nn.Linear(hidden, 4) for _ in range(13)] + [torch.nn.Linear(hidden, 2)]
-    state = {f"module.bert.{k}": v for k, v in bert.state_dict().items()}
-    for i, h in enumerate(heads):
-        state[f"module.linear_heads.{i}.weight"] = h.weight.detach().clone()
-        state[f"module.linear_heads.{i}.bias"] = h.bias.detach().clone()
-    positions = torch.arange(config.max_position_embeddings)[None]
-    state["module.bert.embeddings.position_ids"] = positions
-    path = tmp_path / "chexbert.pth"
-    torch.save({"model_state_dict": state, "epoch": 3}, path)
-    return enc, path, bert.eval(), heads
+    return write_chexbert_checkpoint(tmp_path, seed)
 
 
 def _reference_forward(bert, heads, tokenizer, text):
