@@ -48,7 +48,12 @@ def make_engine(url: str | None = None, *, echo: bool = False) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn):  # noqa: ANN001
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Writers take the write lock up front (no deadlock on lock upgrade); readers use
+            # a deferred BEGIN, which under WAL never waits for or blocks a writer.
+            if conn.get_execution_options().get("readonly"):
+                conn.exec_driver_sql("BEGIN")
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     # 20 raters + a worker + dashboard fragments exceed the default 5+10 pool.
@@ -81,10 +86,18 @@ class Database:
         if migrate:
             upgrade(self.engine)
         self.sessions = make_sessionmaker(self.engine)
+        self._read_sessions = make_sessionmaker(self.engine.execution_options(readonly=True))
 
     def begin(self):  # noqa: ANN201 - context manager of Session
         """A session in a transaction that commits on success and rolls back on error."""
         return self.sessions.begin()
+
+    def read(self):  # noqa: ANN201 - context manager of Session
+        """A session for reads only: on SQLite it neither takes nor waits for the write lock.
+
+        Writing through it is a bug; on SQLite the write would fail or wait at commit.
+        """
+        return self._read_sessions.begin()
 
     def session(self) -> Session:
         """A plain session (read-only use)."""

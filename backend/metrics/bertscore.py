@@ -337,6 +337,12 @@ class BertScore(BaseMetric):
             raise MetricUnavailable(f"bertscore: cannot tell the number of layers of {plan.ref}")
         return last
 
+    @property
+    def corpus_dependent(self) -> bool:
+        """With idf fitted per call, every value depends on all references of the scored set,
+        so the scoring runner must pass the whole set in one call (and keys the cache by it)."""
+        return bool(self.options["idf"]) and self._fitted_idf is None
+
     def signature(self) -> str:
         plan, reason = self._plan()
         if plan is None:

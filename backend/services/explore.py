@@ -98,7 +98,7 @@ def data_version(db: Database, actor: Actor, *, study_name: str) -> DataVersion:
         NotFound: unknown study.
     """
     require_admin(actor)
-    with db.begin() as s:
+    with db.read() as s:
         sid = s.scalar(select(Study.id).where(Study.name == study_name))
         if sid is None:
             raise NotFound(f"no study named '{study_name}'")
@@ -396,7 +396,7 @@ def pair_detail(db: Database, actor: Actor, *, study_name: str, pair_id: int) ->
         raise NotFound(f"study '{study_name}' has no pair {pair_id}")
     i = int(where[0])
     table = _table(ratings, columns, "total")
-    with db.begin() as s:
+    with db.read() as s:
         pair = s.get(Pair, pair_id)
         assert pair is not None  # the pair was just read through load_ratings
         reference = s.scalar(select(Report.text).where(Report.id == pair.reference_id)) or ""

@@ -74,7 +74,7 @@ def _check_access(s: Any, actor: Actor, case_id: int) -> None:
 
 
 def _image_file(db: Database, actor: Actor, image_id: int) -> tuple[str, str]:
-    with db.begin() as s:
+    with db.read() as s:
         image = s.get(Image, image_id)
         if image is None:
             if actor.is_admin:
@@ -184,7 +184,7 @@ def images_for_pair(
     """
     if (pair_id is None) == (opaque_id is None):
         raise InvalidInput("give exactly one of pair_id and opaque_id")
-    with db.begin() as s:
+    with db.read() as s:
         query = select(Pair)
         query = query.where(Pair.id == pair_id) if pair_id is not None else query.where(
             Pair.opaque_id == opaque_id

@@ -66,7 +66,7 @@ def study_progress(db: Database, actor: Actor, *, study_name: str) -> StudyProgr
         NotFound: no such study.
     """
     require_admin(actor)
-    with db.begin() as s:
+    with db.read() as s:
         study = s.scalar(select(Study).where(Study.name == study_name))
         if study is None:
             raise NotFound(f"no study named {study_name!r}")

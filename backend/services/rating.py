@@ -270,7 +270,7 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
     Returns:
         One entry per visible study, by name.
     """
-    with db.begin() as s:
+    with db.read() as s:
         rows = s.execute(
             select(
                 Study.id,
@@ -317,7 +317,7 @@ def rater_queue(db: Database, actor: Actor, *, study_name: str) -> list[QueueIte
     Raises:
         NotFound: no such study, or no pairs of it are assigned to the actor.
     """
-    with db.begin() as s:
+    with db.read() as s:
         study_id = s.scalar(
             select(Study.id).where(
                 Study.name == study_name, Study.status.not_in(HIDDEN_STATUSES)
@@ -340,7 +340,7 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
     """
     reference = aliased(Report)
     candidate = aliased(Report)
-    with db.begin() as s:
+    with db.read() as s:
         t = _target(s, actor, opaque_id)
         ref_text, cand_text = s.execute(
             select(reference.text, candidate.text)
@@ -568,7 +568,7 @@ def assigned_case_ids(db: Database, actor: Actor) -> frozenset[int]:
 
     The images service can use this to refuse a rater an image of a case they do not rate.
     """
-    with db.begin() as s:
+    with db.read() as s:
         return frozenset(
             s.scalars(
                 select(Pair.case_id)

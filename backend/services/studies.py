@@ -88,7 +88,7 @@ def list_studies(db: Database, actor: Actor) -> list[StudySummary] | list[RaterS
     """
     if not actor.is_admin:
         return rater_studies(db, actor)
-    with db.begin() as s:
+    with db.read() as s:
         studies = s.scalars(select(Study).order_by(Study.name)).all()
         return [_summary(s, st) for st in studies]
 
@@ -101,7 +101,7 @@ def get_study_summary(db: Database, actor: Actor, *, study_name: str) -> StudySu
         NotFound: no such study.
     """
     require_admin(actor)
-    with db.begin() as s:
+    with db.read() as s:
         study = s.scalar(select(Study).where(Study.name == study_name))
         if study is None:
             raise NotFound(f"no study named {study_name!r}")

@@ -276,3 +276,13 @@ def test_bad_options_fail_clearly(tiny_roberta, tmp_path):
     bad.write_text("x,y\n1,2\n")
     reason = BertScore(model=str(tiny_roberta), num_layers=1, baseline=str(bad)).availability()
     assert reason is not None and "bad.tsv" in reason and "LAYER,P,R,F" in reason
+
+
+def test_idf_makes_the_metric_corpus_dependent_until_fitted():
+    """The runner scores corpus-dependent metrics in one call over the whole scored set."""
+    from backend.metrics.bertscore import BertScore
+
+    assert BertScore(idf=False).corpus_dependent is False
+    metric = BertScore(idf=True)
+    assert metric.corpus_dependent is True
+    assert "idf:scored-set" in metric.signature()
