@@ -18,6 +18,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_metrics)
 
+    u = subparsers.add_parser(
+        "uncertainty",
+        help="SMAS variance over several sampled candidates of each case",
+        description="Group the candidates of a PAIRS file by case_id (each group: several "
+        "samples from one model for one case) and write report-level and sentence-level SMAS "
+        "variance per case as JSON.",
+    )
+    u.add_argument("--input", required=True, help="PAIRS file (CSV/JSONL) with case_id")
+    u.add_argument("--output", required=True, help="JSON file to write")
+    u.add_argument("--set", action="append", default=[], metavar="smas.OPTION=VALUE",
+                   help="encoder options, e.g. smas.model=/path/to/encoder")
+    u.set_defaults(func=cmd_uncertainty)
+
 
 def _direction(value: bool | None) -> str:
     if value is None:
@@ -71,4 +84,60 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         print("  ".join(r[c].ljust(widths[c]) for c in range(4)) + "  " + r[4])
     n_ok = sum(m.available for m in catalog)
     print(f"\n{n_ok} of {len(catalog)} metric families available here")
+    return 0
+
+
+def cmd_uncertainty(args: argparse.Namespace) -> int:
+    """Score SMAS variance per case and write JSON atomically."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from backend.cli import UserError
+    from backend.metrics.base import MetricInputError
+    from backend.metrics.smas import SmasVar
+    from backend.scoring.io import ScoreInputError, read_pairs
+    from backend.scoring.runner import ScoringError, parse_set_options
+
+    try:
+        pf = read_pairs(args.input)
+        sets = parse_set_options(args.set)
+    except (ScoreInputError, ScoringError) as exc:
+        raise UserError(str(exc)) from None
+    unknown = set(sets) - {"smas", "smas_var"}
+    if unknown:
+        raise UserError(f"--set: only smas.* options apply here (got {', '.join(sorted(unknown))})")
+    options = {**sets.get("smas", {}), **sets.get("smas_var", {})}
+    groups: dict[str, list[str]] = {}
+    for rec in pf.pairs:
+        if rec.case_id is None:
+            raise UserError(f"{args.input}:{rec.row}: field 'case_id' is required here")
+        if rec.candidate.strip():
+            groups.setdefault(rec.case_id, []).append(rec.candidate)
+    try:
+        metric = SmasVar(**options)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    reason = metric.availability()
+    if reason is not None:
+        raise UserError(f"smas_var is unavailable: {reason}")
+    metric.load("cpu")
+    cases = {}
+    for case_id, samples in groups.items():
+        try:
+            cases[case_id] = metric.score_samples(samples=samples)
+        except MetricInputError as exc:
+            cases[case_id] = {"error": str(exc)}
+    payload = {"signature": metric.signature(), "input": str(args.input), "cases": cases}
+    out = Path(args.output)
+    fd, tmp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2, allow_nan=True)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    n_bad = sum("error" in c for c in cases.values())
+    print(f"wrote {out}: {len(cases) - n_bad} cases scored, {n_bad} with fewer than 2 samples")
     return 0

@@ -20,11 +20,15 @@ class Entry:
     family: str
     target: str
     keys: tuple[str, ...]
-    kind: str  # lexical | embedding | clinical | composite | image | learned
+    kind: str  # lexical | embedding | clinical | composite | image | learned | uncertainty
+    # False for metrics of several sampled reports of one case (no reference/candidate pair).
+    per_pair: bool = True
 
 
-def _e(family: str, target: str, keys: tuple[str, ...] | list[str], kind: str) -> Entry:
-    return Entry(family, target, tuple(keys), kind)
+def _e(
+    family: str, target: str, keys: tuple[str, ...] | list[str], kind: str, per_pair: bool = True
+) -> Entry:
+    return Entry(family, target, tuple(keys), kind, per_pair)
 
 
 _ENTRIES: tuple[Entry, ...] = (
@@ -40,6 +44,7 @@ _ENTRIES: tuple[Entry, ...] = (
         "embedding",
     ),
     _e("smas", "backend.metrics.smas:Smas", ("smas",), "embedding"),
+    _e("smas_var", "backend.metrics.smas:SmasVar", ("smas_var",), "uncertainty", per_pair=False),
     _e("chexpert", "backend.metrics.chexpert:ChexpertLabels", ("chexpert_acc", "chexpert_f1"),
        "clinical"),
     _e("crg", "backend.metrics.crg:Crg", ("crg",), "clinical"),

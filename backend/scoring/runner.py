@@ -224,6 +224,12 @@ def requested_keys(names: Sequence[str]) -> list[str]:
             keys = (name,)
         else:
             raise ScoringError(str(registry.UnknownMetric(name)))
+        entry = registry.ENTRIES[registry.KEY_TO_FAMILY[keys[0]]]
+        if not entry.per_pair:
+            raise ScoringError(
+                f"'{name}' measures several sampled reports of one case, not pairs:"
+                " use `python -m backend uncertainty --input PAIRS --output OUT.json`"
+            )
         out.extend(k for k in keys if k not in out)
     return out
 
@@ -329,6 +335,7 @@ def score(
         raise ScoringError(str(exc)) from None
     if not requested:
         raise ScoringError("no metrics requested")
+    requested_keys(list(metrics))  # refuses metrics that do not score pairs
     stray = sorted(set(options) - set(requested))
     if stray:
         raise ScoringError(
