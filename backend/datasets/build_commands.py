@@ -15,6 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from backend.util import user_errors
+
 
 def _positive(text: str) -> int:
     try:
@@ -43,10 +45,8 @@ def cmd_build_study(args: argparse.Namespace) -> int:
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     raters = [r.strip() for r in (args.raters or "").split(",") if r.strip()]
-    try:
+    with user_errors(ScoringError):
         options = parse_set_options(args.set or [])
-    except ScoringError as exc:
-        raise UserError(str(exc)) from None
     if args.export and Path(args.export).exists() and any(Path(args.export).iterdir()):
         raise UserError(f"{args.export}: output folder exists and is not empty")
     last = [-1]

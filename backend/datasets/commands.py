@@ -7,25 +7,16 @@ Heavy modules (pydicom, SQLAlchemy models) are imported inside the handlers so t
 from __future__ import annotations
 
 import argparse
-import hashlib
 from pathlib import Path
 from typing import Any
+
+from backend.util import file_sha256, user_errors
 
 
 def _database() -> Any:
     from db.session import Database
 
     return Database()
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _fail(exc: Exception) -> None:
-    from backend.cli import UserError
-
-    raise UserError(str(exc)) from None
 
 
 def cmd_import_pairs(args: argparse.Namespace) -> int:
@@ -36,7 +27,7 @@ def cmd_import_pairs(args: argparse.Namespace) -> int:
     from backend.services.types import Actor
 
     path = Path(args.input)
-    try:
+    with user_errors(ServiceError):
         cases = parse_cases(path, images_dir=Path(args.images) if args.images else None)
         summary = import_cases(
             _database(),
@@ -45,11 +36,9 @@ def cmd_import_pairs(args: argparse.Namespace) -> int:
             cases=cases,
             raters_per_pair=args.raters_per_pair,
             seed=args.seed,
-            provenance={"kind": "pairs-file", "file": path.name, "sha256": _sha256(path)},
+            provenance={"kind": "pairs-file", "file": path.name, "sha256": file_sha256(path)},
             image_base=None,
         )
-    except ServiceError as exc:
-        _fail(exc)
     print(
         f"study {summary.study_name!r}: {summary.n_pairs} pairs, {summary.n_cases} cases "
         f"({summary.n_cases_reused} reused), {summary.n_images} images"
@@ -65,7 +54,7 @@ def cmd_import_rexval(args: argparse.Namespace) -> int:
     from backend.services.imports import import_rexval
     from backend.services.types import Actor
 
-    try:
+    with user_errors(ServiceError):
         summary = import_rexval(
             _database(),
             Actor.system(),
@@ -73,8 +62,6 @@ def cmd_import_rexval(args: argparse.Namespace) -> int:
             ratings_path=Path(args.ratings),
             study_name=args.study,
         )
-    except ServiceError as exc:
-        _fail(exc)
     print(
         f"study {summary.study_name!r}: {summary.n_pairs} pairs, {summary.n_raters} raters, "
         f"{summary.n_ratings} ratings"
@@ -88,13 +75,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     from backend.services.exports import export_study
     from backend.services.types import Actor
 
-    try:
+    with user_errors(ServiceError):
         summary = export_study(
             _database(), Actor.system(), study_name=args.study, fmt=args.format,
             out_dir=Path(args.output),
         )
-    except ServiceError as exc:
-        _fail(exc)
     print(f"wrote {len(summary.files)} files to {summary.out_dir}")
     return 0
 
@@ -105,10 +90,8 @@ def cmd_import_demo(args: argparse.Namespace) -> int:
     from backend.services.errors import ServiceError
     from backend.services.types import Actor
 
-    try:
+    with user_errors(ServiceError):
         summary = import_demo(_database(), Actor.system(), study_name=args.study)
-    except ServiceError as exc:
-        _fail(exc)
     print(f"study {summary.study_name!r}: {summary.n_pairs} pairs, {summary.n_images} images")
     return 0
 
@@ -128,7 +111,11 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("import-pairs", help="import a CSV/JSONL file of cases")
     p.add_argument("--input", required=True, help="CSV or JSONL file of cases")
     p.add_argument("--study", required=True, help="name of the new study")
-    p.add_argument("--images", help="folder that image paths are relative to")
+    p.add_argument(
+        "--images",
+        help="folder that image paths are relative to; a case with no image paths takes"
+        " DIR/<case_id>/* or DIR/<case_id>[_*].dcm/png/jpg",
+    )
     p.add_argument("--raters-per-pair", type=_positive_int, default=1)
     p.add_argument("--seed", type=int, default=0, help="assignment seed recorded on the study")
     p.set_defaults(func=cmd_import_pairs)

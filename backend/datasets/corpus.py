@@ -15,7 +15,6 @@ Other corpora and test sets are CSV or JSONL files with an id (``id``/``report_i
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import logging
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.services.errors import InvalidInput
+from backend.util import atomic_write, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +88,6 @@ class Corpus:
 def normalise(text: str) -> str:
     """Whitespace-collapsed text: the key for "exact duplicate" checks."""
     return " ".join(text.split())
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def ensure_iu_archive(path: Path | None = None, *, fetch: bool = True) -> Path:
@@ -198,13 +189,11 @@ def load_iu_corpus(path: Path | None = None, *, fetch: bool = True,
             log.warning("%s: unreadable cache, parsing the archive again", cache_path)
     reports, skipped = parse_iu_archive(archive)
     if cache:
-        tmp = cache_path.with_name(cache_path.name + ".part")
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        with atomic_write(cache_path, newline="\n") as fh:
             fh.write(json.dumps({"sha256": sha, "n": len(reports), "skipped": skipped}) + "\n")
             for r in reports:
                 fh.write(json.dumps({"report_id": r.report_id, "text": r.text},
                                     ensure_ascii=False) + "\n")
-        os.replace(tmp, cache_path)
     return Corpus("iu", tuple(reports), sha, dict(IU_SOURCE), skipped)
 
 

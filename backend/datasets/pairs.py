@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend.datasets.rexval import read_csv_header
 from backend.services.errors import InvalidInput
 from backend.services.types import CandidateInput, CaseInput, ImageInput
 
@@ -95,12 +96,7 @@ def _read_jsonl(path: Path, text: str) -> list[_Row]:
 
 def _read_csv(path: Path, text: str) -> list[_Row]:
     reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise InvalidInput(f"{path}: empty file (no header row)") from None
-    except csv.Error as exc:
-        raise InvalidInput(f"{path}: line 1: malformed CSV header ({exc})") from None
+    header = read_csv_header(reader, path)
     header = [h.strip() for h in header]
     if len(set(header)) != len(header):
         dup = next(h for h in header if header.count(h) > 1)
@@ -256,13 +252,40 @@ def _candidates(path: Path, row: _Row, wide_columns: list[str]) -> list[Candidat
     return out
 
 
+IMAGE_SUFFIXES = (".dcm", ".dicom", ".png", ".jpg", ".jpeg")
+
+
+def images_in_folder(base: Path, case_id: str) -> list[ImageInput]:
+    """Images of ``case_id`` found by name in an images folder.
+
+    A case's images are every image file in ``base/<case_id>/`` (DICOM, PNG, JPEG; sorted by
+    name, nested folders included), else the files ``base/<case_id>.<ext>`` and
+    ``base/<case_id>_*.<ext>``. Files without one of those suffixes are ignored, and nothing
+    outside ``base`` is followed.
+    """
+    root = base.resolve()
+    folder = (base / case_id).resolve()
+    found: list[Path] = []
+    if folder.is_dir() and folder.is_relative_to(root):
+        found = [p for p in sorted(folder.rglob("*")) if p.is_file()
+                 and p.suffix.lower() in IMAGE_SUFFIXES and p.resolve().is_relative_to(root)]
+    if not found:
+        found = [p for p in sorted(base.glob(f"{case_id}*")) if p.is_file()
+                 and p.suffix.lower() in IMAGE_SUFFIXES
+                 and (p.stem == case_id or p.stem.startswith(f"{case_id}_"))
+                 and p.resolve().is_relative_to(root)]
+    return [ImageInput(path=p.resolve()) for p in found]
+
+
 def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> list[CaseInput]:
     """Read a CSV or JSONL file of cases.
 
     Args:
         path: The file (``.csv``, or ``.jsonl``/``.ndjson``).
         images_dir: Folder that image paths are relative to (default: the file's folder);
-            images must lie inside it.
+            images must lie inside it. When given, a case whose rows name no image takes the
+            images found for it by name in this folder (see :func:`images_in_folder`), so a
+            folder of DICOM/PNG/JPEG files organised by case id imports without listing files.
 
     Returns:
         Cases in order of first appearance, candidates in row/column order.
@@ -315,4 +338,6 @@ def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> li
     for case in cases.values():
         if not case.candidates:
             raise InvalidInput(f"{path}: case {case.case_id!r}: no candidate report")
+        if images_dir is not None and not case.images:
+            case.images.extend(images_in_folder(base, case.case_id))
     return list(cases.values())

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,15 +94,28 @@ def _line_terminator(text: str) -> str:
     return "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
 
 
-def _records(path: Path, text: str) -> tuple[list[str], list[tuple[int, int, list[str]]]]:
-    """Header and (row number, start line, values) for each non-blank record."""
-    reader = csv.reader(io.StringIO(text, newline=""))
+def read_csv_header(reader: Iterator[list[str]], path: Path) -> list[str]:
+    """The first record of a ``csv.reader``, or a clear error naming ``path``.
+
+    Args:
+        reader: A ``csv.reader`` positioned at the start of the file.
+        path: File name used in error messages.
+
+    Raises:
+        InvalidInput: The file is empty or its header line is not valid CSV.
+    """
     try:
-        header = next(reader)
+        return next(reader)
     except StopIteration:
         raise InvalidInput(f"{path}: empty file (no header row)") from None
     except csv.Error as exc:
         raise InvalidInput(f"{path}: line 1: malformed CSV header ({exc})") from None
+
+
+def _records(path: Path, text: str) -> tuple[list[str], list[tuple[int, int, list[str]]]]:
+    """Header and (row number, start line, values) for each non-blank record."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = read_csv_header(reader, path)
     out = []
     number = 0
     while True:

@@ -202,3 +202,39 @@ def test_rexval_gt_validation(tmp_path):
     f.write_text("study_id,gt_report,radgraph\ns1,,A.\n")
     with pytest.raises(InvalidInput, match="row 0 .*field 'gt_report': empty report"):
         rexval.read_gt(f)
+
+
+def test_images_found_by_case_id_in_an_images_folder(tmp_path):
+    """A folder organised by case id imports without listing files: <id>/ (any depth) first,
+    then <id>.<ext> and <id>_*.<ext>; other files and look-alike names are ignored."""
+    from pydicom.data import get_testdata_file
+
+    images = tmp_path / "images"
+    (images / "c1" / "views").mkdir(parents=True)
+    shutil.copy(get_testdata_file("RG1_UNCR.dcm"), images / "c1" / "views" / "pa.dcm")
+    Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(images / "c1" / "lateral.png")
+    (images / "c1" / "notes.txt").write_text("not an image")
+    Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(images / "c2_frontal.jpg")
+    Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(images / "c22.png")  # not c2's
+    src = tmp_path / "cases.csv"
+    src.write_text(
+        "case_id,reference,candidate,source\n"
+        "c1,Normal.,Normal.,gen-A\n"
+        "c2,Effusion.,No effusion.,gen-A\n"
+        "c3,Clear.,Clear.,gen-A\n"
+    )
+    cases = {c.case_id: c for c in parse_cases(src, images_dir=images)}
+    assert [p.path.name for p in cases["c1"].images] == ["lateral.png", "pa.dcm"]
+    assert [p.path.name for p in cases["c2"].images] == ["c2_frontal.jpg"]
+    assert cases["c3"].images == []
+
+
+def test_explicit_image_column_wins_over_folder_lookup(tmp_path):
+    images = tmp_path / "images"
+    (images / "c1").mkdir(parents=True)
+    for name in ("a.png", "b.png"):
+        Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(images / "c1" / name)
+    src = tmp_path / "cases.csv"
+    src.write_text("case_id,reference,candidate,source,image\nc1,R.,C.,g,c1/b.png\n")
+    (case,) = parse_cases(src, images_dir=images)
+    assert [p.path.name for p in case.images] == ["b.png"]
