@@ -187,18 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
         if backend == "sqlite":
-            with tempfile.TemporaryDirectory(prefix="radconcord-bench-") as tmp:
-                db = Database(f"sqlite:///{Path(tmp) / 'bench.db'}")
-                try:
-                    results["SQLite (WAL)"] = _run(db, args.raters, args.calls)
-                finally:
-                    db.dispose()
-            with tempfile.TemporaryDirectory(prefix="radconcord-bench-") as tmp:
-                db = GatedSQLiteDatabase(f"sqlite:///{Path(tmp) / 'bench.db'}")
-                try:
-                    results["SQLite + gate"] = _run(db, args.raters, args.calls)
-                finally:
-                    db.dispose()
+            for label, db_class in (("SQLite (WAL)", Database),
+                                    ("SQLite + gate", GatedSQLiteDatabase)):
+                with tempfile.TemporaryDirectory(prefix="radconcord-bench-") as tmp:
+                    db = db_class(f"sqlite:///{Path(tmp) / 'bench.db'}")
+                    try:
+                        results[label] = _run(db, args.raters, args.calls)
+                    finally:
+                        db.dispose()
         elif backend == "postgres":
             with _pgserver().PgServer(fast=False) as server:
                 db = Database(server.create_database("bench"))

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from backend.util import atomic_write
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
@@ -52,16 +52,9 @@ def write_json_atomic(path: Path, data: Any) -> None:  # noqa: ANN401 - any JSON
         path: Destination file.
         data: JSON-able object (NaN already replaced by ``None``).
     """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as fh:
+        json.dump(data, fh, indent=2, allow_nan=False)
+        fh.write("\n")
 
 
 def run_correlate(args: argparse.Namespace) -> int:

@@ -13,13 +13,15 @@ Every failure to read a file raises :class:`ImageLoadError` whose message names 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# Re-exported: importers (services.imports) take the file hash from here.
+from backend.util import file_sha256 as file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -122,15 +124,6 @@ def sniff_format(path: Path, head: bytes | None = None) -> str | None:
         # DICOM files without the 128-byte preamble still exist in the wild.
         return "dicom"
     return None
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def load_image(path: str | Path) -> LoadedImage:

@@ -15,7 +15,6 @@ metric instance (``chexbert``, ``semb``, ``crg`` with ``labeler=chexbert``, RadC
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import threading
@@ -25,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from backend.config import model_dir
 from backend.metrics import hf, labels
 from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from backend.util import cached_file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -77,25 +76,8 @@ def preprocess(text: str) -> str:
 # --------------------------------------------------------------------------- files
 
 
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}
-_SHA_LOCK = threading.Lock()
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, cached per (path, size, mtime) so signatures stay cheap."""
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    with _SHA_LOCK:
-        if key in _SHA_CACHE:
-            return _SHA_CACHE[key]
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    with _SHA_LOCK:
-        _SHA_CACHE[key] = digest
-    return digest
+# Kept under this name for importers; cached per (path, size, mtime).
+file_sha256 = cached_file_sha256
 
 
 def locate_checkpoint(checkpoint: str | None) -> tuple[Path | None, str | None]:
@@ -114,33 +96,16 @@ def locate_checkpoint(checkpoint: str | None) -> tuple[Path | None, str | None]:
         if p.is_file():
             return p.resolve(), None
         return None, f"CheXbert checkpoint {p} does not exist"
-    base = model_dir()
-    if base is not None:
-        repo_dir = base / CHECKPOINT_REPO.replace("/", "--")
-        for p in (base / CHECKPOINT_FILE, repo_dir / CHECKPOINT_FILE):
-            if p.is_file():
-                return p.resolve(), None
-    try:
-        from huggingface_hub import hf_hub_download
-
-        got = hf_hub_download(
-            CHECKPOINT_REPO, CHECKPOINT_FILE, revision=CHECKPOINT_REVISION, local_files_only=True
-        )
-        return Path(got), None
-    except Exception:  # noqa: BLE001 - any cache miss means "not local"
-        pass
-    what = f"CheXbert weights ({CHECKPOINT_REPO}/{CHECKPOINT_FILE})"
-    hint = (
-        f"put {CHECKPOINT_FILE} in $RADCONCORD_MODEL_DIR or pass"
-        f" --set chexbert.checkpoint=/path/{CHECKPOINT_FILE}"
+    found = hf.model_dir_file(CHECKPOINT_REPO, CHECKPOINT_FILE) or hf.hf_cache_file(
+        CHECKPOINT_REPO, CHECKPOINT_FILE, CHECKPOINT_REVISION
     )
-    if hf.hub_offline():
-        return None, f"{what} not local and HF_HUB_OFFLINE is set; {hint}"
-    if not hf.hub_reachable():
-        return None, (
-            f"{what} not local and the Hugging Face hub is unreachable; {hint}"
-        )
-    return None, None
+    if found is not None:
+        return found, None
+    return None, hf.hub_unavailable_reason(
+        f"CheXbert weights ({CHECKPOINT_REPO}/{CHECKPOINT_FILE})",
+        f"put {CHECKPOINT_FILE} in $RADCONCORD_MODEL_DIR or pass"
+        f" --set chexbert.checkpoint=/path/{CHECKPOINT_FILE}",
+    )
 
 
 def _download_checkpoint() -> Path:

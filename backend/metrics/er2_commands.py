@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from backend.util import user_errors
+
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
     """Add the ``train-er2score`` subcommand.
@@ -56,10 +58,8 @@ def _run(args: argparse.Namespace) -> int:
     from backend.services.types import Actor
     from db.session import Database
 
-    try:
+    with user_errors(ValueError):
         device = hf.pick_device(args.device)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
 
     def progress(step: int, total: int, loss: float) -> None:
         if step == total or step % 10 == 0:

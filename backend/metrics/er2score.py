@@ -32,8 +32,6 @@ import logging
 import math
 import os
 import random
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +41,7 @@ from typing import Any
 
 from backend.metrics import hf, llm
 from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from backend.util import staging_dir
 
 logger = logging.getLogger(__name__)
 
@@ -466,9 +465,7 @@ def train_reward_model(
     result.tau_trained = held_tau()
 
     # Write everything into a temporary sibling and rename, so a failure leaves nothing.
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".er2-", dir=output.parent))
-    try:
+    with staging_dir(output.parent, ".er2-") as tmp:
         model.save(tmp)
         meta = {
             "format": FORMAT_VERSION,
@@ -489,9 +486,6 @@ def train_reward_model(
         if output.exists():
             output.rmdir()
         os.replace(tmp, output)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     result.seconds = time.monotonic() - started
     return result
 

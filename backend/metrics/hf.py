@@ -233,6 +233,54 @@ def _hf_cache_path(ref: ModelRef) -> Path | None:
     return p if is_model_folder(p) else None
 
 
+def model_dir_file(repo: str, filename: str) -> Path | None:
+    """One file of a hub repository under ``$RADCONCORD_MODEL_DIR``, resolved, or ``None``.
+
+    Looks at ``<model dir>/<filename>`` then ``<model dir>/<repo with / -> -->/<filename>``.
+
+    Args:
+        repo: Hub repository id, e.g. ``StanfordAIMI/RRG_scorers``.
+        filename: File inside the repository.
+    """
+    base = model_dir()
+    if base is None:
+        return None
+    for p in (base / filename, base / repo.replace("/", "--") / filename):
+        if p.is_file():
+            return p.resolve()
+    return None
+
+
+def hf_cache_file(repo: str, filename: str, revision: str) -> Path | None:
+    """One file of a hub repository in the local Hugging Face cache, without network access.
+
+    Args:
+        repo: Hub repository id.
+        filename: File inside the repository.
+        revision: Pinned commit of the repository.
+    """
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(repo, filename, revision=revision, local_files_only=True))
+    except Exception:  # noqa: BLE001 - any cache miss means "not local"
+        return None
+
+
+def hub_unavailable_reason(what: str, hint: str) -> str | None:
+    """Why ``what`` (not local) cannot be downloaded now, or ``None`` when it can.
+
+    Args:
+        what: What is missing, e.g. ``"CheXbert weights (repo/file)"``.
+        hint: How the user can provide it locally.
+    """
+    if hub_offline():
+        return f"{what} not local and HF_HUB_OFFLINE is set; {hint}"
+    if not hub_reachable():
+        return f"{what} not local and the Hugging Face hub is unreachable; {hint}"
+    return None
+
+
 def locate(ref: ModelRef, *, allow_packaged: bool = True) -> tuple[Resolved | None, str | None]:
     """Find a model without downloading anything.
 

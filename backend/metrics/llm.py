@@ -15,11 +15,8 @@ One loaded model per (folder, device, dtype) per process is shared by every metr
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +25,7 @@ from typing import Any
 
 from backend.config import data_dir, model_dir
 from backend.metrics import hf
+from backend.util import cached_file_sha256, staging_dir
 
 logger = logging.getLogger(__name__)
 
@@ -37,26 +35,8 @@ GGUF_SUFFIX = ".gguf"
 # --------------------------------------------------------------------------- files
 
 
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}
-_SHA_LOCK = threading.Lock()
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 (hex) of a file, cached per (path, size, mtime) so signatures stay cheap."""
-    p = Path(path).resolve()
-    st = p.stat()
-    key = (str(p), st.st_size, st.st_mtime_ns)
-    with _SHA_LOCK:
-        if key in _SHA_CACHE:
-            return _SHA_CACHE[key]
-    h = hashlib.sha256()
-    with p.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    with _SHA_LOCK:
-        _SHA_CACHE[key] = digest
-    return digest
+# Kept under this name for importers (er2score); cached per (path, size, mtime).
+file_sha256 = cached_file_sha256
 
 
 def is_gguf(model: str) -> bool:
@@ -125,9 +105,7 @@ def convert_gguf(gguf: str | Path, cache_dir: Path | None = None) -> Path:
             delattr(config, "quantization_config")
         plain = AutoModelForCausalLM.from_config(config)
         plain.load_state_dict(quantized.state_dict(), strict=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-        try:
+        with staging_dir(target.parent, ".convert-") as tmp:
             plain.save_pretrained(str(tmp))
             tok.save_pretrained(str(tmp))
             (tmp / "SOURCE_GGUF_SHA256").write_text(file_sha256(src) + "\n")
@@ -137,9 +115,6 @@ def convert_gguf(gguf: str | Path, cache_dir: Path | None = None) -> Path:
                 # Another process finished first; its copy is identical (same source sha).
                 if not _conversion_complete(target):
                     raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
         return target
 
 

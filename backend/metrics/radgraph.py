@@ -59,6 +59,7 @@ from typing import Any
 from backend.config import data_dir, model_dir
 from backend.metrics import hf
 from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from backend.util import cached_file_sha256, staging_dir
 
 logger = logging.getLogger(__name__)
 
@@ -246,24 +247,7 @@ def pair_scores(reference: Entities, candidate: Entities) -> PairScores:
 # --------------------------------------------------------------------------- files
 
 
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}
-_SHA_LOCK = threading.Lock()
-
-
-def _file_sha256(path: Path) -> str:
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    with _SHA_LOCK:
-        if key in _SHA_CACHE:
-            return _SHA_CACHE[key]
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    with _SHA_LOCK:
-        _SHA_CACHE[key] = digest
-    return digest
+_file_sha256 = cached_file_sha256
 
 
 def _folder_sha256(folder: Path, names: Iterable[str]) -> str:
@@ -323,31 +307,22 @@ def locate_checkpoint(model_type: str, checkpoint: str | None) -> tuple[Checkpoi
                 f"RadGraph checkpoint folder {p} lacks config.json, weights.th or vocabulary/"
             )
         return None, f"RadGraph checkpoint {p} does not exist"
+    found = hf.model_dir_file(CHECKPOINT_REPO, filename)
+    if found is not None:
+        return Checkpoint(found, "model_dir"), ""
     base = model_dir()
-    if base is not None:
-        for p in (base / filename, base / CHECKPOINT_REPO.replace("/", "--") / filename):
-            if p.is_file():
-                return Checkpoint(p.resolve(), "model_dir"), ""
-        if is_checkpoint_folder(base / model_type):
-            return Checkpoint((base / model_type).resolve(), "model_dir"), ""
-    try:
-        from huggingface_hub import hf_hub_download
-
-        got = hf_hub_download(
-            CHECKPOINT_REPO, filename, revision=CHECKPOINT_REVISION, local_files_only=True
-        )
-        return Checkpoint(Path(got), "hf_cache"), ""
-    except Exception:  # noqa: BLE001 - any cache miss means "not local"
-        pass
-    what = f"RadGraph weights ({CHECKPOINT_REPO}/{filename})"
-    hint = (
+    if base is not None and is_checkpoint_folder(base / model_type):
+        return Checkpoint((base / model_type).resolve(), "model_dir"), ""
+    found = hf.hf_cache_file(CHECKPOINT_REPO, filename, CHECKPOINT_REVISION)
+    if found is not None:
+        return Checkpoint(found, "hf_cache"), ""
+    reason = hf.hub_unavailable_reason(
+        f"RadGraph weights ({CHECKPOINT_REPO}/{filename})",
         f"put {filename} in $RADCONCORD_MODEL_DIR or pass"
-        f" --set radgraph.checkpoint=/path/{filename}"
+        f" --set radgraph.checkpoint=/path/{filename}",
     )
-    if hf.hub_offline():
-        return None, f"{what} not local and HF_HUB_OFFLINE is set; {hint}"
-    if not hf.hub_reachable():
-        return None, f"{what} not local and the Hugging Face hub is unreachable; {hint}"
+    if reason:
+        return None, reason
     return Checkpoint(None, "hub"), ""
 
 
@@ -470,9 +445,7 @@ def extracted_folder(archive: Path) -> Path:
     target = root / digest
     if is_checkpoint_folder(target):
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=root))
-    try:
+    with staging_dir(root, f".{digest}-") as tmp:
         with tarfile.open(archive, "r:*") as tar:
             tar.extractall(tmp, filter="data")
         if not is_checkpoint_folder(tmp):
@@ -485,9 +458,6 @@ def extracted_folder(archive: Path) -> Path:
         except OSError:
             if not is_checkpoint_folder(target):  # another process won the race otherwise
                 raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from backend.cli import UserError
 from backend.metrics.base import MetricInputError, MetricUnavailable
+from backend.util import user_errors
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +95,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     metrics = _split_metrics(args.metrics)
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1 (got {args.batch_size})")
-    try:
+    with user_errors(ScoringError):
         options = parse_set_options(args.set_options)
         metrics, options = jobs.validate_request(metrics, options)
-    except ScoringError as exc:
-        raise UserError(str(exc)) from None
     if args.input is not None:
         return _score_file(args, metrics, options)
     return _score_study(args, metrics, options)
@@ -180,10 +179,8 @@ def _score_file(args: argparse.Namespace, metrics: list[str], options: dict[str,
         raise UserError("--output would overwrite the input file")
     if args.image_root is not None and not Path(args.image_root).is_dir():
         raise UserError(f"--image-root: not a folder: {args.image_root}")
-    try:
+    with user_errors(ScoreInputError):
         pair_file = read_pairs(args.input, image_base=args.image_root)
-    except ScoreInputError as exc:
-        raise UserError(str(exc)) from None
     db = None if args.no_cache else _database()
     try:
         table = _run(pair_file.pairs, metrics, options, args, db)
@@ -216,10 +213,8 @@ def _score_study(args: argparse.Namespace, metrics: list[str], options: dict[str
         if study_id is None:
             raise UserError(f"--study: no study named '{args.study}'")
         if args.enqueue:
-            try:
+            with user_errors(ScoringError):
                 job = jobs.enqueue(db, study_id=study_id, metrics=metrics, options=options)
-            except ScoringError as exc:
-                raise UserError(str(exc)) from None
             print(f"queued scoring job {job.id} for study '{args.study}'")
             return 0
         pairs = jobs.study_pairs(db, study_id)

@@ -7,7 +7,6 @@ pair scored from a CLI file and the same pair inside a study share cached scores
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 
 HASH_VERSION = "v1"
@@ -34,16 +33,3 @@ def input_hash(reference: str, candidate: str, image_sha256s: Sequence[str] = ()
     payload = "\x00".join((HASH_VERSION, reference, candidate, ",".join(image_sha256s)))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
-
-def file_sha256(path: str | os.PathLike[str], *, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes, read in chunks (images can be large DICOMs).
-
-    Args:
-        path: Path of the file.
-        chunk_size: Bytes read at a time.
-    """
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(chunk_size):
-            h.update(chunk)
-    return h.hexdigest()

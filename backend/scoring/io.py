@@ -16,19 +16,18 @@ with full-precision floats (``repr``), so a failure never leaves a partial outpu
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.scoring.hashing import file_sha256, input_hash
+from backend.scoring.hashing import input_hash
+from backend.util import atomic_write, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -443,27 +442,15 @@ def write_scores_csv(
     for key, values in columns.items():
         if len(values) != len(ids):
             raise ValueError(f"column '{key}' has {len(values)} values for {len(ids)} ids")
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise FileNotFoundError(f"output folder does not exist: {folder}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    moved = False
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            writer = csv.writer(fh, lineterminator="\n")
-            keys = list(columns)
-            writer.writerow(["id", *keys])
-            cols = [columns[k] for k in keys]
-            for i, pair_id in enumerate(ids):
-                writer.writerow([pair_id, *(_fmt(col[i]) for col in cols)])
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-        moved = True
-    finally:
-        if not moved:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+    if not target.parent.is_dir():
+        raise FileNotFoundError(f"output folder does not exist: {target.parent}")
+    with atomic_write(target, newline="", fsync=True) as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        keys = list(columns)
+        writer.writerow(["id", *keys])
+        cols = [columns[k] for k in keys]
+        for i, pair_id in enumerate(ids):
+            writer.writerow([pair_id, *(_fmt(col[i]) for col in cols)])
 
 
 def _fmt(value: float | None) -> str:
