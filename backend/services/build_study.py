@@ -19,7 +19,6 @@ before the scoring work, and the study is created in one transaction.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from backend.datasets.corpus import Corpus, CorpusReport
 from backend.services import assignment, exports, imports
 from backend.services.errors import InvalidInput, NotFound, require_admin
 from backend.services.types import Actor, CandidateInput, CaseInput
+from backend.util import file_sha256
 from db.models import Study, User
 from db.session import Database
 
@@ -262,14 +262,6 @@ def build_study(
     )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def export_build(db: Database, actor: Actor, *, study_name: str, out_dir: Path) -> BundleSummary:
     """Export a study as ``rexval/``, ``jsonl/`` and ``hf/`` plus one ``manifest.json``.
 
@@ -320,8 +312,10 @@ def export_build(db: Database, actor: Actor, *, study_name: str, out_dir: Path) 
                       for p in pairs],
             "folders": {"rexval": "ReXVal CSV files", "jsonl": "pairs.jsonl + ratings.jsonl",
                         "hf": "datasets.load_from_disk(...) -> DatasetDict(pairs, ratings)"},
-            "files": {name: {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
-                      for name in files},
+            "files": {
+                name: {"sha256": file_sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
+                for name in files
+            },
         }
         with open(tmp / MANIFEST, "w", encoding="utf-8", newline="\n") as fh:
             json.dump(manifest, fh, indent=2, ensure_ascii=False, default=str)

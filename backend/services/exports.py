@@ -26,7 +26,6 @@ beside the target and moved into place at the end: a failure leaves nothing half
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import re
@@ -43,6 +42,7 @@ from backend import config
 from backend.datasets import rexval
 from backend.services.errors import InvalidInput, NotFound, require_admin
 from backend.services.types import CATEGORIES, Actor
+from backend.util import file_sha256
 from db.models import Assignment, Case, Pair, Rating, RatingEvent, Study, User
 from db.session import MIGRATIONS_DIR, Database
 
@@ -320,14 +320,6 @@ def _jsonl_files(
     return files, len(ordered)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def export_study(
     db: Database,
     actor: Actor,
@@ -381,7 +373,7 @@ def export_study(
                 "raters": len({c.rater_index for c in cells}),
             },
             "files": {
-                name: {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
+                name: {"sha256": file_sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
                 for name in files
             },
         }

@@ -503,14 +503,6 @@ def import_cases(
     return summary
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _unusable_hashes(indices: list[int]) -> dict[int, str]:
     """Argon2 hashes of random secrets nobody keeps, computed before the transaction.
 
@@ -592,8 +584,8 @@ def import_rexval(
         "gt_index_column": gt.index_column,
         "line_terminators": {"gt": gt.line_terminator, "ratings": ratings.line_terminator},
         "files": {
-            gt_path.name: _file_sha256(gt_path),
-            ratings_path.name: _file_sha256(ratings_path),
+            gt_path.name: file_sha256(gt_path),
+            ratings_path.name: file_sha256(ratings_path),
         },
     }
     rater_indices = sorted({r.rater_index for r in ratings.rows})
