@@ -7,6 +7,10 @@ Pages that are not offered are not registered with ``st.navigation``, so their U
 fall back to the role's default page. Each page still checks the role through the services
 it calls, so a page script reached some other way cannot show admin data to a rater.
 
+A login is remembered by this browser for a while (a cookie holding a random token, see
+``webapp/state.py``), so a reload keeps the rater on their pair without a new login;
+restarting the server logs everyone out.
+
 On first start with an empty database the demo study is seeded (see ``webapp/state.py``;
 set ``RADCONCORD_SEED_DEMO=0`` to start empty).
 """
@@ -39,10 +43,13 @@ st.set_page_config(
     initial_sidebar_state="collapsed" if actor is not None and not actor.is_admin else "auto",
 )
 st.markdown(
-    # Less blank space above the page title under the top navigation bar.
-    "<style>[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;}</style>",
+    # Less blank space above the page title under the top navigation bar; the container of
+    # the session cookie script takes no room.
+    "<style>[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;}"
+    f" .st-key-{state.COOKIE_CONTAINER} {{display: none;}}</style>",
     unsafe_allow_html=True,
 )
+state.draw_cookie_script()
 
 if actor is None:
     pages: list[st.Page] | dict[str, list[st.Page]] = [

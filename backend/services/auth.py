@@ -8,6 +8,7 @@ must not wait behind someone logging in.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import re
 from dataclasses import dataclass
@@ -171,6 +172,33 @@ def authenticate(db: Database, *, username: str, password: str) -> Actor | None:
                 user.password_hash = new_hash
         log.info("upgraded password hash of %s", row.username)
     return Actor(user_id=row.id, username=row.username, role=row.role)
+
+
+@dataclass(frozen=True)
+class SessionUser:
+    """An active account for restoring a remembered browser session.
+
+    Attributes:
+        actor: The account as an actor (current role).
+        credential_stamp: Changes whenever the password changes; a remembered session issued
+            under another stamp must not be restored.
+    """
+
+    actor: Actor
+    credential_stamp: str
+
+
+def session_user(db: Database, *, user_id: int) -> SessionUser | None:
+    """The active account with this id, or ``None`` if it is gone or deactivated."""
+    with db.read() as s:
+        row = s.execute(
+            select(User.id, User.username, User.role, User.password_hash, User.active)
+            .where(User.id == user_id)
+        ).first()
+    if row is None or not row.active:
+        return None
+    stamp = hashlib.sha256(row.password_hash.encode("utf-8")).hexdigest()[:16]
+    return SessionUser(Actor(user_id=row.id, username=row.username, role=row.role), stamp)
 
 
 def list_users(db: Database, actor: Actor) -> list[UserInfo]:

@@ -3,7 +3,8 @@
 Needs ``/usr/bin/chromium`` (``apt-get install -y chromium``); without it the test FAILS with
 that instruction rather than skipping, so a CI without the browser cannot pass silently.
 The server runs on a free local port with a fresh data folder seeded with the demo study
-(``RADCONCORD_SEED_DEMO=1``; demo accounts in ``backend/services/seed.py``).
+(``RADCONCORD_SEED_DEMO=1``; demo accounts in ``backend/services/seed.py``) and the
+dashboard refreshing every second (``RADCONCORD_DASHBOARD_REFRESH_S=1``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         "RADCONCORD_DATA_DIR": str(data),
         "DATABASE_URL": f"sqlite:///{data / 'e2e.db'}",
         "RADCONCORD_SEED_DEMO": "1",
+        "RADCONCORD_DASHBOARD_REFRESH_S": "1",
     }
     log_path = data / "streamlit.log"
     with open(log_path, "wb") as log:
@@ -100,6 +102,28 @@ def _log_in(page, username: str, password: str) -> None:
     page.get_by_role("button", name="Log in").click()
 
 
+def _log_out(page) -> None:
+    """Open the sidebar if it is collapsed (raters) and click Log out."""
+    expand = page.get_by_test_id("stExpandSidebarButton")
+    if expand.count() and expand.is_visible():
+        expand.click()
+    page.get_by_role("button", name="Log out").click()
+
+
+def _metric_value(metric) -> int:
+    return int(metric.get_by_test_id("stMetricValue").inner_text().strip())
+
+
+def _wait_for_metric(metric, expected: int, timeout_s: float = 30) -> int:
+    """Poll a metric's shown value until it equals ``expected`` (or time runs out)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = _metric_value(metric)
+        if value == expected or time.monotonic() > deadline:
+            return value
+        time.sleep(0.25)
+
+
 def _cell(page, label: str):
     return page.get_by_label(label, exact=True)
 
@@ -143,10 +167,11 @@ def test_counts_survive_a_reload_and_admin_pages_stay_closed(server, browser, tm
     page.get_by_text("Saved ").wait_for()
     page.screenshot(path="/tmp/rate.png")
 
-    # A reload starts a new session: log in again and land on the same pair, counts intact.
+    # A reload starts a new Streamlit session; the browser's session cookie logs the rater
+    # back in: same pair, counts intact, no login form.
     page.reload()
-    _log_in(page, RATER, RATER_PASSWORD)
     page.get_by_text("Candidate report").wait_for()
+    assert page.get_by_label("Password", exact=True).count() == 0
     assert page.evaluate("() => new URL(location.href).searchParams.get('pair')") == pair
     # The grid draws just after the texts: wait (bounded) for the stored values.
     expect(_cell(page, "Omission of finding (clinically significant)")).to_have_value("2")
@@ -154,20 +179,104 @@ def test_counts_survive_a_reload_and_admin_pages_stay_closed(server, browser, tm
            ).to_have_value("1")
     expect(_cell(page, "False prediction of finding (clinically significant)")
            ).to_have_value("0")
+    # The token is in a cookie, never in the URL.
+    cookies = {c["name"]: c for c in page.context.cookies()}
+    token = cookies["radconcord_session"]["value"]
+    assert len(token) >= 40 and token not in page.url
+    assert cookies["radconcord_session"]["sameSite"] == "Strict"
 
     # The admin page's URL path shows no admin content to a rater.
     for path in ("studies", "metrics", "export"):
         page.goto(f"{url}/{path}")
-        # Logged out, only the login page exists: Streamlit says so and shows it.
+        # Not registered for a rater: Streamlit says so and shows the rater's default page.
         page.get_by_text("Page not found").wait_for()
         page.keyboard.press("Escape")
-        _log_in(page, RATER, RATER_PASSWORD)
         page.get_by_text("Candidate report").wait_for()
         body = page.inner_text("body")
         assert "Studies & progress" not in body
         assert "Metric families" not in body and "Export" not in body
         assert "Assign raters" not in body
+
+    # Logging out forgets the browser too: a reload shows the login page.
+    _log_out(page)
+    page.get_by_label("Password", exact=True).wait_for()
+    assert "radconcord_session" not in {c["name"] for c in page.context.cookies()}
+    page.reload()
+    page.get_by_label("Password", exact=True).wait_for()
+    assert page.get_by_text("Candidate report").count() == 0
     page.close()
+
+
+def test_a_stolen_cookie_is_dead_after_logout(server, browser):
+    """The token is checked server-side: replaying it after logout opens nothing."""
+    url, _ = server
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(url)
+    _log_in(page, "rater2", "radconcord-rater2")
+    page.get_by_text("Candidate report").wait_for()
+    page.wait_for_function("() => document.cookie.includes('radconcord_session=')")
+    stolen = [c for c in context.cookies() if c["name"] == "radconcord_session"]
+    _log_out(page)
+    page.get_by_label("Password", exact=True).wait_for()
+    context.add_cookies(stolen)
+    page.goto(url)
+    page.get_by_label("Password", exact=True).wait_for()
+    assert page.get_by_text("Candidate report").count() == 0
+    context.close()
+
+
+def test_the_dashboard_follows_a_rating_without_a_reload(server, browser):
+    """Issue 5: an admin watching the live dashboard sees a rater's saved, completed pair."""
+    url, _ = server
+    admin_ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+    rater_ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+    try:
+        admin = admin_ctx.new_page()
+        admin.set_default_timeout(60_000)
+        admin.goto(url)
+        _log_in(admin, "admin", "radconcord-admin")
+        admin.get_by_text("Studies & progress").first.wait_for()
+        admin.goto(f"{url}/dashboard")
+        ratings_metric = admin.get_by_test_id("stMetric").filter(has_text="Ratings")
+        rated_metric = admin.get_by_test_id("stMetric").filter(has_text="Rated pairs")
+        ratings_metric.wait_for()
+        before_ratings = _metric_value(ratings_metric)
+        before_rated = _metric_value(rated_metric)
+        before_charts = admin.get_by_test_id("stPlotlyChart").count()
+        marker = admin.evaluate("() => { window.__noReload = 1; return 1; }")
+        assert marker == 1
+
+        rater = rater_ctx.new_page()
+        rater.set_default_timeout(60_000)
+        rater.goto(url)
+        # rater1 (rater2's first pair must stay open for the shortcut test).
+        _log_in(rater, RATER, RATER_PASSWORD)
+        rater.get_by_text("Candidate report").wait_for()
+        # The first open pair: add one omission and mark it done.
+        cell = _cell(rater, "Omission of finding (clinically significant)")
+        expect(cell).to_be_enabled()
+        value = int(cell.input_value() or 0)
+        cell.fill(str(value + 1))
+        cell.press("Enter")
+        rater.get_by_text("Saved ").wait_for()
+        rater.get_by_role("button", name="Mark done").click()
+        rater.get_by_text("marked done").first.wait_for()
+
+        # The admin's page follows on its own (live fragment, 1 s here).
+        assert _wait_for_metric(rated_metric, before_rated + 1) == before_rated + 1
+        # Completing a pair also stores its zero cells: the count of rating rows grows.
+        assert _metric_value(ratings_metric) > before_ratings
+        if before_rated == 0:
+            # The first completed pair draws the errors-per-source plot.
+            expect(admin.get_by_test_id("stPlotlyChart")).to_have_count(before_charts + 1)
+        # Same document all along: no reload happened.
+        assert admin.evaluate("() => window.__noReload") == 1
+        admin.screenshot(path="/tmp/dashboard-live.png")
+    finally:
+        admin_ctx.close()
+        rater_ctx.close()
 
 
 def test_next_shortcut_moves_to_the_next_pair(server, browser):

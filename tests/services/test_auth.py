@@ -147,3 +147,19 @@ def test_set_password(any_db, fast_password_hashing):
     assert auth.authenticate(any_db, username="r2", password="reset-by-admin") is not None
     with pytest.raises(NotFound):
         auth.set_password(any_db, Actor.system(), username="ghost", password="whatever-pass")
+
+
+def test_session_user_stamp_changes_with_the_password_and_deactivation_hides_it(
+    any_db, fast_password_hashing
+):
+    auth.create_user(any_db, Actor.system(), username="r1", password="first-password", role="rater")
+    r1 = auth.authenticate(any_db, username="r1", password="first-password")
+    before = auth.session_user(any_db, user_id=r1.user_id)
+    assert before is not None and before.actor == r1
+    assert auth.session_user(any_db, user_id=r1.user_id).credential_stamp == before.credential_stamp
+    auth.set_password(any_db, r1, username="r1", password="second-password")
+    after = auth.session_user(any_db, user_id=r1.user_id)
+    assert after is not None and after.credential_stamp != before.credential_stamp
+    auth.set_active(any_db, Actor.system(), username="r1", active=False)
+    assert auth.session_user(any_db, user_id=r1.user_id) is None
+    assert auth.session_user(any_db, user_id=99_999) is None

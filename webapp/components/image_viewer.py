@@ -23,29 +23,58 @@ class ViewSettings:
     zoom: float
 
 
+# Widget key -> default. Streamlit forgets a widget's value after a run that does not draw it
+# (a pair without images), so the values are mirrored under PREFS_KEY and put back.
+DEFAULTS: dict[str, object] = {
+    "view_preset": "Header", "view_zoom": 1.0, "view_invert": False,
+    # In stored pixel values (not HU for radiographs); 128/256 is the full 8-bit range.
+    "view_center": 128.0, "view_width": 256.0,
+}
+PREFS_KEY = "view_prefs"
+
+
+def _restore(key: str) -> None:
+    """Give the widget ``key`` the rater's last value (or the default) before it is drawn."""
+    if key not in st.session_state:
+        st.session_state[key] = st.session_state.get(PREFS_KEY, {}).get(key, DEFAULTS[key])
+
+
+def _remember(**values: object) -> None:
+    prefs = dict(st.session_state.get(PREFS_KEY, {}))
+    prefs.update(values)
+    st.session_state[PREFS_KEY] = prefs
+
+
 def view_controls() -> ViewSettings:
     """Draw the viewing controls in one row (current container) and return their values.
 
-    The values live in ``st.session_state`` under fixed keys, so they stay the same from one
-    pair to the next, as on a reading workstation.
+    The values stay the same from one pair to the next for the whole browser session, as on a
+    reading workstation, even across pairs that have no image (where no control is drawn).
     """
-    row = st.columns([2.4, 1.5, 0.9], vertical_alignment="bottom")
+    # Window and invert on one row, zoom under them: the four window choices need the width
+    # on a 1280-pixel screen.
+    row = st.columns([3, 1], vertical_alignment="bottom")
+    for key in ("view_preset", "view_zoom", "view_invert"):
+        _restore(key)
     label = row[0].segmented_control(
-        "Window", list(PRESETS), default="Header", key="view_preset",
+        "Window", list(PRESETS), key="view_preset",
         help="Header: the window stored in the DICOM header (PNG/JPEG as stored). "
              "Lung and bone: presets relative to the image's intensity range.",
     )
     preset = PRESETS.get(label or "Header", "header")
-    zoom = row[1].slider("Zoom", min_value=1.0, max_value=4.0, value=1.0, step=0.25,
-                         key="view_zoom", help="Magnifies the centre of the image.")
-    invert = row[2].toggle("Invert", key="view_invert")
+    invert = row[1].toggle("Invert", key="view_invert")
+    zoom = st.slider("Zoom", min_value=1.0, max_value=4.0, step=0.25,
+                   key="view_zoom", help="Magnifies the centre of the image.")
+    # A click on the selected segment clears it; keep showing (and remembering) "Header".
+    _remember(view_preset=label or "Header", view_zoom=zoom, view_invert=invert)
     center = width = None
     if preset == "manual":
         c1, c2, _ = st.columns([1, 1, 2])
-        # In stored pixel values (not HU for radiographs); 128/256 is the full 8-bit range.
-        center = c1.number_input("Center", value=128.0, step=8.0, key="view_center")
-        width = c2.number_input("Width", value=256.0, min_value=1.0, step=8.0,
-                                key="view_width")
+        _restore("view_center")
+        _restore("view_width")
+        center = c1.number_input("Center", step=8.0, key="view_center")
+        width = c2.number_input("Width", min_value=1.0, step=8.0, key="view_width")
+        _remember(view_center=center, view_width=width)
     return ViewSettings(preset=preset, center=center, width=width, invert=invert, zoom=zoom)
 
 

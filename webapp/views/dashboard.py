@@ -9,6 +9,7 @@ version and the chosen settings, so a refresh when nothing changed costs three s
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import streamlit as st
@@ -21,7 +22,20 @@ from db.session import Database
 from webapp import state
 from webapp.components import plots
 
-LIVE_SECONDS = 5
+# Seconds between live refreshes; RADCONCORD_DASHBOARD_REFRESH_S changes it (tests use 1).
+LIVE_ENV = "RADCONCORD_DASHBOARD_REFRESH_S"
+
+
+def _live_seconds() -> float:
+    raw = os.environ.get(LIVE_ENV, "").strip()
+    try:
+        value = float(raw) if raw else 5.0
+    except ValueError:
+        value = 5.0
+    return max(value, 0.5)
+
+
+LIVE_SECONDS = _live_seconds()
 EXPLORER = "views/explorer.py"
 
 actor = state.require_actor()
@@ -66,7 +80,7 @@ if not study_names:
     st.info("No studies yet: import cases first.")
     st.stop()
 
-c1, c2, c3, c4, c5 = st.columns([3, 2, 1, 1, 1])
+c1, c2, c3, c4, c5 = st.columns([3, 2.2, 1, 1, 1.2])
 study = c1.selectbox("Study", study_names, key="dash_study")
 target_label = c2.radio("Target", ["Total errors", "Significant errors only"],
                         horizontal=True, key="dash_target")
@@ -75,8 +89,8 @@ resamples = int(c3.number_input("Resamples", min_value=0, max_value=10_000, valu
                                 step=100, key="dash_resamples",
                                 help="Bootstrap resamples for the 95% intervals (0: none)."))
 seed = int(c4.number_input("Seed", min_value=0, value=0, step=1, key="dash_seed"))
-live = c5.toggle("Live updates", value=True, key="dash_live",
-                 help=f"Refresh the panels every {LIVE_SECONDS} s while raters rate and the "
+live = c5.toggle("Live", value=True, key="dash_live",
+                 help=f"Refresh the panels every {LIVE_SECONDS:g} s while raters rate and the "
                       "worker scores.")
 
 

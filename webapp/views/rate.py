@@ -101,7 +101,9 @@ with st.sidebar:
 # Header: where the rater is, and the way back and forth.
 n_done = next((s.completed for s in state.call(rating.rater_studies, db, actor)
                if s.name == view.study_name), 0)
-head = st.columns([4, 1, 1], vertical_alignment="center")
+# "Mark done" sits in the header beside Previous/Next so it is on screen whatever the
+# length of the reports and the height of the window.
+head = st.columns([3.4, 1, 1, 1.25], vertical_alignment="center")
 with head[0]:
     st.markdown(f"#### {view.study_name} · Pair {view.index} of {view.total}")
     st.progress(n_done / view.total if view.total else 0.0,
@@ -116,16 +118,39 @@ with head[2]:
                  disabled=view.next_opaque_id is None, key="next"):
         _go_to(view.next_opaque_id)
         st.rerun()
+with head[3]:
+    all_zero = not any(view.counts.values())
+    if st.button("Mark done", type="primary", icon=":material/done:",
+                 shortcut="Ctrl+Enter", width="stretch", key="done",
+                 help="Save this pair as finished and open the next open pair."):
+        if all_zero:
+            st.session_state[CONFIRM_KEY] = view.opaque_id
+        else:
+            _complete(actor, view, confirm_zero=False)
+            st.rerun()
+
+if st.session_state.get(CONFIRM_KEY) == view.opaque_id:
+    with st.container(border=True):
+        ask, yes, no = st.columns([3, 1.2, 1.2], vertical_alignment="center")
+        ask.warning("All twelve counts are zero: this says the candidate report has no "
+                    "errors at all. Is that right?")
+        if yes.button("Yes, no errors: mark done", key="confirm_zero_yes", type="primary",
+                      width="stretch"):
+            _complete(actor, view, confirm_zero=True)
+            st.rerun()
+        if no.button("No, go back to the counts", key="confirm_zero_no", width="stretch"):
+            st.session_state.pop(CONFIRM_KEY, None)
+            st.rerun()
 
 flash = st.session_state.pop(FLASH_KEY, None)
 if flash:
     st.toast(flash, icon=":material/check_circle:")
 
-left, right = st.columns([1, 1.25], gap="medium")
 
-with left:
-    # Window controls only when there is an image to window.
-    settings = view_controls() if view.images else None
+def _images() -> None:
+    # Window controls only when there is an image to window; the choice is kept for the
+    # session across pairs without images (see image_viewer.view_controls).
+    settings = view_controls()
     rendered: list[tuple[str, bytes | str]] = []
     for image_id, view_name, fmt in order_views(view.images):
         caption = f"{view_name or 'Image'} ({fmt.upper()})"
@@ -138,45 +163,36 @@ with left:
             rendered.append((caption, str(exc)))
     image_panel(rendered)
 
-with right:
-    report_pair(view.reference_text, view.candidate_text)
-    st.markdown("")
+
+def _grid_and_status() -> None:
     count_grid(view.opaque_id, view.counts,
                on_change=lambda oid, cat, sig: _save_cell(actor, oid, cat, sig))
-
     status = st.session_state.get(STATUS_KEY)
-    foot = st.columns([2, 1], vertical_alignment="center")
-    with foot[0]:
-        if status and status["pair"] == view.opaque_id:
-            if status["ok"]:
-                st.success(status["text"], icon=":material/cloud_done:")
-            else:
-                st.error(status["text"])
-        elif view.completed_at is not None:
-            st.success(f"Marked done at {_clock(view.completed_at)}",
-                       icon=":material/task_alt:")
+    if status and status["pair"] == view.opaque_id:
+        if status["ok"]:
+            st.success(status["text"], icon=":material/cloud_done:")
         else:
-            st.caption("Each change is saved as soon as you make it.")
-    with foot[1]:
-        all_zero = not any(view.counts.values())
-        if st.button("Mark done", type="primary", icon=":material/done:",
-                     shortcut="Ctrl+Enter", width="stretch", key="done"):
-            if all_zero:
-                st.session_state[CONFIRM_KEY] = view.opaque_id
-            else:
-                _complete(actor, view, confirm_zero=False)
-                st.rerun()
+            st.error(status["text"])
+    elif view.completed_at is not None:
+        st.success(f"Marked done at {_clock(view.completed_at)}", icon=":material/task_alt:")
+    else:
+        st.caption("Each change is saved as soon as you make it. **Mark done** (top right, "
+                   "or Ctrl+Enter) when the pair is finished.")
 
-    if st.session_state.get(CONFIRM_KEY) == view.opaque_id:
-        with st.container(border=True):
-            st.warning("All twelve counts are zero: this says the candidate report has no "
-                       "errors at all. Is that right?")
-            yes, no = st.columns(2)
-            if yes.button("Yes, no errors: mark done", key="confirm_zero_yes",
-                          width="stretch"):
-                _complete(actor, view, confirm_zero=True)
-                st.rerun()
-            if no.button("No, go back to the counts", key="confirm_zero_no",
-                         width="stretch"):
-                st.session_state.pop(CONFIRM_KEY, None)
-                st.rerun()
+
+if view.images:
+    left, right = st.columns([1, 1.25], gap="medium")
+    with left:
+        _images()
+    with right:
+        report_pair(view.reference_text, view.candidate_text)
+        _grid_and_status()
+else:
+    # No image: the reports get the left half (and more height), the grid sits beside them.
+    st.caption(":material/hide_image: No images for this case. The counts are on the report "
+               "texts alone.")
+    left, right = st.columns([1, 1], gap="medium")
+    with left:
+        report_pair(view.reference_text, view.candidate_text, tall=True)
+    with right:
+        _grid_and_status()
