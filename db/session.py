@@ -6,6 +6,9 @@ a session alive between actions.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -87,10 +90,20 @@ class Database:
             upgrade(self.engine)
         self.sessions = make_sessionmaker(self.engine)
         self._read_sessions = make_sessionmaker(self.engine.execution_options(readonly=True))
+        # SQLite admits one writer; a waiting connection polls with sleeps of up to 100 ms,
+        # which gives 20 concurrent raters a long latency tail. Writers of this process queue
+        # on a lock instead (other processes, e.g. the worker, still use the busy timeout).
+        self._write_gate = threading.RLock() if self.engine.dialect.name == "sqlite" else None
 
-    def begin(self):  # noqa: ANN201 - context manager of Session
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[Session]:
         """A session in a transaction that commits on success and rolls back on error."""
-        return self.sessions.begin()
+        if self._write_gate is None:
+            with self.sessions.begin() as s:
+                yield s
+            return
+        with self._write_gate, self.sessions.begin() as s:
+            yield s
 
     def read(self):  # noqa: ANN201 - context manager of Session
         """A session for reads only: on SQLite it neither takes nor waits for the write lock.
