@@ -4,9 +4,9 @@ Each family reproduces one public reference implementation exactly (see the metr
 ``backend/metrics/cards``) while avoiding its per-pair overhead:
 
 - ``Bleu``: pycocoevalcap 1.2 ``BleuScorer`` ('closest' reference length, tiny=1e-15 and
-  small=1e-9 smoothing), n-gram counts with C-level ``Counter`` operations.
+  small=1e-9 smoothing), all pairs' n-grams counted with one sort of packed integer keys.
 - ``Bleu2RadCliQ``: fast_bleu 0.0.90 ``BLEU([ref], {"bigram": (.5, .5)})`` on RadCliQ's
-  tokens, i.e. NLTK-style sentence BLEU with smoothing method 1 (its default).
+  tokens, i.e. NLTK-style sentence BLEU with smoothing method 1 (its default); same counting.
 - ``RougeL``: rouge-score 0.1.2 ``RougeScorer(['rougeL'], use_stemmer=True)``, with cached
   Porter stems and a bit-parallel LCS.
 - ``Meteor``: the METEOR 1.5 jar shipped with pycocoevalcap, driven by one long-lived Java
@@ -24,10 +24,9 @@ import shutil
 import subprocess
 import threading
 import weakref
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,12 +41,13 @@ from backend.metrics.base import (
 )
 from backend.metrics.text import (
     DEFAULT_TOKENIZER,
+    TokenIds,
     check_tokenizer,
     preprocess,
-    radcliq_tokens,
+    radcliq_token_ids,
     rouge_valid,
     rouge_words,
-    token_tuple,
+    token_ids,
 )
 
 logger = logging.getLogger(__name__)
@@ -56,29 +56,6 @@ logger = logging.getLogger(__name__)
 # small keeps a zero guess count from dividing by zero.
 _BLEU_TINY = 1e-15
 _BLEU_SMALL = 1e-9
-
-
-def _ngram_counters(words: Sequence[str], n: int) -> list[Counter]:
-    """One ``Counter`` of k-gram tuples per order k = 1..n (insertion order = text order)."""
-    out = []
-    for k in range(1, n + 1):
-        if k == 1:
-            out.append(Counter(zip(words, strict=False)))
-        else:
-            out.append(Counter(zip(*(words[i:] for i in range(k)), strict=False)))
-    return out
-
-
-def _clipped_matches(hyp: Counter, ref: Counter) -> int:
-    """Sum over hypothesis n-grams of min(hyp count, ref count)."""
-    if len(hyp) > len(ref):
-        hyp, ref = ref, hyp
-    total = 0
-    for gram, count in hyp.items():
-        other = ref.get(gram)
-        if other:
-            total += count if count < other else other
-    return total
 
 
 _KEY_LIMIT = 1 << 62  # keep every packed n-gram key inside int64
@@ -105,12 +82,14 @@ class _OrderStats:
     ref: np.ndarray
 
 
-def _pair_ngram_stats(
-    ref_tokens: Sequence[Sequence[str]], cand_tokens: Sequence[Sequence[str]], n: int
+def _ngram_stats_from_ids(
+    ids: np.ndarray, lengths: np.ndarray, n_vocab: int, n: int
 ) -> tuple[list[_OrderStats], np.ndarray, np.ndarray]:
     """Count the 1..n-grams of every reference and candidate in a few vectorised sorts.
 
-    Tokens become integer ids; a k-gram starting at position i is packed into one integer
+    ``ids``/``lengths`` hold the references then the candidates (see ``TokenIds``; ids are
+    ordered as the token strings, so sums run in a hash-seed-independent order). A k-gram
+    starting at position i is packed into one integer
     ``key(k-1, i) * V + id[i + k - 1]`` (compacted with ``np.unique`` whenever the packed range
     could overflow int64), so counting and matching n-grams across the whole batch costs one
     sort per order instead of a Python dictionary per text.
@@ -118,20 +97,12 @@ def _pair_ngram_stats(
     Returns:
         Per order (index k-1) the entry table, the reference lengths and the candidate lengths.
     """
-    n_pairs = len(ref_tokens)
-    texts = [*ref_tokens, *cand_tokens]
-    # Sorted vocabulary: ids (hence the order of the sums below) do not depend on hash seeds.
-    vocab = {tok: i for i, tok in enumerate(sorted(set(chain.from_iterable(texts))))}
-    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-    ids = np.fromiter(
-        map(vocab.__getitem__, chain.from_iterable(texts)),
-        dtype=np.int64,
-        count=int(lengths.sum()),
-    )
+    n_pairs = len(lengths) // 2
+    texts = lengths
     seg = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
     side_pos = (seg >= n_pairs).astype(np.int64)
     pair_pos = seg - n_pairs * side_pos
-    n_vocab = max(len(vocab), 1)
+    n_vocab = max(n_vocab, 1)
     total = len(ids)
 
     key = ids
@@ -178,6 +149,78 @@ def _pair_ngram_stats(
     return orders, lengths[:n_pairs], lengths[n_pairs:]
 
 
+def _clipped_match_counts(
+    ids: np.ndarray, lengths: np.ndarray, n_vocab: int, n: int
+) -> np.ndarray | None:
+    """Per pair and order, sum over candidate k-grams of min(candidate count, reference count).
+
+    ``ids``/``lengths`` hold the references (texts ``0..P-1``) then the candidates (texts
+    ``P..2P-1``). Every token position gets one integer key: pair, then the ids of the next
+    ``n`` tokens of its text (0 past the text's end), then the side. One sort of these keys
+    puts every k-gram of a pair next to its equal ones for all k at once (they share the
+    key prefix), so each order costs a few linear passes instead of a sort.
+
+    Returns:
+        int64 array ``(n, P)``, or ``None`` when the key would not fit in int64 (the caller
+        then uses :func:`_ngram_stats_from_ids`).
+    """
+    n_texts = len(lengths)
+    n_pairs = n_texts // 2
+    radix = n_vocab + 1
+    if 2 * max(n_pairs, 1) * radix**n >= _KEY_LIMIT:
+        return None
+    total = len(ids)
+    out = np.zeros((n, n_pairs), dtype=np.int64)
+    if total == 0:
+        return out
+    seg = np.repeat(np.arange(n_texts, dtype=np.int64), lengths)
+    side = (seg >= n_pairs).astype(np.int64)
+    text_end = np.cumsum(lengths)
+    remaining = text_end[seg] - np.arange(total, dtype=np.int64)
+    padded = np.concatenate((ids + 1, np.zeros(n, dtype=np.int64)))
+    key = seg - n_pairs * side
+    for j in range(n):
+        digit = padded[j : j + total]
+        if j:
+            digit = np.where(remaining > j, digit, 0)
+        key = key * radix + digit
+    key = key * 2 + side
+    key.sort()
+    side = key & 1
+    body = key >> 1
+    pair = body // radix**n
+    for k in range(1, n + 1):
+        prefix = body // radix ** (n - k)
+        start = np.flatnonzero(np.concatenate(([True], prefix[1:] != prefix[:-1])))
+        # A group is all k-grams (last digit != 0) or all shorter tails (digit 0).
+        valid = prefix[start] % radix != 0
+        size = np.diff(np.append(start, total))
+        cand = np.add.reduceat(side, start)
+        matched = np.minimum(cand, size - cand) * valid
+        out[k - 1] = np.bincount(pair[start], weights=matched, minlength=n_pairs)
+    return out
+
+
+def _match_counts(tok: TokenIds, n: int) -> np.ndarray:
+    """Clipped k-gram matches, int64 ``(n, pairs)``, for references then candidates in ``tok``."""
+    counts = _clipped_match_counts(tok.ids, tok.lengths, len(tok.vocab), n)
+    if counts is not None:
+        return counts
+    n_pairs = len(tok.lengths) // 2
+    orders, _, _ = _ngram_stats_from_ids(tok.ids, tok.lengths, len(tok.vocab), n)
+    return np.array(
+        [
+            np.bincount(
+                o.pair[o.cand],
+                weights=np.minimum(o.count[o.cand], o.count[o.ref]),
+                minlength=n_pairs,
+            )
+            for o in orders
+        ],
+        dtype=np.int64,
+    ).reshape(n, n_pairs)
+
+
 class _TokenizedMetric(BaseMetric):
     """Validates the ``tokenize`` option at construction time."""
 
@@ -185,10 +228,6 @@ class _TokenizedMetric(BaseMetric):
         super().__init__(**options)
         if "tokenize" in self.options:
             check_tokenizer(self.options["tokenize"])
-
-    def _tokens(self, texts: list[str]) -> list[tuple[str, ...]]:
-        scheme = self.options["tokenize"]
-        return [token_tuple(t, scheme) for t in texts]
 
     def _prep(self, texts: list[str]) -> list[str]:
         scheme = self.options["tokenize"]
@@ -227,54 +266,48 @@ class Bleu(_TokenizedMetric):
         self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None
     ) -> MetricResult:
         n = self._N
-        ref_toks, cand_toks = self._tokens(references), self._tokens(candidates)
-        orders, ref_len, cand_len = _pair_ngram_stats(ref_toks, cand_toks, n)
         n_pairs = len(references)
-        correct = [
-            np.bincount(
-                o.pair[o.cand],
-                weights=np.minimum(o.count[o.cand], o.count[o.ref]),
-                minlength=n_pairs,
-            )
-            .astype(np.int64)
-            .tolist()
-            for o in orders
-        ]
-        testlens = cand_len.tolist()
-        reflens = ref_len.tolist()
-        per_key: list[list[float]] = [[] for _ in range(n)]
-        for i in range(n_pairs):
-            testlen, reflen = testlens[i], reflens[i]
-            if testlen == 0 or reflen == 0:
-                # pycocoevalcap gives 0.0 for an empty candidate and < 1e-14 for an empty
-                # reference (its tiny constant); 0.0 is stored for both (see the card).
-                for k in range(n):
-                    per_key[k].append(0.0)
-                continue
-            # Same float operations in the same order as BleuScorer.compute_score, so the
-            # values agree to the last bit.
-            bleu = 1.0
-            for k in range(n):
-                guess = testlen - k if testlen > k else 0
-                bleu *= (float(correct[k][i]) + _BLEU_TINY) / (float(guess) + _BLEU_SMALL)
-                per_key[k].append(bleu ** (1.0 / (k + 1)))
-            ratio = (testlen + _BLEU_TINY) / (reflen + _BLEU_SMALL)
-            if ratio < 1:
-                bp = math.exp(1 - 1 / ratio)
-                for k in range(n):
-                    per_key[k][-1] *= bp
+        tok = token_ids([*references, *candidates], self.options["tokenize"])
+        counts = _match_counts(tok, n)
+        testlen = tok.lengths[n_pairs:]
+        reflen = tok.lengths[:n_pairs]
+        # Same float operations in the same order as BleuScorer.compute_score, so the values
+        # agree to the last bit: +, *, / are correctly rounded in numpy as in Python, and
+        # pow/exp (whose last bit may differ between libm and numpy's SIMD code) stay in
+        # Python.
+        prod = np.ones(n_pairs, dtype=np.float64)
+        per_key: list[list[float]] = []
+        for k in range(n):
+            guess = np.maximum(testlen - k, 0).astype(np.float64)
+            prod = prod * ((counts[k].astype(np.float64) + _BLEU_TINY) / (guess + _BLEU_SMALL))
+            root = 1.0 / (k + 1)
+            per_key.append([p**root for p in prod.tolist()])
+        ratio = (testlen.astype(np.float64) + _BLEU_TINY) / (reflen + _BLEU_SMALL)
+        short = np.flatnonzero(ratio < 1)
+        exponent = 1 - 1 / ratio[short]
+        # pycocoevalcap gives 0.0 for an empty candidate and < 1e-14 for an empty reference
+        # (its tiny constant); 0.0 is stored for both (see the card).
+        empty = np.flatnonzero((testlen == 0) | (reflen == 0)).tolist()
+        for i, e in zip(short.tolist(), exponent.tolist(), strict=True):
+            bp = math.exp(e)
+            for vals in per_key:
+                vals[i] *= bp
+        for i in empty:
+            for vals in per_key:
+                vals[i] = 0.0
 
+        testlens = testlen.tolist()
         total_test = sum(testlens)
-        total_ref = sum(reflens)  # one reference per pair: 'closest' is its length
+        total_ref = int(reflen.sum())  # one reference per pair: 'closest' is its length
         bleu = 1.0
         corpus = []
         for k in range(n):
             total_guess = sum(t - k for t in testlens if t > k)
-            bleu *= float(sum(correct[k]) + _BLEU_TINY) / (total_guess + _BLEU_SMALL)
+            bleu *= float(int(counts[k].sum()) + _BLEU_TINY) / (total_guess + _BLEU_SMALL)
             corpus.append(bleu ** (1.0 / (k + 1)))
-        ratio = (total_test + _BLEU_TINY) / (total_ref + _BLEU_SMALL)
-        if ratio < 1:
-            corpus = [c * math.exp(1 - 1 / ratio) for c in corpus]
+        ratio_c = (total_test + _BLEU_TINY) / (total_ref + _BLEU_SMALL)
+        if ratio_c < 1:
+            corpus = [c * math.exp(1 - 1 / ratio_c) for c in corpus]
         return MetricResult(
             values={f"bleu{k + 1}": per_key[k] for k in range(n)},
             corpus={"bleu4_corpus": corpus[n - 1]},
@@ -323,23 +356,21 @@ class Bleu2RadCliQ(BaseMetric):
         self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None
     ) -> MetricResult:
         smooth = self.options["smoothing"] == "method1"
+        n_pairs = len(references)
+        tok = radcliq_token_ids([*references, *candidates])
+        counts = _match_counts(tok, 2)
         out: list[float] = []
-        ref_cache: dict[str, tuple[int, list[Counter]]] = {}
-        for ref, cand in zip(references, candidates, strict=True):
-            cached = ref_cache.get(ref)
-            if cached is None:
-                rt = radcliq_tokens(ref)
-                cached = ref_cache[ref] = (len(rt), _ngram_counters(rt, 2))
-            reflen, (r1, r2) = cached
-            ht = radcliq_tokens(cand)
-            hyplen = len(ht)
-            h1, h2 = _ngram_counters(ht, 2)
-            num1 = _clipped_matches(h1, r1)
+        for num1, num2, reflen, hyplen in zip(
+            counts[0].tolist(),
+            counts[1].tolist(),
+            tok.lengths[:n_pairs].tolist(),
+            tok.lengths[n_pairs:].tolist(),
+            strict=True,
+        ):
             if num1 == 0:  # also covers an empty candidate or reference
                 out.append(0.0)
                 continue
             den1 = max(1, hyplen)
-            num2 = _clipped_matches(h2, r2)
             den2 = max(1, hyplen - 1)
             if num2 == 0:
                 if not smooth:
@@ -755,8 +786,9 @@ class Cider(_TokenizedMetric):
         n = int(self.options["n"])
         sigma = float(self.options["sigma"])
         n_pairs = len(references)
-        orders, ref_len, cand_len = _pair_ngram_stats(
-            self._tokens(references), self._tokens(candidates), n
+        tok = token_ids([*references, *candidates], self.options["tokenize"])
+        orders, ref_len, cand_len = _ngram_stats_from_ids(
+            tok.ids, tok.lengths, len(tok.vocab), n
         )
         # pycocoevalcap: ref_len = log(number of pairs); idf = ref_len - log(max(1, df)).
         log_n = np.log(float(n_pairs))

@@ -448,3 +448,11 @@ def test_meteor_close_stops_java(meteor):
     meteor.close()
     assert proc.poll() is not None
     assert meteor._proc is None
+
+
+def test_bleu2_radcliq_large_vocabulary_path_gives_the_same_values(monkeypatch):
+    """Reference: our default (one-sort) path; tolerance exact. Forces the per-order path
+    with int64-overflow compaction."""
+    expected = _score(Bleu2RadCliQ()).values
+    monkeypatch.setattr(lexical, "_KEY_LIMIT", 1 << 12)
+    assert _score(Bleu2RadCliQ()).values == expected

@@ -122,3 +122,48 @@ def test_fixture_is_well_formed_and_covers_the_edge_cases():
         assert needed in sources
     assert any(r["reference"] == r["candidate"] and r["reference"] for r in rows)
     assert any(len(r["candidate"].split()) == 1 for r in rows)
+
+
+def _decoded(batch):
+    out, pos = [], 0
+    for n in batch.lengths.tolist():
+        out.append([batch.vocab[i] for i in batch.ids[pos : pos + n]])
+        pos += n
+    assert pos == len(batch.ids)
+    return out
+
+
+def test_token_ids_equal_per_text_tokenize_for_every_scheme():
+    """Reference: tokenize() per text; exact. Mixes ASCII texts (one joined regex pass)
+    with non-ASCII ones, separators (\\x00, \\x1c-\\x1f), empty texts and repeats."""
+    from backend.metrics.text import token_ids
+
+    rng = random.Random(11)
+    ascii_only = "abcXYZ019 .,;:-_/()|\n\t%'\""
+    for alphabet in (ascii_only, ascii_only + "°×éＮ\x00\x1c\x1fΣ"):
+        for _ in range(150):
+            texts = [
+                "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+                for _ in range(rng.randint(0, 8))
+            ]
+            texts += texts[:2]
+            for scheme in TOKENIZERS:
+                batch = token_ids(texts, scheme)
+                assert _decoded(batch) == [tokenize(t, scheme) for t in texts]
+                assert list(batch.vocab) == sorted(batch.vocab)
+
+
+def test_radcliq_token_ids_equal_per_text_radcliq_tokens():
+    """Reference: radcliq_tokens() per text; exact (incl. final sigma at text ends)."""
+    from backend.metrics.text import radcliq_token_ids
+
+    rng = random.Random(5)
+    alphabet = "abcXYZ019 .,;:-_\n\t°éΣ'\x00"
+    for _ in range(300):
+        texts = [
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+            for _ in range(rng.randint(0, 8))
+        ]
+        assert _decoded(radcliq_token_ids(texts)) == [radcliq_tokens(t) for t in texts]
+    texts = ["ΑΣ", "Σα", "aΣ'", "'Σb", "x.Σ", ""]
+    assert _decoded(radcliq_token_ids(texts)) == [radcliq_tokens(t) for t in texts]
