@@ -12,8 +12,9 @@ measures the wall time of each ``set_count`` call in three scenarios:
 
 Every save changes the stored value, so each call is a full upsert plus audit event. It
 prints p50/p95/p99/max, the p95 ratio against the 1-rater run and the paced p95 against the
-target. ``SQLite + gate`` is the same SQLite file with an in-process lock in front of each
-transaction (a change proposed for db/session.py), to compare. Usage::
+target. ``SQLite, no gate`` is the same SQLite file without the in-process writer lock of
+``db.session.Database`` (writers then rely on SQLite's busy handler alone), to show what the
+lock buys. Usage::
 
     .venv/bin/python bench/bench_rating_save.py [--raters 20] [--calls 100] \
         [--backends sqlite,postgres]
@@ -22,7 +23,6 @@ transaction (a change proposed for db/session.py), to compare. Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import random
 import statistics
 import sys
@@ -49,23 +49,13 @@ RATERS_PER_PAIR = 5
 PAUSE_S = (0.1, 0.5)  # think time between two saves of one rater in the paced scenario
 
 
-class GatedSQLiteDatabase(Database):
-    """``Database`` whose transactions queue on an in-process lock before BEGIN IMMEDIATE.
-
-    The change proposed for db/session.py: SQLite's busy handler polls with sleeps of up to
-    100 ms, so threads of one process that contend for the write lock wait far longer than
-    the transaction they wait for; a lock hands over at once. Other processes (the scoring
-    worker) still meet the busy timeout as before.
-    """
+class UngatedSQLiteDatabase(Database):
+    """``Database`` without its in-process writer lock: SQLite's busy handler alone, which
+    polls with sleeps of up to 100 ms (the behaviour before the lock was added)."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self._gate = threading.Lock()
-
-    @contextlib.contextmanager
-    def begin(self):  # noqa: ANN201 - context manager of Session
-        with self._gate, self.sessions.begin() as session:
-            yield session
+        self._write_gate = None
 
 
 def _pgserver():  # noqa: ANN202 - the tests/pgserver.py module
@@ -188,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
         if backend == "sqlite":
             for label, db_class in (("SQLite (WAL)", Database),
-                                    ("SQLite + gate", GatedSQLiteDatabase)):
+                                    ("SQLite, no gate", UngatedSQLiteDatabase)):
                 with tempfile.TemporaryDirectory(prefix="radconcord-bench-") as tmp:
                     db = db_class(f"sqlite:///{Path(tmp) / 'bench.db'}")
                     try:
