@@ -254,6 +254,9 @@ class ScoringJob(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     error: Mapped[str | None] = mapped_column(Text, default=None)
     worker_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    # Times a worker has taken the job; a job whose workers keep dying (e.g. out of memory)
+    # is failed after a limit instead of being retried forever.
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     heartbeat_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)

@@ -26,6 +26,8 @@ from db.models import Image, Pair, Report, ScoringJob, Study
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 DEFAULT_STALE_AFTER = 120.0
+#: Claims after which a job whose worker stopped heartbeating is failed, not taken over again.
+MAX_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class JobInfo:
     created_at: dt.datetime | None
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    attempts: int = 0
 
     @property
     def fraction(self) -> float:
@@ -83,6 +86,7 @@ def _info(job: ScoringJob, study_name: str | None) -> JobInfo:
         created_at=_aware(job.created_at),
         started_at=_aware(job.started_at),
         finished_at=_aware(job.finished_at),
+        attempts=job.attempts or 0,
     )
 
 
@@ -131,21 +135,37 @@ def enqueue(
         return _info(job, study.name)
 
 
-def _claimable(cutoff: dt.datetime) -> Any:
-    return or_(
-        ScoringJob.status == QUEUED,
-        (ScoringJob.status == RUNNING)
-        & or_(ScoringJob.heartbeat_at.is_(None), ScoringJob.heartbeat_at < cutoff),
+def _stale(cutoff: dt.datetime) -> Any:
+    return (ScoringJob.status == RUNNING) & or_(
+        ScoringJob.heartbeat_at.is_(None), ScoringJob.heartbeat_at < cutoff
     )
 
 
-def claim(db: Any, *, worker_id: str, stale_after: float = DEFAULT_STALE_AFTER) -> JobInfo | None:
+def _claimable(cutoff: dt.datetime, max_attempts: int) -> Any:
+    return or_(
+        ScoringJob.status == QUEUED,
+        _stale(cutoff) & (ScoringJob.attempts < max_attempts),
+    )
+
+
+def claim(
+    db: Any,
+    *,
+    worker_id: str,
+    stale_after: float = DEFAULT_STALE_AFTER,
+    max_attempts: int = MAX_ATTEMPTS,
+) -> JobInfo | None:
     """Atomically take the oldest queued job, or a running one whose heartbeat is stale.
+
+    A stale job that workers have already taken ``max_attempts`` times is marked failed
+    instead: its workers keep dying on it (out of memory, a crashing extension), and taking
+    it again would only kill the next one.
 
     Args:
         db: The database.
         worker_id: This worker's identity (written on the job).
         stale_after: Seconds without heartbeat after which a running job is taken over.
+        max_attempts: Claims after which a stale job is failed rather than taken over.
 
     Returns:
         The claimed job, or ``None`` when there is nothing to do.
@@ -153,19 +173,34 @@ def claim(db: Any, *, worker_id: str, stale_after: float = DEFAULT_STALE_AFTER) 
     now = utcnow()
     cutoff = now - dt.timedelta(seconds=stale_after)
     with db.begin() as s:
+        s.execute(
+            update(ScoringJob)
+            .where(_stale(cutoff), ScoringJob.attempts >= max_attempts)
+            .values(
+                status=FAILED,
+                finished_at=now,
+                error=f"its worker stopped responding {max_attempts} times while running it"
+                " (killed, out of memory?); see the worker logs, then queue it again",
+            )
+            .execution_options(synchronize_session=False)
+        )
         ids = s.scalars(
-            select(ScoringJob.id).where(_claimable(cutoff)).order_by(ScoringJob.id).limit(10)
+            select(ScoringJob.id)
+            .where(_claimable(cutoff, max_attempts))
+            .order_by(ScoringJob.id)
+            .limit(10)
         ).all()
         for job_id in ids:
             res = s.execute(
                 update(ScoringJob)
-                .where(ScoringJob.id == job_id, _claimable(cutoff))
+                .where(ScoringJob.id == job_id, _claimable(cutoff, max_attempts))
                 .values(
                     status=RUNNING,
                     worker_id=worker_id,
                     heartbeat_at=now,
                     started_at=now,
                     error=None,
+                    attempts=ScoringJob.attempts + 1,
                 )
                 .execution_options(synchronize_session=False)
             )
@@ -227,9 +262,10 @@ def fail(db: Any, job_id: int, worker_id: str, error: str) -> bool:
 
 
 def release(db: Any, job_id: int, worker_id: str, message: str = "") -> bool:
-    """Put a job this worker owns back in the queue (polite shutdown)."""
+    """Put a job this worker owns back in the queue (polite shutdown: not a failed attempt)."""
     return _owned_update(
-        db, job_id, worker_id, status=QUEUED, worker_id=None, heartbeat_at=None, message=message
+        db, job_id, worker_id, status=QUEUED, worker_id=None, heartbeat_at=None, message=message,
+        attempts=ScoringJob.attempts - 1,
     )
 
 

@@ -140,6 +140,33 @@ def test_claim_is_exclusive_and_stale_jobs_are_taken_over(d, db):
     assert jobs.get(db, job.id).worker_id == "b"
 
 
+def test_a_job_whose_workers_keep_dying_fails_after_the_attempt_limit(d, db):
+    """Each claim counts; a polite release does not; a stale job at the limit is failed with
+    a reason instead of killing one more worker."""
+    sid = make_study(db, "s-limit", 1)
+    job = jobs.enqueue(db, study_id=sid, metrics=["count_double"])
+
+    def go_silent() -> None:
+        with db.begin() as s:
+            s.execute(
+                update(ScoringJob)
+                .where(ScoringJob.id == job.id)
+                .values(heartbeat_at=jobs.utcnow() - dt.timedelta(seconds=600))
+            )
+
+    assert jobs.claim(db, worker_id="w1", stale_after=60, max_attempts=2).attempts == 1
+    assert jobs.release(db, job.id, "w1", "shutting down")
+    assert jobs.get(db, job.id).attempts == 0
+    assert jobs.claim(db, worker_id="w2", stale_after=60, max_attempts=2).attempts == 1
+    go_silent()
+    assert jobs.claim(db, worker_id="w3", stale_after=60, max_attempts=2).attempts == 2
+    go_silent()
+    assert jobs.claim(db, worker_id="w4", stale_after=60, max_attempts=2) is None
+    failed = jobs.get(db, job.id)
+    assert failed.status == "failed" and "stopped responding 2 times" in failed.error
+    assert failed.finished_at is not None
+
+
 def test_failures_are_recorded_and_the_worker_goes_on(d, db):
     sid = make_study(db, "s4", 2)
     gone = jobs.enqueue(db, study_id=sid, metrics=["gone_double"])
