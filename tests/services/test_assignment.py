@@ -210,7 +210,15 @@ def test_cli_create_user_and_assign(tmp_path, monkeypatch, make_study, capsys,
     monkeypatch.setenv("DATABASE_URL", url)
     monkeypatch.setenv("RADCONCORD_DATA_DIR", str(tmp_path))
     assert main(["init-db"]) == 0
-    assert "revision 0001" in capsys.readouterr().out
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from db.session import MIGRATIONS_DIR
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert f"(revision {head})" in capsys.readouterr().out
     for name in ("ca", "cb"):
         monkeypatch.setattr("sys.stdin", io.StringIO(f"{name}-password\n"))
         assert main(["create-user", "--username", name, "--role", "rater",
