@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import sys
@@ -181,6 +182,14 @@ def main() -> None:
         diff = max(max_diff(ours.values["meteor"], ref_scores),
                    abs(ours.corpus["meteor_corpus"] - ref_corpus))
         report("meteor", n, t_ours, t_ref, diff, t_tok)
+        # The jar is single-threaded: parallel JVMs are the only way to use more cores.
+        workers = max(2, min(4, os.cpu_count() or 2))
+        with Meteor(jvm_workers=workers) as pooled:
+            pooled.score(**kw)
+            ours_p, t_pool = timed(lambda: pooled.score(**kw))
+        diff = max(max_diff(ours_p.values["meteor"], ref_scores),
+                   abs(ours_p.corpus["meteor_corpus"] - ref_corpus))
+        report(f"meteor x{workers}jvm", n, t_pool, t_ref, diff, t_tok)
 
 
 if __name__ == "__main__":

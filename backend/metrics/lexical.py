@@ -26,6 +26,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -625,6 +626,10 @@ class _MeteorProcess:
 
     def score(self, references: list[str], candidates: list[str]) -> tuple[list[float], float]:
         """Score aligned, sanitised pairs; return per-pair scores and the jar's aggregate."""
+        return self.evaluate(self.statistics(references, candidates))
+
+    def statistics(self, references: list[str], candidates: list[str]) -> list[str]:
+        """The jar's sufficient statistics (one ``SCORE`` answer line) per pair."""
         lines = [
             f"SCORE ||| {ref} ||| {cand}\n".encode()
             for ref, cand in zip(references, candidates, strict=True)
@@ -653,9 +658,21 @@ class _MeteorProcess:
                 writer.join()
             if write_error:
                 raise self._died() from write_error[0]
+        return stats
+
+    def evaluate(self, stats: list[str]) -> tuple[list[float], float]:
+        """Per-pair scores and the aggregate from statistics (from any METEOR process: the
+        ``EVAL`` step is a pure function of them)."""
+        if not stats:
+            return [], 0.0
+        with self._lock:
+            if self._proc.poll() is not None:
+                raise self._died()
+            stdin = self._proc.stdin
+            assert stdin is not None
             stdin.write(("EVAL ||| " + " ||| ".join(stats) + "\n").encode())
             stdin.flush()
-            scores = [float(self._readline()) for _ in lines]
+            scores = [float(self._readline()) for _ in stats]
             aggregate = float(self._readline())
         return scores, aggregate
 
@@ -674,6 +691,9 @@ class Meteor(_TokenizedMetric):
     Options:
         tokenize: preprocessing applied before the jar's own ``-norm`` normalisation.
         java_heap: JVM ``-Xmx`` value (does not change scores).
+        jvm_workers: Java processes aligning pairs in parallel (does not change scores; each
+            holds the paraphrase table, about 1-2 GB). The jar is single-threaded, so this is
+            the only way METEOR uses more than one core.
     """
 
     spec: ClassVar[MetricSpec] = MetricSpec(
@@ -682,11 +702,19 @@ class Meteor(_TokenizedMetric):
         citation="Denkowski & Lavie, WMT 2014",
         corpus_outputs=("meteor_corpus",),
     )
-    defaults: ClassVar[dict[str, Any]] = {"tokenize": DEFAULT_TOKENIZER, "java_heap": "2G"}
+    defaults: ClassVar[dict[str, Any]] = {
+        "tokenize": DEFAULT_TOKENIZER,
+        "java_heap": "2G",
+        "jvm_workers": 1,
+    }
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        workers = self.options["jvm_workers"]
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"meteor: jvm_workers must be a positive integer (got {workers!r})")
         self._proc: _MeteorProcess | None = None
+        self._extra: list[_MeteorProcess] = []
 
     def availability(self) -> str | None:
         """Reason when ``java`` is not on PATH or the jar is missing, else ``None``."""
@@ -703,7 +731,9 @@ class Meteor(_TokenizedMetric):
         jar = find_meteor_jar()
         if jar is None:  # availability() was checked by load(); guard a race with uninstall
             raise MetricUnavailable("unavailable: meteor-1.5.jar not found")
-        self._proc = _MeteorProcess(jar, str(self.options["java_heap"]))
+        heap = str(self.options["java_heap"])
+        self._proc = _MeteorProcess(jar, heap)
+        self._extra = [_MeteorProcess(jar, heap) for _ in range(self.options["jvm_workers"] - 1)]
 
     def signature(self) -> str:
         """``meteor|version:1.5|lang:en|norm:yes|tok:<scheme>``."""
@@ -711,9 +741,10 @@ class Meteor(_TokenizedMetric):
 
     def close(self) -> None:
         """Stop the Java process; a later ``score`` starts a new one."""
-        if self._proc is not None:
-            self._proc.close()
-            self._proc = None
+        for proc in [self._proc, *self._extra]:
+            if proc is not None:
+                proc.close()
+        self._proc, self._extra = None, []
         self._loaded = False
 
     def __enter__(self) -> Meteor:
@@ -729,7 +760,20 @@ class Meteor(_TokenizedMetric):
         assert self._proc is not None
         refs = [meteor_sanitize(r) for r in self._prep(references)]
         cands = [meteor_sanitize(c) for c in self._prep(candidates)]
-        scores, aggregate = self._proc.score(refs, cands)
+        procs = [self._proc, *self._extra]
+        if len(procs) == 1 or len(refs) < 2 * len(procs):
+            scores, aggregate = self._proc.score(refs, cands)
+        else:
+            # Contiguous slices aligned in parallel, statistics re-joined in input order and
+            # evaluated once: identical to one process by construction.
+            bounds = [round(k * len(refs) / len(procs)) for k in range(len(procs) + 1)]
+            with ThreadPoolExecutor(max_workers=len(procs)) as pool:
+                parts = list(pool.map(
+                    lambda k: procs[k].statistics(refs[bounds[k]:bounds[k + 1]],
+                                                  cands[bounds[k]:bounds[k + 1]]),
+                    range(len(procs)),
+                ))
+            scores, aggregate = self._proc.evaluate([st for part in parts for st in part])
         return MetricResult(values={"meteor": scores}, corpus={"meteor_corpus": aggregate})
 
 
