@@ -182,7 +182,7 @@ def main() -> None:
         diff = max(max_diff(ours.values["meteor"], ref_scores),
                    abs(ours.corpus["meteor_corpus"] - ref_corpus))
         report("meteor", n, t_ours, t_ref, diff, t_tok)
-        # The jar is single-threaded: parallel JVMs are the only way to use more cores.
+        # One JVM keeps about two cores busy; more JVMs help only on bigger machines.
         workers = max(2, min(4, os.cpu_count() or 2))
         with Meteor(jvm_workers=workers) as pooled:
             pooled.score(**kw)
