@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 
-from backend.services.errors import InvalidInput, NotFound, require_admin
+from backend.services.errors import InvalidInput, require_admin
+from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import Assignment, Pair, Study, User
+from db.models import Assignment, Pair, User
 from db.session import Database
 
 log = logging.getLogger(__name__)
@@ -90,9 +91,7 @@ def assign_raters(
             f"raters, got {len(names)}"
         )
     with db.begin() as s:
-        study = s.scalar(select(Study).where(Study.name == study_name).with_for_update())
-        if study is None:
-            raise NotFound(f"no study named {study_name!r}")
+        study = get_study(s, study_name, for_update=True)
         users = s.scalars(select(User).where(User.username.in_(names))).all()
         by_name = {u.username: u for u in users}
         missing = [n for n in names if n not in by_name]

@@ -37,7 +37,8 @@ from backend.datasets import corpus as corpus_mod
 from backend.datasets import oracle
 from backend.datasets.corpus import Corpus, CorpusReport
 from backend.services import assignment, exports, imports
-from backend.services.errors import InvalidInput, NotFound, require_admin
+from backend.services.errors import InvalidInput, require_admin
+from backend.services.repo import get_study
 from backend.services.types import Actor, CandidateInput, CaseInput
 from backend.util import file_sha256
 from db.models import Study, User
@@ -279,9 +280,7 @@ def export_build(db: Database, actor: Actor, *, study_name: str, out_dir: Path) 
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise InvalidInput(f"{out_dir}: output folder exists and is not empty")
     with db.begin() as s:
-        study = s.scalar(select(Study).where(Study.name == study_name))
-        if study is None:
-            raise NotFound(f"no study named {study_name!r}")
+        study = get_study(s, study_name)
         info = {"name": study.name, "description": study.description, "seed": study.seed,
                 "raters_per_pair": study.raters_per_pair,
                 "provenance": dict(study.provenance or {})}

@@ -28,8 +28,9 @@ from backend.analysis.data import (
 )
 from backend.analysis.disagreement import DiffOp, rank_disagreements, word_diff
 from backend.services.errors import InvalidInput, NotFound, require_admin
+from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import Assignment, MetricScore, Pair, Rating, Report, Study
+from db.models import Assignment, MetricScore, Pair, Rating, Report
 from db.session import Database
 
 T = TypeVar("T")
@@ -99,9 +100,7 @@ def data_version(db: Database, actor: Actor, *, study_name: str) -> DataVersion:
     """
     require_admin(actor)
     with db.read() as s:
-        sid = s.scalar(select(Study.id).where(Study.name == study_name))
-        if sid is None:
-            raise NotFound(f"no study named '{study_name}'")
+        sid = get_study(s, study_name).id
         n_ratings, r_updated = s.execute(
             select(func.count(Rating.id), func.max(Rating.updated_at))
             .join(Pair, Pair.id == Rating.pair_id)

@@ -40,10 +40,11 @@ from sqlalchemy.orm import selectinload
 
 from backend import config
 from backend.datasets import rexval
-from backend.services.errors import InvalidInput, NotFound, require_admin
+from backend.services.errors import InvalidInput, require_admin
+from backend.services.repo import get_study
 from backend.services.types import CATEGORIES, Actor
 from backend.util import file_sha256
-from db.models import Assignment, Case, Pair, Rating, RatingEvent, Study, User
+from db.models import Assignment, Case, Pair, Rating, RatingEvent, User
 from db.session import MIGRATIONS_DIR, Database
 
 FORMATS = ("rexval", "jsonl")
@@ -115,9 +116,7 @@ def _rater_indices(users: dict[int, str]) -> dict[int, int]:
 
 def _load(db: Database, study_name: str) -> tuple[dict[str, Any], list[_PairData], list[_Cell]]:
     with db.begin() as s:
-        study = s.scalar(select(Study).where(Study.name == study_name))
-        if study is None:
-            raise NotFound(f"no study named {study_name!r}")
+        study = get_study(s, study_name)
         info = {
             "name": study.name,
             "description": study.description,

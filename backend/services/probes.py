@@ -30,9 +30,10 @@ from sqlalchemy import select
 
 from backend.analysis.data import metric_direction
 from backend.analysis.perturb import KIND_LABELS, KINDS, SIGNIFICANT, Perturbation, generate
-from backend.services.errors import InvalidInput, NotFound, ServiceError, require_admin
+from backend.services.errors import InvalidInput, ServiceError, require_admin
+from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import Pair, Report, Study
+from db.models import Pair, Report
 from db.session import Database
 
 log = logging.getLogger(__name__)
@@ -115,10 +116,8 @@ class ProbeResult:
 
 
 def _reference_reports(db: Database, study_name: str) -> list[str]:
-    with db.begin() as s:
-        sid = s.scalar(select(Study.id).where(Study.name == study_name))
-        if sid is None:
-            raise NotFound(f"no study named '{study_name}'")
+    with db.read() as s:
+        sid = get_study(s, study_name).id
         texts = s.scalars(
             select(Report.text)
             .join(Pair, Pair.reference_id == Report.id)

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
-from backend.services.errors import NotFound, require_admin
+from backend.services.errors import require_admin
 from backend.services.rating import as_utc
+from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import Assignment, Pair, Study, User
+from db.models import Assignment, Pair, User
 from db.session import Database
 
 
@@ -67,9 +68,7 @@ def study_progress(db: Database, actor: Actor, *, study_name: str) -> StudyProgr
     """
     require_admin(actor)
     with db.read() as s:
-        study = s.scalar(select(Study).where(Study.name == study_name))
-        if study is None:
-            raise NotFound(f"no study named {study_name!r}")
+        study = get_study(s, study_name)
         rater_rows = s.execute(
             select(
                 User.username,

@@ -18,8 +18,9 @@ from sqlalchemy import func, select
 
 from backend.metrics import registry
 from backend.services.errors import InvalidInput, NotFound, require_admin
+from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import MetricScore, Pair, Study
+from db.models import MetricScore, Pair
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +151,8 @@ def _view(info: Any) -> JobView:
 
 
 def _study_id(db: Any, study_name: str) -> int:
-    with db.begin() as s:
-        sid = s.scalar(select(Study.id).where(Study.name == study_name))
-    if sid is None:
-        raise NotFound(f"no study named '{study_name}'")
+    with db.read() as s:
+        sid = get_study(s, study_name).id
     return sid
 
 

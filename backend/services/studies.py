@@ -10,8 +10,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from backend.services.errors import NotFound, require_admin
+from backend.services.errors import require_admin
 from backend.services.rating import RaterStudy, as_utc, rater_studies
+from backend.services.repo import get_study
 from backend.services.types import Actor
 from db.models import Assignment, Pair, Study
 from db.session import Database
@@ -102,7 +103,5 @@ def get_study_summary(db: Database, actor: Actor, *, study_name: str) -> StudySu
     """
     require_admin(actor)
     with db.read() as s:
-        study = s.scalar(select(Study).where(Study.name == study_name))
-        if study is None:
-            raise NotFound(f"no study named {study_name!r}")
+        study = get_study(s, study_name)
         return _summary(s, study)
