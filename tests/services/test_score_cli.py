@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 import os
@@ -25,22 +24,10 @@ REPO = HERE.parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "report_pairs.jsonl"
 
 
-def _doubles():
-    name = "scoring_doubles"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "scoring_doubles.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
 @pytest.fixture
-def env(tmp_path, monkeypatch):
+def env(tmp_path, monkeypatch, d):
     """Doubles registered, DATABASE_URL in tmp_path, a small PAIRS file."""
-    mod = _doubles()
-    mod.install(monkeypatch.setitem)
-    mod.reset()
+    mod = d
     url = f"sqlite:///{tmp_path}/cli.db"
     monkeypatch.setenv("DATABASE_URL", url)
     pairs = tmp_path / "pairs.jsonl"

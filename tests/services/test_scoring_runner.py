@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -29,31 +28,6 @@ from db.session import Database
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-
-
-def _doubles():
-    name = "scoring_doubles"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "scoring_doubles.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-@pytest.fixture
-def d(monkeypatch):
-    mod = _doubles()
-    mod.install(monkeypatch.setitem)
-    mod.reset()
-    return mod
-
-
-@pytest.fixture
-def db(tmp_path):
-    database = Database(f"sqlite:///{tmp_path}/t.db")
-    yield database
-    database.dispose()
 
 
 def _pairs(n: int, start: int = 0) -> list[ScorePair]:
