@@ -49,16 +49,78 @@ class User(Base):
     role: Mapped[str] = mapped_column(String(16))
     password_hash: Mapped[str] = mapped_column(String(255))
     active: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Set for accounts created with a one-time password or reset by an admin: the user must
+    # choose a new password before anything else (also for demo accounts on a public server).
+    must_change_password: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default="0"
+    )
+    password_changed_at: Mapped[dt.datetime | None] = mapped_column(
+        DateTime(timezone=True), default=None
+    )
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class Case(Base):
-    """One exam: its images and its reports."""
+class AuthSession(Base):
+    """A logged-in browser: the sha256 of its cookie token, never the token itself.
 
-    __tablename__ = "cases"
+    Kept in the database so that sessions survive a server restart, are shared by several
+    server processes, and are revoked at once (``revoked_at``) by logout, deactivation or a
+    password change. ``ticket_sha256`` is a short-lived one-time ticket the page hands to the
+    browser, which exchanges it at the server's cookie endpoint for the HttpOnly cookie.
+    """
+
+    __tablename__ = "auth_sessions"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    external_id: Mapped[str] = mapped_column(String(128), unique=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    token_sha256: Mapped[str | None] = mapped_column(String(64), unique=True, default=None)
+    ticket_sha256: Mapped[str | None] = mapped_column(String(64), unique=True, default=None)
+    ticket_expires_at: Mapped[dt.datetime | None] = mapped_column(
+        DateTime(timezone=True), default=None
+    )
+    # sha256 prefix of the password hash at issue time: a password change invalidates it.
+    credential_stamp: Mapped[str] = mapped_column(String(64), default="")
+    client: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_seen_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    revoked_reason: Mapped[str | None] = mapped_column(String(32), default=None)
+
+
+class LoginThrottle(Base):
+    """Failed logins per account (``user:<name>``) or per client (``client:<address>``)."""
+
+    __tablename__ = "login_throttles"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_failure_at: Mapped[dt.datetime | None] = mapped_column(
+        DateTime(timezone=True), default=None
+    )
+    locked_until: Mapped[dt.datetime | None] = mapped_column(
+        DateTime(timezone=True), default=None
+    )
+
+
+class Case(Base):
+    """One exam of one study: its images and its reports.
+
+    Cases belong to the study that imported them: two studies may use the same external
+    case id for different exams, and one study's import never changes another's images.
+    """
+
+    __tablename__ = "cases"
+    __table_args__ = (
+        UniqueConstraint("study_id", "external_id", name="uq_cases_study_external"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # NULL only for a case no pair uses (left from before cases were scoped by study).
+    study_id: Mapped[int | None] = mapped_column(
+        ForeignKey("studies.id", ondelete="CASCADE"), index=True, default=None
+    )
+    external_id: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     images: Mapped[list[Image]] = relationship(back_populates="case", order_by="Image.id")
@@ -114,7 +176,8 @@ class Study(Base):
     scheme: Mapped[str] = mapped_column(String(32), default="rexval")
     raters_per_pair: Mapped[int] = mapped_column(Integer, default=1)
     seed: Mapped[int] = mapped_column(Integer, default=0)
-    status: Mapped[str] = mapped_column(String(16), default="open")  # draft | open | closed
+    # importing (being written in batches, invisible everywhere) | draft | open | closed
+    status: Mapped[str] = mapped_column(String(16), default="open")
     # Where the pairs came from (import file hashes, builder metrics/signatures, seeds).
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -98,7 +98,7 @@ def make_study() -> Callable[..., list[str]]:
             s.add(study)
             s.flush()
             for i in range(n_pairs):
-                case = Case(external_id=f"{name}-case-{i}")
+                case = Case(external_id=f"{name}-case-{i}", study_id=study.id)
                 s.add(case)
                 s.flush()
                 ref_text = f"Reference {i}: no focal consolidation."

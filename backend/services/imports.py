@@ -285,15 +285,17 @@ def _create_study(
         provenance=provenance,
     )
     s.add(study)
+    s.flush()
     pairs: list[Pair] = []
     n_reused = 0
     n_images = 0
     report_counter = [0]
     position = 0
     for item in cases:
-        case = s.scalar(select(Case).where(Case.external_id == item.case_id))
+        case = s.scalar(select(Case).where(Case.external_id == item.case_id,
+                                           Case.study_id == study.id))
         if case is None:
-            case = Case(external_id=item.case_id)
+            case = Case(external_id=item.case_id, study_id=study.id)
             s.add(case)
             s.flush()
             known: dict[str, Image] = {}

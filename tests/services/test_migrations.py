@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from db.models import Base
+from db.session import make_engine, upgrade
 
 
 def test_migrated_schema_matches_the_models(any_db):
@@ -13,3 +20,83 @@ def test_migrated_schema_matches_the_models(any_db):
     with any_db.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_url(request, tmp_path) -> Iterator[str]:
+    """The URL of an empty database (no schema) on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'old.db'}"
+        return
+    server = request.getfixturevalue("pg_server")
+    name = f"m_{uuid.uuid4().hex[:16]}"
+    yield server.create_database(name)
+    server.drop_database(name)
+
+
+def test_0003_gives_each_study_its_own_copy_of_a_shared_case(empty_url):
+    """Before 0003 a case was global: two studies' pairs could point at one case row.
+
+    The migration must leave each study its own case (same external id, images, reports),
+    keep every pair's texts, and leave no foreign key broken (SQLite copies the table).
+    """
+    engine = make_engine(empty_url)
+    upgrade(engine, "0002")
+    t = {name: sa.table(name, *cols) for name, cols in {
+        "cases": (sa.column("id"), sa.column("external_id"), sa.column("created_at")),
+        "studies": (sa.column("id"), sa.column("name"), sa.column("description"),
+                    sa.column("scheme"), sa.column("raters_per_pair"), sa.column("seed"),
+                    sa.column("status"), sa.column("provenance"), sa.column("created_at")),
+        "images": (sa.column("id"), sa.column("case_id"), sa.column("path"),
+                   sa.column("format"), sa.column("view"), sa.column("sha256"),
+                   sa.column("width"), sa.column("height"), sa.column("meta")),
+        "reports": (sa.column("id"), sa.column("case_id"), sa.column("role"),
+                    sa.column("source"), sa.column("text"), sa.column("created_at")),
+        "pairs": (sa.column("id"), sa.column("study_id"), sa.column("case_id"),
+                  sa.column("reference_id"), sa.column("candidate_id"), sa.column("source"),
+                  sa.column("opaque_id"), sa.column("position"), sa.column("input_hash")),
+    }.items()}
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    with engine.begin() as conn:
+        conn.execute(sa.insert(t["cases"]), [{"id": 1, "external_id": "c1", "created_at": now}])
+        conn.execute(sa.insert(t["studies"]), [
+            {"id": sid, "name": f"s{sid}", "description": "", "scheme": "rexval",
+             "raters_per_pair": 1, "seed": 0, "status": "open", "provenance": "{}",
+             "created_at": now} for sid in (1, 2)])
+        conn.execute(sa.insert(t["images"]), [
+            {"id": 1, "case_id": 1, "path": "images/a.png", "format": "png", "view": "PA",
+             "sha256": "a" * 64, "width": 4, "height": 4, "meta": "{}"}])
+        conn.execute(sa.insert(t["reports"]), [
+            {"id": rid, "case_id": 1, "role": role, "source": src, "text": text,
+             "created_at": now}
+            for rid, role, src, text in [(1, "reference", None, "ref"),
+                                         (2, "candidate", "g1", "cand one"),
+                                         (3, "candidate", "g2", "cand two")]])
+        conn.execute(sa.insert(t["pairs"]), [
+            {"id": 1, "study_id": 1, "case_id": 1, "reference_id": 1, "candidate_id": 2,
+             "source": "g1", "opaque_id": "p1", "position": 0, "input_hash": "h1"},
+            {"id": 2, "study_id": 2, "case_id": 1, "reference_id": 1, "candidate_id": 3,
+             "source": "g2", "opaque_id": "p2", "position": 0, "input_hash": "h2"}])
+        if engine.dialect.name == "postgresql":  # explicit ids do not advance the sequences
+            for name in t:
+                conn.execute(sa.text(f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), "
+                                     f"(SELECT max(id) FROM {name}))"))
+    upgrade(engine)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(
+            "SELECT p.opaque_id, p.study_id, c.study_id, c.external_id, r.text, k.text, "
+            "r.case_id = c.id, k.case_id = c.id FROM pairs p JOIN cases c ON c.id = p.case_id "
+            "JOIN reports r ON r.id = p.reference_id JOIN reports k ON k.id = p.candidate_id "
+            "ORDER BY p.opaque_id")).all()
+        images = conn.execute(sa.text(
+            "SELECT c.study_id, i.path FROM images i JOIN cases c ON c.id = i.case_id "
+            "ORDER BY c.study_id")).all()
+    assert [tuple(r) for r in rows] == [
+        ("p1", 1, 1, "c1", "ref", "cand one", True, True),
+        ("p2", 2, 2, "c1", "ref", "cand two", True, True),
+    ]
+    assert [tuple(r) for r in images] == [(1, "images/a.png"), (2, "images/a.png")]
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diff == []
+    engine.dispose()
