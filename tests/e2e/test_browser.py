@@ -9,131 +9,35 @@ dashboard refreshing every second (``RADCONCORD_DASHBOARD_REFRESH_S=1``).
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
+from tests.e2e.conftest import (
+    RATER,
+    RATER_PASSWORD,
+    log_in,
+    log_out,
+)
+from tests.e2e.conftest import (
+    cell as _cell,
+)
+from tests.e2e.conftest import (
+    metric_value as _metric_value,
+)
+from tests.e2e.conftest import (
+    wait_for_metric as _wait_for_metric,
+)
+
 pytestmark = pytest.mark.browser
-
-REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-RATER, RATER_PASSWORD = "rater1", "radconcord-rater1"
-START_TIMEOUT_S = 90
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A running app on a free port; yields (base URL, data folder)."""
-    data = tmp_path_factory.mktemp("e2e-data")
-    port = _free_port()
-    env = {
-        **os.environ,
-        "RADCONCORD_DATA_DIR": str(data),
-        "DATABASE_URL": f"sqlite:///{data / 'e2e.db'}",
-        "RADCONCORD_SEED_DEMO": "1",
-        "RADCONCORD_DASHBOARD_REFRESH_S": "1",
-    }
-    log_path = data / "streamlit.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "webapp/app.py",
-             "--server.headless", "true", "--server.port", str(port),
-             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                    if resp.read() == b"ok":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not start in {START_TIMEOUT_S}s:\n"
-                            f"{log_path.read_text()}")
-            time.sleep(0.5)
-        yield url, data
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Debian's chromium, headless; a missing binary is a failure with the fix in it."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} not found: install the browser with "
-                    "`apt-get install -y chromium chromium-driver` (see .ci)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        instance = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield instance
-        instance.close()
-
-
-def _log_in(page, username: str, password: str) -> None:
-    page.get_by_label("Username", exact=True).fill(username)
-    page.get_by_label("Password", exact=True).fill(password)
-    page.get_by_role("button", name="Log in").click()
-
-
-def _log_out(page) -> None:
-    """Open the sidebar if it is collapsed (raters) and click Log out."""
-    expand = page.get_by_test_id("stExpandSidebarButton")
-    if expand.count() and expand.is_visible():
-        expand.click()
-    page.get_by_role("button", name="Log out").click()
-
-
-def _metric_value(metric) -> int:
-    return int(metric.get_by_test_id("stMetricValue").inner_text().strip())
-
-
-def _wait_for_metric(metric, expected: int, timeout_s: float = 30) -> int:
-    """Poll a metric's shown value until it equals ``expected`` (or time runs out)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = _metric_value(metric)
-        if value == expected or time.monotonic() > deadline:
-            return value
-        time.sleep(0.25)
-
-
-def _cell(page, label: str):
-    return page.get_by_label(label, exact=True)
-
 
 def test_counts_survive_a_reload_and_admin_pages_stay_closed(server, browser, tmp_path):
     url, data = server
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     page.set_default_timeout(60_000)
     page.goto(url)
-    _log_in(page, RATER, RATER_PASSWORD)
+    log_in(page, RATER, RATER_PASSWORD)
     page.get_by_text("Candidate report").wait_for()
     page.wait_for_function("() => new URL(location.href).searchParams.get('pair')")
     pair = page.evaluate("() => new URL(location.href).searchParams.get('pair')")
@@ -198,7 +102,7 @@ def test_counts_survive_a_reload_and_admin_pages_stay_closed(server, browser, tm
         assert "Assign raters" not in body
 
     # Logging out forgets the browser too: a reload shows the login page.
-    _log_out(page)
+    log_out(page)
     page.get_by_label("Password", exact=True).wait_for()
     assert "radconcord_session" not in {c["name"] for c in page.context.cookies()}
     page.reload()
@@ -214,11 +118,11 @@ def test_a_stolen_cookie_is_dead_after_logout(server, browser):
     page = context.new_page()
     page.set_default_timeout(60_000)
     page.goto(url)
-    _log_in(page, "rater2", "radconcord-rater2")
+    log_in(page, "rater2", "radconcord-rater2")
     page.get_by_text("Candidate report").wait_for()
     page.wait_for_function("() => document.cookie.includes('radconcord_session=')")
     stolen = [c for c in context.cookies() if c["name"] == "radconcord_session"]
-    _log_out(page)
+    log_out(page)
     page.get_by_label("Password", exact=True).wait_for()
     context.add_cookies(stolen)
     page.goto(url)
@@ -236,7 +140,7 @@ def test_the_dashboard_follows_a_rating_without_a_reload(server, browser):
         admin = admin_ctx.new_page()
         admin.set_default_timeout(60_000)
         admin.goto(url)
-        _log_in(admin, "admin", "radconcord-admin")
+        log_in(admin, "admin", "radconcord-admin")
         admin.get_by_text("Studies & progress").first.wait_for()
         admin.goto(f"{url}/dashboard")
         ratings_metric = admin.get_by_test_id("stMetric").filter(has_text="Ratings")
@@ -252,7 +156,7 @@ def test_the_dashboard_follows_a_rating_without_a_reload(server, browser):
         rater.set_default_timeout(60_000)
         rater.goto(url)
         # rater1 (rater2's first pair must stay open for the shortcut test).
-        _log_in(rater, RATER, RATER_PASSWORD)
+        log_in(rater, RATER, RATER_PASSWORD)
         rater.get_by_text("Candidate report").wait_for()
         # The first open pair: add one omission and mark it done.
         cell = _cell(rater, "Omission of finding (clinically significant)")
@@ -284,7 +188,7 @@ def test_next_shortcut_moves_to_the_next_pair(server, browser):
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     page.set_default_timeout(60_000)
     page.goto(url)
-    _log_in(page, "rater2", "radconcord-rater2")
+    log_in(page, "rater2", "radconcord-rater2")
     page.get_by_text("Pair 1 of").wait_for()
     # Shortcuts are bound once the buttons are drawn (and work while no input has focus).
     expect(page.get_by_role("button", name="Next")).to_be_enabled()

@@ -1,0 +1,136 @@
+"""Shared fixtures of the browser tests: a running app and Debian's chromium.
+
+``server`` starts ``streamlit run`` on a free port with a fresh data folder seeded with the
+demo study; ``start_server`` starts another one with extra environment variables. Helpers
+``log_in``/``log_out`` drive the login page. A missing chromium FAILS with the fix in the
+message rather than skipping, so a CI without the browser cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+RATER, RATER_PASSWORD = "rater1", "radconcord-rater1"
+START_TIMEOUT_S = 90
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+APP_SCRIPT = "webapp/app.py"
+
+
+@contextmanager
+def start_server(data: Path, extra_env: dict[str, str] | None = None
+                 ) -> Iterator[tuple[str, Path]]:
+    """Run the app on a free port with its data in ``data``; yields (base URL, data folder)."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "RADCONCORD_DATA_DIR": str(data),
+        "DATABASE_URL": f"sqlite:///{data / 'e2e.db'}",
+        "RADCONCORD_SEED_DEMO": "1",
+        "RADCONCORD_DASHBOARD_REFRESH_S": "1",
+        **(extra_env or {}),
+    }
+    log_path = data / "streamlit.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", APP_SCRIPT,
+             "--server.headless", "true", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"streamlit exited with {proc.returncode}:\n{log_path.read_text()}")
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                    if resp.read() == b"ok":
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"streamlit did not start in {START_TIMEOUT_S}s:\n"
+                            f"{log_path.read_text()}")
+            time.sleep(0.5)
+        yield url, data
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A running app on a free port; yields (base URL, data folder)."""
+    with start_server(tmp_path_factory.mktemp("e2e-data")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium, headless; a missing binary is a failure with the fix in it."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} not found: install the browser with "
+                    "`apt-get install -y chromium chromium-driver` (see .ci)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        instance = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+def log_in(page, username: str, password: str) -> None:
+    page.get_by_label("Username", exact=True).fill(username)
+    page.get_by_label("Password", exact=True).fill(password)
+    page.get_by_role("button", name="Log in").click()
+
+
+def log_out(page) -> None:
+    """Open the sidebar if it is collapsed (raters) and click Log out."""
+    expand = page.get_by_test_id("stExpandSidebarButton")
+    if expand.count() and expand.is_visible():
+        expand.click()
+    page.get_by_role("button", name="Log out").click()
+
+
+def metric_value(metric) -> int:
+    return int(metric.get_by_test_id("stMetricValue").inner_text().strip())
+
+
+def wait_for_metric(metric, expected: int, timeout_s: float = 30) -> int:
+    """Poll a metric's shown value until it equals ``expected`` (or time runs out)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = metric_value(metric)
+        if value == expected or time.monotonic() > deadline:
+            return value
+        time.sleep(0.25)
+
+
+def cell(page, label: str):
+    return page.get_by_label(label, exact=True)
