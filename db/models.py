@@ -165,6 +165,10 @@ class Report(Base):
     case: Mapped[Case] = relationship(back_populates="reports")
 
 
+# Status of a study whose import is still being written in batches: no user sees it.
+STUDY_STAGING = "importing"
+
+
 class Study(Base):
     """A rating study: a set of pairs, a scheme, raters and assignment settings."""
 

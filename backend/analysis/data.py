@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy import select
 
-from db.models import Assignment, Case, MetricScore, Pair, Rating, Study, User
+from db.models import STUDY_STAGING, Assignment, Case, MetricScore, Pair, Rating, Study, User
 from db.session import Database
 
 logger = logging.getLogger(__name__)
@@ -184,7 +184,8 @@ def load_ratings(db: Database, study_name: str) -> StudyRatings:
         StudyNotFound: when no study has that name.
     """
     with db.begin() as s:
-        study = s.scalars(select(Study).where(Study.name == study_name)).one_or_none()
+        study = s.scalars(select(Study).where(
+            Study.name == study_name, Study.status != STUDY_STAGING)).one_or_none()
         if study is None:
             raise StudyNotFound(f"no study named '{study_name}'")
         study_id = study.id

@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.services.errors import NotFound
-from db.models import Study
+from db.models import STUDY_STAGING, Study
 
 
 def get_study(s: Session, name: str, *, for_update: bool = False) -> Study:
@@ -18,9 +18,9 @@ def get_study(s: Session, name: str, *, for_update: bool = False) -> Study:
         for_update: Lock the row (PostgreSQL) for a read-modify-write.
 
     Raises:
-        NotFound: no such study.
+        NotFound: no such study (a study still being imported does not exist yet).
     """
-    query = select(Study).where(Study.name == name)
+    query = select(Study).where(Study.name == name, Study.status != STUDY_STAGING)
     if for_update:
         query = query.with_for_update()
     study = s.scalar(query)
