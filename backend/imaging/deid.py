@@ -41,6 +41,13 @@ from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
 from pydicom.uid import UID
 
+from backend.imaging.load import (
+    MAX_PIXELS_PER_FRAME,
+    ImageLoadError,
+    check_pixel_limit,
+    raster_header_size,
+)
+
 # De-identification Method is LO (64 characters a value), multi-valued.
 METHOD = (
     "RadConcord PS3.15 E.1 Basic Profile",
@@ -300,6 +307,36 @@ KEEP_UIDS = {
 BLANKED_VRS = {"DA", "DT", "TM"}
 
 
+# Attributes kept by the allow-list (everything else is removed): what is needed to display
+# and window the image. Filled in below; see the module docstring.
+KEPT_ATTRIBUTES: tuple[str, ...] = (
+    # Image Pixel module
+    "SamplesPerPixel", "PhotometricInterpretation", "PlanarConfiguration", "Rows", "Columns",
+    "BitsAllocated", "BitsStored", "HighBit", "PixelRepresentation", "PixelData",
+    "NumberOfFrames", "PixelAspectRatio", "SmallestImagePixelValue",
+    "LargestImagePixelValue",
+    # Modality LUT
+    "RescaleIntercept", "RescaleSlope", "RescaleType", "ModalityLUTSequence",
+    # VOI LUT
+    "WindowCenter", "WindowWidth", "WindowCenterWidthExplanation", "VOILUTFunction",
+    "VOILUTSequence",
+    # Presentation
+    "PresentationLUTShape", "ViewPosition", "ImageLaterality", "Laterality", "ImageType",
+    "PixelSpacing", "ImagerPixelSpacing", "Modality", "BurnedInAnnotation",
+    # Identity of the instance (UIDs remapped)
+    "SOPClassUID", "SOPInstanceUID", "StudyInstanceUID", "SeriesInstanceUID",
+    "FrameOfReferenceUID",
+)
+
+DEID_PROFILE: dict[str, Any] = {
+    "profile": "DICOM PS3.15 Annex E Basic Application Confidentiality Profile",
+    "code": "113100",
+    "implementation": "RadConcord allow-list v1",
+    "options": [],
+    "kept_attributes": list(KEPT_ATTRIBUTES),
+}
+
+
 class DeidentificationError(ValueError):
     """A DICOM file could not be de-identified; the message names the file."""
 
@@ -498,6 +535,68 @@ def deidentify_file(
     return buf.getvalue(), report, ds
 
 
+# Pillow modes stored as decoded; any other mode is converted to the one given here first.
+_RASTER_KEEP_MODES = {"L", "LA", "RGB", "RGBA", "I;16", "I;16B", "I;16L", "I"}
+_RASTER_CONVERT = {"1": "L", "CMYK": "RGB", "YCbCr": "RGB", "LAB": "RGB", "HSV": "RGB"}
+
+
+def clean_raster(data: bytes, fmt: str) -> tuple[bytes, str]:
+    """Decode a PNG or JPEG and re-encode its pixels alone as a new PNG.
+
+    Nothing of the input but the pixel values reaches the output: no PNG chunk other than
+    IHDR/IDAT/IEND (and PLTE-free: palette images are expanded to RGB/RGBA), no JPEG APP
+    segment, comment, ICC profile, EXIF/XMP/IPTC block or trailing bytes. A JPEG is stored as
+    PNG, a lossless encoding of its decoded pixels, so no second generation of JPEG loss is
+    added. 8- and 16-bit grey and 8-bit RGB(A) pixels are kept exactly; 16-bit colour PNGs are
+    kept as Pillow decodes them (8 bits a channel), which is what the viewer shows anyway.
+    The pixel limit of :mod:`backend.imaging.load` is checked from the header before decoding.
+
+    Args:
+        data: The file's bytes.
+        fmt: ``"png"`` or ``"jpeg"``.
+
+    Returns:
+        ``(PNG bytes, "png")``: the stored bytes and their format.
+
+    Raises:
+        DeidentificationError: Unknown format, a header over the pixel limit, or bytes that
+            cannot be decoded.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    if fmt not in ("png", "jpeg"):
+        raise DeidentificationError(f"not a PNG or JPEG image (format {fmt!r})")
+    try:
+        width, height = raster_header_size(data, fmt)
+        check_pixel_limit("", height, width)
+    except ValueError as exc:  # ImageLoadError is a ValueError
+        raise DeidentificationError(str(exc) if isinstance(exc, ImageLoadError)
+                                    else f"not a valid {fmt.upper()} file ({exc})") from None
+    try:
+        with Image.open(io.BytesIO(data), formats=[fmt.upper()]) as img:
+            img.load()
+            mode = img.mode
+            if mode == "P" or mode == "PA":
+                has_alpha = mode == "PA" or "transparency" in img.info
+                img = img.convert("RGBA" if has_alpha else "RGB")
+            elif mode in _RASTER_CONVERT:
+                img = img.convert(_RASTER_CONVERT[mode])
+            elif mode not in _RASTER_KEEP_MODES:
+                raise DeidentificationError(f"unsupported {fmt.upper()} pixel mode {mode}")
+            # A new image from the raw pixels has an empty ``info``: Pillow would otherwise
+            # copy an ICC profile or transparency from the decoded image into the output.
+            clean = Image.frombytes(img.mode, img.size, img.tobytes())
+    except Image.DecompressionBombError:
+        raise DeidentificationError(
+            f"image exceeds the limit of {MAX_PIXELS_PER_FRAME} pixels per frame"
+        ) from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise DeidentificationError(f"cannot decode {fmt.upper()} image ({exc})") from None
+    out = io.BytesIO()
+    clean.save(out, format="PNG", optimize=False)
+    return out.getvalue(), "png"
+
+
 # Ancillary PNG chunks that can carry free text, timestamps or EXIF (patient details in
 # exported screenshots); everything needed to decode the image is kept.
 _PNG_DROP = {b"tEXt", b"zTXt", b"iTXt", b"eXIf", b"tIME"}
@@ -505,6 +604,8 @@ _PNG_DROP = {b"tEXt", b"zTXt", b"iTXt", b"eXIf", b"tIME"}
 
 def strip_png_metadata(data: bytes) -> bytes:
     """Remove text, EXIF and time chunks from PNG bytes, losslessly.
+
+    Deprecated: private chunks and trailing bytes survive; use :func:`clean_raster`.
 
     Args:
         data: A PNG file's bytes.
@@ -538,6 +639,8 @@ def strip_png_metadata(data: bytes) -> bytes:
 
 def strip_jpeg_metadata(data: bytes) -> bytes:
     """Remove APP1-APP13, APP15 (EXIF, XMP, IPTC...) and COM segments from JPEG bytes.
+
+    Deprecated: bytes after the end-of-image marker survive; use :func:`clean_raster`.
 
     APP0 (JFIF) and APP14 (Adobe colour transform) are kept because decoders need them.
     Entropy-coded data after the first SOS marker is copied unchanged (lossless).

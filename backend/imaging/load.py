@@ -9,16 +9,24 @@ value is shown white); the stored values are not changed. Multi-frame files give
 frame. Colour images are converted to luminance, because the viewer shows grey-scale films.
 
 Every failure to read a file raises :class:`ImageLoadError` whose message names the file.
+
+Pixel limit: a frame may have at most :data:`MAX_PIXELS_PER_FRAME` pixels (8192 x 8192, four
+times a large chest film) and a DICOM file at most :data:`MAX_FRAMES` frames. The limit is
+checked from the header (PNG IHDR, JPEG SOF, DICOM Rows/Columns/Number of Frames) before any
+pixel is decoded, so a file claiming 30000 x 30000 pixels costs no memory; Pillow's own
+decompression-bomb limit is set to the same number so that it never disagrees.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 # Re-exported: importers (services.imports) take the file hash from here.
 from backend.util import file_sha256 as file_sha256
@@ -30,8 +38,98 @@ PNG_SUFFIXES = {".png"}
 JPEG_SUFFIXES = {".jpg", ".jpeg"}
 
 
+# The explicit pixel limit (see the module docstring). A frame of 8192 x 8192 pixels decodes
+# to 256 MiB as float32; a chest film is about 3000 x 3000.
+MAX_SIDE = 8192
+MAX_PIXELS_PER_FRAME = MAX_SIDE * MAX_SIDE
+MAX_FRAMES = 256
+
+# Pillow warns above MAX_IMAGE_PIXELS and refuses above twice that; with the same number our
+# header check refuses first, and Pillow never warns about an image we accept.
+Image.MAX_IMAGE_PIXELS = MAX_PIXELS_PER_FRAME
+
+
 class ImageLoadError(ValueError):
     """A file could not be read as an image; the message names the file."""
+
+
+def check_pixel_limit(name: str, rows: int, columns: int, frames: int = 1) -> None:
+    """Refuse an image whose header claims more pixels than the limit.
+
+    Args:
+        name: The file, for the message (empty: the caller adds it).
+        rows: Rows (height) claimed by the header.
+        columns: Columns (width) claimed by the header.
+        frames: Number of frames claimed by the header.
+
+    Raises:
+        ImageLoadError: A dimension is not positive, a frame has more than
+            ``MAX_PIXELS_PER_FRAME`` pixels, or there are more than ``MAX_FRAMES`` frames.
+    """
+    prefix = f"{name}: " if name else ""
+    if rows <= 0 or columns <= 0 or frames <= 0:
+        raise ImageLoadError(
+            f"{prefix}header claims {columns} x {rows} pixels and {frames} frame(s)"
+        )
+    if rows * columns > MAX_PIXELS_PER_FRAME:
+        raise ImageLoadError(
+            f"{prefix}image of {columns} x {rows} pixels exceeds the limit of "
+            f"{MAX_PIXELS_PER_FRAME} pixels per frame ({MAX_SIDE} x {MAX_SIDE})"
+        )
+    if frames > MAX_FRAMES:
+        raise ImageLoadError(f"{prefix}{frames} frames exceed the limit of {MAX_FRAMES} frames")
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Start-of-frame markers (SOF0..SOF15 without DHT C4, JPG C8 and DAC CC).
+_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
+def raster_header_size(data: bytes, fmt: str) -> tuple[int, int]:
+    """Width and height claimed by a PNG (IHDR) or JPEG (first SOF) header, without decoding.
+
+    Args:
+        data: The file's bytes (the header part is enough).
+        fmt: ``"png"`` or ``"jpeg"``.
+
+    Returns:
+        ``(width, height)``.
+
+    Raises:
+        ValueError: The header is missing or malformed (the message says which).
+    """
+    if fmt == "png":
+        if not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR" or len(data) < 24:
+            raise ValueError("PNG header (IHDR) missing")
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if fmt != "jpeg":
+        raise ValueError(f"unknown raster format {fmt!r}")
+    if not data.startswith(b"\xff\xd8"):
+        raise ValueError("JPEG start-of-image marker missing")
+    pos = 2
+    while pos + 4 <= len(data):
+        if data[pos] != 0xFF:
+            raise ValueError("malformed JPEG marker stream")
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # markers without a length
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):
+            break
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+        if length < 2:
+            raise ValueError("malformed JPEG segment length")
+        if marker in _JPEG_SOF:
+            if pos + 9 > len(data):
+                break
+            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
+            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
+            return width, height
+        pos += 2 + length
+    raise ValueError("JPEG start-of-frame header missing")
 
 
 @dataclass(frozen=True)
@@ -150,10 +248,20 @@ def load_image(path: str | Path) -> LoadedImage:
 
 
 def _load_pillow(path: Path, fmt: str) -> LoadedImage:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     try:
-        with Image.open(path) as img:
+        # Whole file: JPEG metadata segments before the frame header may be large.
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ImageLoadError(f"{path}: cannot read ({exc.strerror})") from exc
+    try:
+        width, height = raster_header_size(data, fmt)
+    except ValueError as exc:
+        raise ImageLoadError(f"{path}: cannot decode {fmt.upper()} image ({exc})") from exc
+    check_pixel_limit(str(path), height, width)
+    try:
+        with Image.open(io.BytesIO(data)) as img:
             img.load()
             mode = img.mode
             if mode in ("I;16", "I;16B", "I;16L", "I"):
@@ -173,6 +281,11 @@ def _load_pillow(path: Path, fmt: str) -> LoadedImage:
                 arr = np.asarray(img.convert("L"), dtype=np.float32)
                 bits = 8
                 photometric = mode
+    except Image.DecompressionBombError as exc:
+        # Only reachable if the header check above was fooled (e.g. an APNG frame).
+        raise ImageLoadError(
+            f"{path}: image exceeds the limit of {MAX_PIXELS_PER_FRAME} pixels per frame"
+        ) from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise ImageLoadError(f"{path}: cannot decode {fmt.upper()} image ({exc})") from exc
     if arr.ndim != 2 or arr.size == 0:
@@ -261,6 +374,11 @@ def _load_dicom(path: Path) -> LoadedImage:
         raise ImageLoadError(f"{path}: DICOM file has no pixel data")
     try:
         n_frames = int(ds.get("NumberOfFrames", 1) or 1)
+        rows, columns = int(ds.get("Rows", 0) or 0), int(ds.get("Columns", 0) or 0)
+    except (TypeError, ValueError) as exc:
+        raise ImageLoadError(f"{path}: malformed Rows/Columns/Number of Frames ({exc})") from exc
+    check_pixel_limit(str(path), rows, columns, n_frames)
+    try:
         index = 0 if n_frames > 1 else None
         arr = pixel_array(ds, index=index)
     except Exception as exc:  # decoders raise many types; each means "cannot decode"
