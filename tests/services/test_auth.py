@@ -129,7 +129,8 @@ def test_list_users_is_admin_only_and_has_no_hash(any_db, fast_password_hashing)
     users = auth.list_users(any_db, Actor.system())
     assert [u.username for u in users] == ["r1"]
     names = {f.name for f in dataclasses.fields(users[0])}
-    assert names == {"user_id", "username", "display_name", "role", "active", "created_at"}
+    assert names == {"user_id", "username", "display_name", "role", "active",
+                     "must_change_password", "password_changed_at", "created_at"}
 
 
 def test_set_password(any_db, fast_password_hashing):
