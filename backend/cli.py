@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "backend.scoring.commands",
     "backend.datasets.commands",
     "backend.services.commands",
+    "backend.services.account_commands",
     "backend.analysis.commands",
     "backend.metrics.er2_commands",
     "backend.datasets.build_commands",

@@ -1,10 +1,12 @@
-"""Account and study commands: ``init-db``, ``seed-demo``, ``create-user``, ``assign``."""
+"""Database and study commands: ``init-db``, ``seed-demo``, ``assign``.
+
+Account commands (``create-user``, ``reset-password``, ...) are in
+``backend.services.account_commands``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import getpass
-import sys
 
 from backend.cli import UserError
 
@@ -48,37 +50,6 @@ def _seed_demo(args: argparse.Namespace) -> int:
         for username, password, role, _ in DEMO_USERS:
             if username in result.created_users:
                 print(f"  {role:5s} {username} / {password}")
-    return 0
-
-
-def _create_user(args: argparse.Namespace) -> int:
-    from backend.services import auth
-    from backend.services.errors import ServiceError
-    from backend.services.types import Actor
-
-    if args.password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
-    else:
-        if not sys.stdin.isatty():
-            raise UserError("no terminal to ask for the password: use --password-stdin")
-        password = getpass.getpass(f"password for {args.username}: ")
-        if getpass.getpass("again: ") != password:
-            raise UserError("the two passwords differ")
-    db = _db()
-    try:
-        info = auth.create_user(
-            db,
-            Actor.system(),
-            username=args.username,
-            password=password,
-            role=args.role,
-            display_name=args.display_name or "",
-        )
-    except ServiceError as exc:
-        raise UserError(str(exc)) from exc
-    finally:
-        db.dispose()
-    print(f"created {info.role} {info.username}")
     return 0
 
 
@@ -127,15 +98,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "seed-demo", help="create the demo accounts and study (idempotent)"
     )
     p.set_defaults(func=_seed_demo)
-
-    p = subparsers.add_parser("create-user", help="create an admin or rater account")
-    p.add_argument("--username", required=True)
-    p.add_argument("--role", required=True, choices=["admin", "rater"])
-    p.add_argument("--display-name", default="")
-    p.add_argument(
-        "--password-stdin", action="store_true", help="read the password from the first stdin line"
-    )
-    p.set_defaults(func=_create_user)
 
     p = subparsers.add_parser("assign", help="assign raters to a study's pairs")
     p.add_argument("--study", required=True, help="study name")
