@@ -1,4 +1,5 @@
-"""Small stdlib-only helpers shared across the backend (file hashing, atomic writes).
+"""Small stdlib-only helpers shared across the backend (file hashing, atomic writes, safe
+CSV cells, bounded JSON nesting).
 
 Imports nothing outside the standard library so any module, including the CLI command
 modules, may use it without pulling in heavy dependencies.
@@ -7,14 +8,17 @@ modules, may use it without pulling in heavy dependencies.
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
+import io
 import os
+import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 _CHUNK = 1 << 20
 
@@ -126,3 +130,129 @@ def user_errors(*types: type[BaseException]) -> Iterator[None]:
         yield
     except types as exc:
         raise UserError(str(exc)) from None
+
+
+# OWASP "CSV injection": a spreadsheet runs a cell as a formula when its text starts with one
+# of these; tab and carriage return can hide such a start from a first look at the file.
+CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+CSV_ESCAPE = "'"
+
+
+def csv_safe(value: Any) -> Any:
+    """A CSV cell that no spreadsheet will evaluate as a formula.
+
+    Text starting with ``=``, ``+``, ``-``, ``@``, tab or carriage return gets a leading
+    ``'`` (OWASP's recommendation); everything else, numbers included, is returned as is.
+    The decision is made on the value's type: ``-0.5`` as a float stays a number, while the
+    text ``"-0.5"`` is prefixed, so callers must pass numbers as numbers.
+
+    Args:
+        value: The cell as it would be handed to ``csv.writer``.
+    """
+    if isinstance(value, str) and value.startswith(CSV_FORMULA_STARTS):
+        return CSV_ESCAPE + value
+    return value
+
+
+def csv_unescape(text: str) -> str:
+    """Undo :func:`csv_safe` on a cell read back from a file this application wrote.
+
+    Only a ``'`` followed by one of :data:`CSV_FORMULA_STARTS` is removed, so ordinary text
+    (``'tis``) is left alone.
+
+    Args:
+        text: The cell as read by ``csv.reader``.
+    """
+    if text.startswith(CSV_ESCAPE) and text[1:].startswith(CSV_FORMULA_STARTS):
+        return text[1:]
+    return text
+
+
+def csv_safe_row(row: Iterable[Any]) -> list[Any]:
+    """:func:`csv_safe` applied to every cell of one row."""
+    return [csv_safe(value) for value in row]
+
+
+def write_csv_rows(writer: Any, rows: Iterable[Iterable[Any]]) -> None:
+    """Write rows through a ``csv.writer`` with every cell passed through :func:`csv_safe`.
+
+    Args:
+        writer: A ``csv.writer`` (anything with ``writerow``).
+        rows: The rows, header included if wanted.
+    """
+    for row in rows:
+        writer.writerow(csv_safe_row(row))
+
+
+def records_to_csv(
+    records: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
+) -> str:
+    """CSV text (header + one line per record) with formula-safe cells, for downloads.
+
+    Args:
+        records: One mapping per row; a missing key is an empty cell, ``None`` too.
+        columns: Column order (default: the keys in order of first appearance).
+    """
+    if columns is None:
+        seen: dict[str, None] = {}
+        for record in records:
+            seen.update(dict.fromkeys(record))
+        columns = list(seen)
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer, lineterminator="\n")
+    write_csv_rows(writer, [columns])
+    write_csv_rows(writer, ([record.get(c) for c in columns] for record in records))
+    return buffer.getvalue()
+
+
+# Deepest JSON nesting accepted in an input line. Our records are at most three levels deep;
+# the json module recurses once per level and overflows the interpreter's stack on hostile
+# lines (RecursionError), so depth is checked before parsing.
+MAX_JSON_DEPTH = 32
+_JSON_NEST_TOKEN = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
+
+
+def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON text nests arrays/objects deeper than ``limit`` levels.
+
+    Scans brackets outside strings without parsing (no recursion, linear time); the text
+    need not be valid JSON, parsing reports that afterwards.
+
+    Args:
+        text: One JSON document (a JSONL line).
+        limit: Deepest nesting allowed.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False  # the common case: too few brackets to be deep, nothing to scan
+    depth = 0
+    in_string = False
+    for match in _JSON_NEST_TOKEN.finditer(text):
+        token = match.group()
+        if token == '"':
+            in_string = not in_string
+        elif in_string or token[0] == "\\":
+            continue
+        elif token in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type (``object``, ``array``, ``number``...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, str):
+        return "string"
+    return type(value).__name__

@@ -9,26 +9,35 @@ Accepted layouts (one file, UTF-8, optional BOM):
 - JSONL lines hold the same keys; a line may also carry ``candidates`` as
   ``{source: text}`` or ``[{"text": ..., "source": ...}]``.
 
-Optional ``images`` (or ``image``): paths separated by ``;`` (a list in JSONL), relative to the
-images folder if one is given, else to the file's folder. A path that resolves outside that
-folder is rejected. Errors raise :class:`backend.services.errors.InvalidInput` naming the file,
-the row (1 = first data row; CSV errors also give the line) and the field.
+Optional ``images`` (or ``image``): paths separated by ``;`` (a list in JSONL, whose items
+may be ``{"path": ..., "view": ...}`` objects), relative to the images folder if one is given,
+else to the file's folder. A path that resolves outside that folder is rejected. Errors raise
+:class:`backend.services.errors.InvalidInput` naming the file, the row (1 = first data row; CSV
+errors also give the line) and the field.
+
+Limits and types: a report may hold at most ``MAX_REPORT_BYTES`` bytes of UTF-8; a JSONL line
+may nest arrays/objects at most ``MAX_JSON_DEPTH`` (32) levels deep. Text fields (reports,
+sources, image paths and views) must be JSON strings; ids may be strings or integers. No text
+may contain a NUL character (PostgreSQL cannot store it). With an images folder, a case whose
+rows name no image is looked up by its id, so that id must be a plain name: not absolute,
+without path separators, not ``.``/``..`` and not resolving outside the folder.
 """
 
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.datasets.rexval import read_csv_header
+from backend.datasets.rexval import MAX_REPORT_BYTES, read_csv_header
 from backend.services.errors import InvalidInput
 from backend.services.types import CandidateInput, CaseInput, ImageInput
+from backend.util import MAX_JSON_DEPTH, json_too_deep, json_type
 
-MAX_REPORT_BYTES = 100_000  # a chest X-ray report is a few kB; larger means a broken file
 MAX_FILE_BYTES = 512 * 1024 * 1024
 ID_FIELDS = ("case_id", "id")
 IMAGE_FIELDS = ("images", "image")
@@ -84,10 +93,15 @@ def _read_jsonl(path: Path, text: str) -> list[_Row]:
             continue
         number += 1
         where = f"line {line_no}"
+        too_deep = f"{path}: {where}: nesting deeper than {MAX_JSON_DEPTH} levels"
+        if json_too_deep(line):
+            raise InvalidInput(too_deep)
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"{path}: {where}: invalid JSON ({exc.msg})") from None
+        except RecursionError:  # the scan above should have caught it; never a traceback
+            raise InvalidInput(too_deep) from None
         if not isinstance(obj, dict):
             raise InvalidInput(f"{path}: {where}: expected a JSON object")
         rows.append(_Row(number, where, obj))
@@ -144,8 +158,7 @@ def check_report(path: Path, where: str, field: str, value: Any) -> str:
     Raises:
         InvalidInput: Not a string, empty, or larger than ``MAX_REPORT_BYTES``.
     """
-    if not isinstance(value, str):
-        raise InvalidInput(f"{path}: {where}, field {field!r}: expected text")
+    value = check_text(path, where, field, value)
     size = len(value.encode("utf-8"))
     if size > MAX_REPORT_BYTES:
         raise InvalidInput(
@@ -156,6 +169,41 @@ def check_report(path: Path, where: str, field: str, value: Any) -> str:
     if not text:
         raise InvalidInput(f"{path}: {where}, field {field!r}: empty report")
     return text
+
+
+def check_text(path: Path, where: str, field: str, value: Any) -> str:
+    """Refuse a non-text value (object, array, number, boolean, null) or text with NUL.
+
+    Args:
+        path: The file, for the message.
+        where: Row description, for the message.
+        field: Field name, for the message.
+        value: The raw value.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        InvalidInput: ``value`` is not a string or contains a NUL character.
+    """
+    if not isinstance(value, str):
+        raise InvalidInput(f"{path}: {where}, field {field!r}: expected text, got "
+                           f"{json_type(value)}")
+    if "\x00" in value:
+        raise InvalidInput(f"{path}: {where}, field {field!r}: contains a NUL character")
+    return value
+
+
+def _optional_text(path: Path, where: str, field: str, value: Any) -> str | None:
+    """A stripped optional text (source, view): ``None`` when absent or blank."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # a numeric label, as the score command accepts for ids
+    text = check_text(path, where, field, value).strip()
+    if len(text) > 128:
+        raise InvalidInput(f"{path}: {where}, field {field!r}: longer than 128 characters")
+    return text or None
 
 
 def resolve_image_path(path: Path, where: str, raw: str, base: Path) -> Path:
@@ -192,26 +240,33 @@ def _image_list(path: Path, row: _Row, base: Path) -> list[ImageInput]:
             break
     if raw is None:
         return []
+    items: list[tuple[str, str | None]] = []
     if isinstance(raw, str):
-        items = [p.strip() for p in raw.split(";")]
+        check_text(path, row.where, "images", raw)
+        items = [(p.strip(), None) for p in raw.split(";")]
     elif isinstance(raw, list):
-        items = []
-        for item in raw:
+        for i, item in enumerate(raw):
+            view = None
             if isinstance(item, dict):
-                item = item.get("path", "")
-            if not isinstance(item, str):
-                raise InvalidInput(f"{path}: {row.where}, field 'images': expected paths")
-            items.append(item.strip())
+                view = _optional_text(path, row.where, f"images[{i}].view", item.get("view"))
+                item = check_text(path, row.where, f"images[{i}].path", item.get("path"))
+            else:
+                item = check_text(path, row.where, f"images[{i}]", item)
+            items.append((item.strip(), view))
     else:
-        raise InvalidInput(f"{path}: {row.where}, field 'images': expected ';'-separated paths")
-    return [ImageInput(path=resolve_image_path(path, row.where, p, base)) for p in items if p]
+        raise InvalidInput(f"{path}: {row.where}, field 'images': expected ';'-separated paths "
+                           f"or a list, got {json_type(raw)}")
+    return [ImageInput(path=resolve_image_path(path, row.where, p, base), view=view)
+            for p, view in items if p]
 
 
 def _case_id(path: Path, row: _Row) -> str:
     for name in ID_FIELDS:
         value = row.fields.get(name)
         if value not in (None, ""):
-            text = str(value).strip()
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)  # JSONL ids may be integers, as for the score command
+            text = check_text(path, row.where, name, value).strip()
             if len(text) > 128:
                 raise InvalidInput(f"{path}: {row.where}, field {name!r}: longer than 128")
             if text:
@@ -226,8 +281,10 @@ def _candidates(path: Path, row: _Row, wide_columns: list[str]) -> list[Candidat
         cands = f["candidates"]
         if isinstance(cands, dict):
             for source, text in cands.items():
+                label = _optional_text(path, row.where, f"candidates.{source}", source)
                 out.append(CandidateInput(
-                    check_report(path, row.where, f"candidates.{source}", text), str(source)
+                    check_report(path, row.where, f"candidates.{source}", text),
+                    label or DEFAULT_SOURCE,
                 ))
         elif isinstance(cands, list):
             for i, item in enumerate(cands):
@@ -236,18 +293,25 @@ def _candidates(path: Path, row: _Row, wide_columns: list[str]) -> list[Candidat
                         f"{path}: {row.where}, field 'candidates[{i}]': expected an object"
                     )
                 text = check_report(path, row.where, f"candidates[{i}].text", item.get("text"))
-                out.append(CandidateInput(text, str(item.get("source") or DEFAULT_SOURCE)))
+                source = _optional_text(path, row.where, f"candidates[{i}].source",
+                                        item.get("source"))
+                out.append(CandidateInput(text, source or DEFAULT_SOURCE))
         else:
-            raise InvalidInput(f"{path}: {row.where}, field 'candidates': expected object/list")
+            raise InvalidInput(f"{path}: {row.where}, field 'candidates': expected an object "
+                               f"or a list, got {json_type(cands)}")
         return out
     if "candidate" in f:
         text = check_report(path, row.where, "candidate", f["candidate"])
-        source = str(f.get("source") or "").strip() or DEFAULT_SOURCE
-        return [CandidateInput(text, source)]
+        source = _optional_text(path, row.where, "source", f.get("source"))
+        return [CandidateInput(text, source or DEFAULT_SOURCE)]
     for column in wide_columns:
         value = f.get(column)
         if value in (None, ""):
             continue
+        if len(column) > 128 or "\x00" in column:
+            # The column name becomes the candidate's source, stored in 128 characters.
+            raise InvalidInput(f"{path}: {row.where}, field {column[:40]!r}...: a source "
+                               "column name must be at most 128 characters, without NUL")
         out.append(CandidateInput(check_report(path, row.where, column, value), column))
     return out
 
@@ -255,25 +319,57 @@ def _candidates(path: Path, row: _Row, wide_columns: list[str]) -> list[Candidat
 IMAGE_SUFFIXES = (".dcm", ".dicom", ".png", ".jpg", ".jpeg")
 
 
+def unusable_lookup_id(case_id: str) -> str | None:
+    """Why ``case_id`` cannot name files in an images folder, or ``None`` if it can.
+
+    A lookup id is used as a file or folder name inside the images folder, so it must not
+    be able to point anywhere else: no absolute path, drive, separator or ``..``.
+    """
+    if "\x00" in case_id:
+        return "it contains a NUL character"
+    if case_id.startswith(("/", "\\")):
+        return "it is an absolute path"
+    if "/" in case_id or "\\" in case_id:
+        return "it contains a path separator"
+    if case_id == ".":
+        return "it is '.', the images folder itself"
+    if ".." in case_id:
+        return "it contains '..'"
+    return None
+
+
 def images_in_folder(base: Path, case_id: str) -> list[ImageInput]:
     """Images of ``case_id`` found by name in an images folder.
 
     A case's images are every image file in ``base/<case_id>/`` (DICOM, PNG, JPEG; sorted by
     name, nested folders included), else the files ``base/<case_id>.<ext>`` and
-    ``base/<case_id>_*.<ext>``. Files without one of those suffixes are ignored, and nothing
-    outside ``base`` is followed.
+    ``base/<case_id>_*.<ext>``. Files without one of those suffixes are ignored. Glob
+    characters in the id (``*``, ``?``, ``[``) match themselves only.
+
+    Raises:
+        ValueError: ``case_id`` is not a plain name (see :func:`unusable_lookup_id`), or a
+            matching folder or file resolves (through a link) outside ``base``; the message
+            says which.
     """
+    problem = unusable_lookup_id(case_id)
+    if problem:
+        raise ValueError(problem)
     root = base.resolve()
-    folder = (base / case_id).resolve()
+    folder = base / case_id
     found: list[Path] = []
-    if folder.is_dir() and folder.is_relative_to(root):
+    if folder.is_dir():
+        if not folder.resolve().is_relative_to(root):
+            raise ValueError(f"its folder {case_id!r} resolves outside the images folder")
         found = [p for p in sorted(folder.rglob("*")) if p.is_file()
-                 and p.suffix.lower() in IMAGE_SUFFIXES and p.resolve().is_relative_to(root)]
+                 and p.suffix.lower() in IMAGE_SUFFIXES]
     if not found:
-        found = [p for p in sorted(base.glob(f"{case_id}*")) if p.is_file()
+        found = [p for p in sorted(base.glob(f"{glob.escape(case_id)}*")) if p.is_file()
                  and p.suffix.lower() in IMAGE_SUFFIXES
-                 and (p.stem == case_id or p.stem.startswith(f"{case_id}_"))
-                 and p.resolve().is_relative_to(root)]
+                 and (p.stem == case_id or p.stem.startswith(f"{case_id}_"))]
+    for p in found:
+        if not p.resolve().is_relative_to(root):
+            raise ValueError(f"image {str(p.relative_to(base))!r} resolves outside the images "
+                             "folder")
     return [ImageInput(path=p.resolve()) for p in found]
 
 
@@ -312,6 +408,7 @@ def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> li
             )
     cases: dict[str, CaseInput] = {}
     seen_images: dict[str, set[Path]] = {}
+    first_row: dict[str, _Row] = {}
     for row in rows:
         wide = [c for c in row.fields if c not in RESERVED_FIELDS]
         case_id = _case_id(path, row)
@@ -325,6 +422,7 @@ def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> li
             case = CaseInput(case_id=case_id, reference=reference, candidates=[], images=[])
             cases[case_id] = case
             seen_images[case_id] = set()
+            first_row[case_id] = row
         elif case.reference != reference:
             raise InvalidInput(
                 f"{path}: {row.where}, field 'reference': differs from the reference given "
@@ -339,5 +437,15 @@ def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> li
         if not case.candidates:
             raise InvalidInput(f"{path}: case {case.case_id!r}: no candidate report")
         if images_dir is not None and not case.images:
-            case.images.extend(images_in_folder(base, case.case_id))
+            try:
+                case.images.extend(images_in_folder(base, case.case_id))
+            except (ValueError, OSError) as exc:
+                row = first_row[case.case_id]
+                name = next((n for n in ID_FIELDS if row.fields.get(n) not in (None, "")),
+                            "case_id")
+                reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+                raise InvalidInput(
+                    f"{path}: {row.where}, field {name!r}: case id {case.case_id!r} cannot be "
+                    f"looked up in the images folder: {reason}"
+                ) from None
     return list(cases.values())

@@ -8,8 +8,12 @@
   0-based row index in the first file; ``clinically_significant`` is ``True``/``False``.
 
 Writers produce pandas-style CSV (minimal quoting, the line terminator read from the input,
-``\\n`` by default) so that a canonical file reads and writes back byte for byte. The
-dataset itself is access-controlled: only user-supplied files are read, never shipped.
+``\\n`` by default) so that a canonical file reads and writes back byte for byte. A text cell
+that a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, tab or CR)
+is written with a leading ``'`` (OWASP; ``backend.util.csv_safe``) and the readers remove that
+``'`` again, so an export imports back to the same texts. A report may hold at most
+``MAX_REPORT_BYTES`` bytes. The dataset itself is access-controlled: only user-supplied files
+are read, never shipped.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.services.errors import InvalidInput
+from backend.util import csv_unescape, write_csv_rows
 
 GT_FILENAME = "50_samples_gt_and_candidates.csv"
 RATINGS_FILENAME = "6_valid_raters_per_rater_error_categories.csv"
@@ -34,6 +39,9 @@ RATINGS_COLUMNS = (
     "clinically_significant",
     "num_errors",
 )
+# Longest report accepted, in UTF-8 bytes: a chest X-ray report is a few kB, and the csv
+# module's own field limit (131,072 characters, process-global) stays above it.
+MAX_REPORT_BYTES = 100_000
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
 
@@ -105,7 +113,7 @@ def read_csv_header(reader: Iterator[list[str]], path: Path) -> list[str]:
         InvalidInput: The file is empty or its header line is not valid CSV.
     """
     try:
-        return next(reader)
+        return [csv_unescape(cell) for cell in next(reader)]
     except StopIteration:
         raise InvalidInput(f"{path}: empty file (no header row)") from None
     except csv.Error as exc:
@@ -125,10 +133,14 @@ def _records(path: Path, text: str) -> tuple[list[str], list[tuple[int, int, lis
         except StopIteration:
             break
         except csv.Error as exc:
-            raise InvalidInput(f"{path}: row {number} (line {start}): malformed CSV ({exc})") \
-                from None
+            where = f"{path}: row {number} (line {start})"
+            if "field larger than field limit" in str(exc):
+                raise InvalidInput(f"{where}: a field is larger than the CSV field limit; "
+                                   f"reports are limited to {MAX_REPORT_BYTES} bytes") from None
+            raise InvalidInput(f"{where}: malformed CSV ({exc})") from None
         if not values or not any(v.strip() for v in values):
             continue
+        values = [csv_unescape(v) for v in values]
         if len(values) != len(header):
             raise InvalidInput(
                 f"{path}: row {number} (line {start}): {len(values)} fields, the header has "
@@ -188,6 +200,11 @@ def read_gt(path: str | Path) -> GtFile:
         seen[study_id] = number
         if not values[1].strip():
             raise InvalidInput(f"{path}: {where}, field 'gt_report': empty report")
+        for name, report in zip(("gt_report", *types), values[1:], strict=True):
+            size = len(report.encode("utf-8"))
+            if size > MAX_REPORT_BYTES:
+                raise InvalidInput(f"{path}: {where}, field {name!r}: report is {size} bytes; "
+                                   f"the limit is {MAX_REPORT_BYTES} bytes")
         candidates = tuple(values[2:])
         if not any(c.strip() for c in candidates):
             raise InvalidInput(f"{path}: {where}: no candidate report")
@@ -286,8 +303,8 @@ def _write_csv(path: Path, header: Iterable[str], rows: Iterable[Iterable[object
     # newline="" so that the csv module's terminator is written as is.
     with open(path, "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, lineterminator=line_terminator, quoting=csv.QUOTE_MINIMAL)
-        writer.writerow(list(header))
-        writer.writerows(rows)
+        write_csv_rows(writer, [list(header)])
+        write_csv_rows(writer, rows)
 
 
 def write_gt(path: str | Path, gt: GtFile) -> None:

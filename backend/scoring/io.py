@@ -10,8 +10,14 @@ it is listed in :attr:`PairFile.empty_ids` (the CLI prints a warning naming them
 scoring runner gives it ``nan`` for every metric without calling any metric on it. An empty
 report is real data (a generator that produced nothing) but no metric is defined on it.
 
+A JSONL line may nest arrays/objects at most ``MAX_JSON_DEPTH`` (32) levels deep; deeper
+lines are refused before parsing (the json module would overflow the stack).
+
 Scores files are written atomically (temporary file in the same folder, then ``os.replace``)
-with full-precision floats (``repr``), so a failure never leaves a partial output.
+with full-precision floats (``repr``), so a failure never leaves a partial output. Text cells
+(ids and column names) that a spreadsheet would run as a formula (starting with ``=``, ``+``,
+``-``, ``@``, tab or CR) are written with a leading ``'`` (see ``backend.util.csv_safe``);
+numbers are never prefixed.
 """
 
 from __future__ import annotations
@@ -27,7 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from backend.scoring.hashing import input_hash
-from backend.util import atomic_write, file_sha256
+from backend.util import (
+    MAX_JSON_DEPTH,
+    atomic_write,
+    csv_safe,
+    csv_safe_row,
+    file_sha256,
+    json_too_deep,
+    json_type,
+)
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +229,7 @@ class _Builder:
         if value is None:
             raise self.err(row, f"field '{fname}' is missing")
         if not isinstance(value, str):
-            raise self.err(row, f"field '{fname}' must be a string, got {_json_type(value)}")
+            raise self.err(row, f"field '{fname}' must be a string, got {json_type(value)}")
         if len(value) > self.max_chars:
             raise self.err(
                 row,
@@ -231,7 +245,7 @@ class _Builder:
             return None
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise self.err(
-                row, f"field '{fname}' must be a string or integer, got {_json_type(value)}"
+                row, f"field '{fname}' must be a string or integer, got {json_type(value)}"
             )
         value = str(value).strip()
         if len(value) > 256:
@@ -248,7 +262,7 @@ class _Builder:
         else:
             raise self.err(
                 row,
-                f"field 'image' must be a path or a list of paths, got {_json_type(value)}",
+                f"field 'image' must be a path or a list of paths, got {json_type(value)}",
             )
         paths: list[Path] = []
         shas: list[str] = []
@@ -298,20 +312,6 @@ class _Builder:
                 row=row,
             )
         )
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 class _RecordingLines:
@@ -402,14 +402,17 @@ def _read_jsonl(lines: _Lines, b: _Builder) -> None:
         row = lines.line_no
         if not line.strip():
             continue
+        too_deep = f"nesting deeper than {MAX_JSON_DEPTH} levels"
+        if json_too_deep(line):
+            raise b.err(row, too_deep)
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise b.err(row, f"malformed JSON: {exc.msg} (column {exc.colno})") from None
-        except RecursionError:
-            raise b.err(row, "malformed JSON: nested too deeply") from None
+        except RecursionError:  # the scan above should have caught it; never a traceback
+            raise b.err(row, too_deep) from None
         if not isinstance(rec, dict):
-            raise b.err(row, f"expected a JSON object, got {_json_type(rec)}")
+            raise b.err(row, f"expected a JSON object, got {json_type(rec)}")
         for col in REQUIRED_COLUMNS:
             if col not in rec:
                 raise b.err(row, f"field '{col}' is missing")
@@ -447,10 +450,11 @@ def write_scores_csv(
     with atomic_write(target, newline="", fsync=True) as fh:
         writer = csv.writer(fh, lineterminator="\n")
         keys = list(columns)
-        writer.writerow(["id", *keys])
+        writer.writerow(csv_safe_row(["id", *keys]))
         cols = [columns[k] for k in keys]
         for i, pair_id in enumerate(ids):
-            writer.writerow([pair_id, *(_fmt(col[i]) for col in cols)])
+            # Only the id is text; the formatted numbers ("-0.5") must not be prefixed.
+            writer.writerow([csv_safe(pair_id), *(_fmt(col[i]) for col in cols)])
 
 
 def _fmt(value: float | None) -> str:
