@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.services.errors import InvalidInput
+from backend.util import MAX_JSON_DEPTH, json_too_deep, json_type
 
 PAIRS_FILE = "pairs.jsonl"
 RATINGS_FILE = "ratings.jsonl"
@@ -62,7 +63,8 @@ def oracle_metrics(source: str) -> list[str]:
     return [part.split("@", 1)[0] for part in source[len(ORACLE_PREFIX):].split("+") if part]
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSONL file."""
     if not path.is_file():
         raise InvalidInput(f"{path}: missing (expected a JSONL export of a study)")
     rows = []
@@ -70,11 +72,44 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
+            too_deep = f"{path}: line {number}: nesting deeper than {MAX_JSON_DEPTH} levels"
+            if json_too_deep(line):
+                raise InvalidInput(too_deep)
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InvalidInput(f"{path}: line {number}: invalid JSON ({exc.msg})") from None
+            except RecursionError:  # the scan above should have caught it
+                raise InvalidInput(too_deep) from None
+            if not isinstance(row, dict):
+                raise InvalidInput(f"{path}: line {number}: expected a JSON object, got "
+                                   f"{json_type(row)}")
+            rows.append((number, row))
     return rows
+
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "int64": (int,), "bool": (bool,)}
+
+
+def _check_row(path: Path, number: int, row: dict[str, Any], features: Any) -> None:
+    """Refuse a missing field or a value of the wrong JSON type, naming file, line, field."""
+    for key, feature in features.items():
+        if key == "oracle_metrics":
+            continue  # derived from ``source``, never read
+        if key not in row:
+            raise InvalidInput(f"{path}: line {number}: missing field {key!r}")
+        value = row[key]
+        dtype = getattr(feature, "dtype", None)
+        if dtype in _PY_TYPES:
+            ok = isinstance(value, _PY_TYPES[dtype]) and (
+                dtype == "bool" or not isinstance(value, bool))
+            if not ok and not (dtype == "string" and value is None):
+                raise InvalidInput(f"{path}: line {number}, field {key!r}: expected "
+                                   f"{'text' if dtype == 'string' else dtype}, got "
+                                   f"{json_type(value)}")
+        elif isinstance(feature, list) and not isinstance(value, list):
+            raise InvalidInput(f"{path}: line {number}, field {key!r}: expected an array, got "
+                               f"{json_type(value)}")
 
 
 def write_hf_dataset(jsonl_dir: Path, out_dir: Path) -> list[str]:
@@ -100,19 +135,13 @@ def write_hf_dataset(jsonl_dir: Path, out_dir: Path) -> list[str]:
     pairs = _read_jsonl(jsonl_dir / PAIRS_FILE)
     ratings = _read_jsonl(jsonl_dir / RATINGS_FILE)
     pair_rows = []
-    for number, p in enumerate(pairs, start=1):
-        missing = [k for k in pair_features if k != "oracle_metrics" and k not in p]
-        if missing:
-            raise InvalidInput(f"{jsonl_dir / PAIRS_FILE}: line {number}: missing field "
-                               f"{missing[0]!r}")
+    for number, p in pairs:
+        _check_row(jsonl_dir / PAIRS_FILE, number, p, pair_features)
         pair_rows.append({**{k: p[k] for k in pair_features if k != "oracle_metrics"},
-                          "oracle_metrics": oracle_metrics(str(p["source"]))})
-    for number, r in enumerate(ratings, start=1):
-        missing = [k for k in rating_features if k not in r]
-        if missing:
-            raise InvalidInput(f"{jsonl_dir / RATINGS_FILE}: line {number}: missing field "
-                               f"{missing[0]!r}")
-    rating_rows = [{k: r[k] for k in rating_features} for r in ratings]
+                          "oracle_metrics": oracle_metrics(str(p["source"] or ""))})
+    for number, r in ratings:
+        _check_row(jsonl_dir / RATINGS_FILE, number, r, rating_features)
+    rating_rows = [{k: r[k] for k in rating_features} for _, r in ratings]
     # Column-wise: from_list([]) would lose the columns of an unrated study.
     dataset = DatasetDict({
         "pairs": Dataset.from_dict({k: [r[k] for r in pair_rows] for k in pair_features},

@@ -19,7 +19,11 @@ Formats:
     pair, category and significance) and ``images/`` (the de-identified image files).
 
 Always ``manifest.json``: app version, schema version (Alembic head), export time, the
-study's provenance and the sha256 of every file. Files are written into a temporary folder
+study's provenance (with what its import recorded about de-identification), the
+de-identification profile and options of this code (``deidentification``, from
+``backend.imaging.deid.DEID_PROFILE``) and the sha256 of every file. Text cells of the CSV
+files are formula-safe (``backend.util.csv_safe``): a cell starting with ``=``, ``+``, ``-``,
+``@``, tab or CR gets a leading ``'``. Files are written into a temporary folder
 beside the target and moved into place at the end: a failure leaves nothing half-written.
 """
 
@@ -40,6 +44,7 @@ from sqlalchemy.orm import selectinload
 
 from backend import config
 from backend.datasets import rexval
+from backend.imaging.deid import DEID_PROFILE
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import CATEGORIES, Actor
@@ -366,6 +371,8 @@ def export_study(
             "exported_by": actor.username,
             "format": fmt,
             "study": info,
+            # The profile the stored images went through (they are exported as stored).
+            "deidentification": DEID_PROFILE,
             "counts": {
                 "pairs": len(pairs),
                 "rating_rows": n_rows,
