@@ -423,6 +423,10 @@ def _load_dicom(path: Path) -> LoadedImage:
         "voi_function": voi_function,
         "hounsfield": hounsfield,
     }
+    burned_in = str(ds.get("BurnedInAnnotation", "") or "").strip().upper()
+    if burned_in in ("YES", "NO"):
+        # Shown to the admin beside the image (burned-in text is not removed on import).
+        meta["burned_in_annotation"] = burned_in
     if "PixelSpacing" in ds:
         try:
             meta["pixel_spacing"] = [float(v) for v in ds.PixelSpacing]

@@ -25,7 +25,8 @@ from db.session import Database
 
 # Header fields a viewer may show (already de-identified on import).
 _PUBLIC_META = ("photometric", "modality", "view_position", "body_part", "windows",
-                "window_explanations", "voi_lut", "frames", "bits_stored", "hounsfield")
+                "window_explanations", "voi_lut", "frames", "bits_stored", "hounsfield",
+                "burned_in_annotation")
 
 
 @dataclass(frozen=True)

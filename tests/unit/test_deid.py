@@ -1,8 +1,9 @@
-"""DICOM de-identification (PS3.15 Annex E basic profile) on pydicom's test files."""
+"""DICOM de-identification (PS3.15 Annex E allow-list) on pydicom's test files."""
 
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pydicom
@@ -15,6 +16,8 @@ from pydicom.sequence import Sequence
 from pydicom.uid import UID
 
 from backend.imaging.deid import (
+    DEID_PROFILE,
+    KEPT_ATTRIBUTES,
     PROFILE,
     UidMapper,
     deidentify,
@@ -22,6 +25,7 @@ from backend.imaging.deid import (
     strip_jpeg_metadata,
     strip_png_metadata,
 )
+from backend.imaging.load import load_image
 
 FILES = ["RG1_UNCR.dcm", "RG1_J2KI.dcm", "CT_small.dcm", "MR_small.dcm",
          "MR-SIEMENS-DICOM-WithOverlays.dcm"]
@@ -53,22 +57,52 @@ def _check_no_phi(original: Dataset, cleaned: Dataset) -> None:
         if elem.VR == "UI" and elem.value and str(elem.value) in original_uids:
             assert UID(str(elem.value)).keyword, f"{elem.keyword} kept an instance UID"
     assert cleaned.PatientIdentityRemoved == "YES"
-    assert "Basic Profile" in " ".join(cleaned.DeidentificationMethod)
-    assert cleaned.DeidentificationMethodCodeSequence[0].CodeValue == "113100"
+    assert "Basic Application Confidentiality Profile" in " ".join(
+        cleaned.DeidentificationMethod
+    )
+    assert [c.CodeValue for c in cleaned.DeidentificationMethodCodeSequence] == ["113100"]
+    # Only the allow-list, the emptied type 2 attributes and the de-identification record.
+    allowed = set(KEPT_ATTRIBUTES) | set(DEID_PROFILE["emptied_attributes"]) | set(
+        DEID_PROFILE["added_attributes"]
+    )
+    assert {e.keyword for e in cleaned} <= allowed
+    for elem in cleaned:
+        if elem.VR == "SQ" and elem.keyword != "DeidentificationMethodCodeSequence":
+            for item in elem.value:
+                assert {e.keyword for e in item} <= set(
+                    DEID_PROFILE["kept_sequence_item_attributes"]
+                )
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_no_profile_phi_survives_and_pixels_unchanged(name):
+def test_no_profile_phi_survives_and_pixels_unchanged(name, tmp_path):
     path = get_testdata_file(name)
     original = pydicom.dcmread(path)
     data, report, _ = deidentify_file(path, UidMapper(salt="test-salt"))
     cleaned = pydicom.dcmread(io.BytesIO(data))
     _check_no_phi(original, cleaned)
-    assert cleaned.PixelData == original.PixelData
-    assert cleaned.file_meta.TransferSyntaxUID == original.file_meta.TransferSyntaxUID
+    # Pixels are re-encoded uncompressed; what the viewer decodes is unchanged.
+    stored = tmp_path / "stored.dcm"
+    stored.write_bytes(data)
+    before, after = load_image(path), load_image(stored)
+    np.testing.assert_array_equal(after.pixels, before.pixels)
+    assert (after.windows, after.invert_for_display, after.voi_function) == (
+        before.windows, before.invert_for_display, before.voi_function)
+    assert cleaned.file_meta.TransferSyntaxUID == "1.2.840.10008.1.2.1"
+    assert report.pixels_reencoded
     assert cleaned.file_meta.MediaStorageSOPInstanceUID == cleaned.SOPInstanceUID
+    assert cleaned.file_meta.MediaStorageSOPClassUID == cleaned.SOPClassUID
+    assert "SourceApplicationEntityTitle" not in cleaned.file_meta
     assert cleaned.SOPClassUID == original.SOPClassUID
     assert report.uids_remapped >= 3
+
+
+def test_allow_list_keeps_nothing_the_annex_e_table_removes():
+    """Cross-check against Table E.1-1: only UIDs to replace are both kept and listed."""
+    listed = set(KEPT_ATTRIBUTES) & set(PROFILE)
+    assert {PROFILE[k] for k in listed} <= {"U"}
+    assert DEID_PROFILE["kept_attributes"] == list(KEPT_ATTRIBUTES)
+    json.dumps(DEID_PROFILE)  # recorded as is in the export manifest
 
 
 def test_specific_phi_of_rg1_is_gone():
@@ -118,24 +152,60 @@ def test_nested_sequences_private_tags_and_pseudonym():
     ds.ReferencedSeriesSequence = Sequence([item])
     ds.RequestAttributesSequence = Sequence([Dataset()])
     ds.add_new(0x60003000, "OW", b"\x00\x01")
+    lut = Dataset()
+    lut.LUTDescriptor = [2, 0, 16]
+    lut.LUTData = [0, 65535]
+    lut.LUTExplanation = "Smith^John"
+    lut.add_new(0x00291010, "LO", "private in a kept sequence")
+    ds.VOILUTSequence = Sequence([lut])
     mapper = UidMapper(salt="x")
     report = deidentify(ds, mapper, patient_pseudonym="demo-01")
     assert ds.PatientName == "demo-01" and ds.PatientID == "demo-01"
     assert 0x00091001 not in ds and 0x60003000 not in ds
-    assert "RequestAttributesSequence" not in ds
-    nested = ds.ReferencedSeriesSequence[0]
-    assert 0x00111010 not in nested
-    assert nested["PersonName"].is_empty
-    assert nested.ReferencedSOPInstanceUID == mapper.map("1.2.3.4.6")
-    assert nested.ReferencedSOPClassUID == "1.2.840.10008.5.1.4.1.1.1"
-    assert report.private_removed == 2
+    assert "RequestAttributesSequence" not in ds and "ReferencedSeriesSequence" not in ds
+    assert ds.StudyInstanceUID == mapper.map("1.2.3.4.5")
+    kept = ds.VOILUTSequence[0]
+    assert {e.keyword for e in kept} == {"LUTDescriptor", "LUTData"}
+    assert list(kept.LUTData) == [0, 65535]
+    assert report.private_removed == 3
+    assert "ReferencedSeriesSequence" in report.removed
 
 
-def test_burned_in_annotation_is_reported():
+def test_kept_attributes_with_text_in_them_are_dropped():
+    """Coded strings must be defined terms and numbers numbers: no free text survives."""
     ds = Dataset()
-    ds.BurnedInAnnotation = "YES"
+    ds.Modality = "DOE JOHN"
+    ds.ViewPosition = "PA"
+    ds.ImageLaterality = "L"
+    ds.ImageType = ["DERIVED", "PRIMARY", "JOHN DOE"]
+    ds.add_new(0x00281050, "DS", "40")  # Window Center
+    ds.add_new(0x00281051, "LO", "JOHN DOE")  # Window Width with a planted value
+    ds.WindowCenterWidthExplanation = "Doe^John"
     report = deidentify(ds, UidMapper())
-    assert any("Burned In Annotation" in w for w in report.warnings)
+    assert "Modality" not in ds and "WindowWidth" not in ds
+    assert "WindowCenterWidthExplanation" not in ds
+    assert ds.ViewPosition == "PA" and ds.ImageLaterality == "L"
+    assert list(ds.ImageType) == ["DERIVED", "PRIMARY"]
+    assert ds.WindowCenter == 40
+    assert {"Modality", "WindowWidth"} <= set(report.dropped_values)
+
+
+def test_burned_in_annotation_is_reported_and_kept(tmp_path):
+    ds = pydicom.dcmread(get_testdata_file("CT_small.dcm"))
+    ds.BurnedInAnnotation = "YES"
+    src = tmp_path / "burned.dcm"
+    ds.save_as(src)
+    data, report, cleaned = deidentify_file(src, UidMapper())
+    assert report.warnings == [
+        "BurnedInAnnotation is YES: burned-in text may identify the patient; check the image"
+    ]
+    assert cleaned.BurnedInAnnotation == "YES"
+    stored = tmp_path / "stored.dcm"
+    stored.write_bytes(data)
+    assert load_image(stored).meta["burned_in_annotation"] == "YES"
+    no = Dataset()
+    no.BurnedInAnnotation = "NO"
+    assert deidentify(no, UidMapper()).warnings == []
 
 
 def test_png_and_jpeg_metadata_stripped_losslessly():
