@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied, require_admin
 from backend.services.types import ROLES, Actor
-from db.models import AuthSession, User
+from db.models import User
 from db.session import Database
 
 log = logging.getLogger(__name__)
@@ -155,15 +155,17 @@ def _find_user(s: object, username: str) -> User:
 def _revoke_sessions(
     s: object, user_id: int, *, reason: str, keep_session_id: int | None = None
 ) -> int:
-    """Revoke the live sessions of an account (except ``keep_session_id``); how many."""
-    stmt = (
-        update(AuthSession)
-        .where(AuthSession.user_id == user_id, AuthSession.revoked_at.is_(None))
-        .values(revoked_at=_now(), revoked_reason=reason)
+    """Revoke the live sessions of an account (except ``keep_session_id``); how many.
+
+    Call it after the new password hash is set in ``s``: the kept session is re-stamped with
+    it, so the browser making a password change stays logged in.
+    """
+    # Imported here: backend.services.sessions imports this module.
+    from backend.services.sessions import revoke_user_sessions
+
+    return revoke_user_sessions(
+        s, user_id, reason, keep_session_id=keep_session_id  # type: ignore[arg-type]
     )
-    if keep_session_id is not None:
-        stmt = stmt.where(AuthSession.id != keep_session_id)
-    return s.execute(stmt).rowcount  # type: ignore[attr-defined]
 
 
 def _guard_last_admin(s: object, user: User, action: str) -> None:

@@ -256,6 +256,10 @@ def test_change_own_password_ends_the_other_sessions(any_db):
     assert _sessions(any_db, rater.user_id) == {mine: (False, None),
                                                 other: (True, "password_changed")}
     assert _sessions(any_db, bystander.user_id) == {theirs: (False, None)}
+    # The kept session carries the new credential stamp, so it stays valid.
+    with any_db.begin() as s:
+        stamp = s.get(AuthSession, mine).credential_stamp
+    assert stamp == auth.session_user(any_db, user_id=rater.user_id).credential_stamp
     # Without a session to keep (the command line, an API client) every session ends.
     auth.change_own_password(any_db, rater, current_password="second-password",
                              new_password="third-password")
