@@ -8,15 +8,49 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend import config
 
 SQLITE_BUSY_TIMEOUT_MS = 15_000
+# PostgreSQL errors that mean "another transaction was in the way; the same work can simply be
+# run again": serialization failure, deadlock detected, lock not available (lock_timeout).
+PG_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+
+
+class DatabaseBusy(Exception):
+    """A write could not start within its time limit because other writers held the database.
+
+    Raised by ``Database.begin(busy_timeout=...)`` when the writers of this process did not
+    let go in time; the SQLite or PostgreSQL "busy" errors of a timed-out lock wait are
+    recognised by :func:`is_busy_error`.
+    """
+
+
+def is_busy_error(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database was busy (retrying the transaction may succeed).
+
+    True for :class:`DatabaseBusy`, SQLite's "database is locked"/"database is busy", and
+    PostgreSQL serialization failures, deadlocks and lock timeouts.
+    """
+    if isinstance(exc, DatabaseBusy):
+        return True
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return False
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if state in PG_RETRYABLE_SQLSTATES:
+        return True
+    if type(orig).__module__.startswith("sqlite3"):
+        text = str(orig).lower()
+        return "database is locked" in text or "database is busy" in text or (
+            "locked" in text and "table" in text)
+    return False
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
@@ -53,9 +87,15 @@ def make_engine(url: str | None = None, *, echo: bool = False) -> Engine:
         def _sqlite_begin(conn):  # noqa: ANN001
             # Writers take the write lock up front (no deadlock on lock upgrade); readers use
             # a deferred BEGIN, which under WAL never waits for or blocks a writer.
-            if conn.get_execution_options().get("readonly"):
+            options = conn.get_execution_options()
+            if options.get("readonly"):
                 conn.exec_driver_sql("BEGIN")
             else:
+                # A write with a deadline (a rater's save) waits for the lock at most that
+                # long; every other write gets the default back (pooled connections are
+                # shared).
+                wait_ms = int(options.get("busy_timeout_ms", SQLITE_BUSY_TIMEOUT_MS))
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={max(wait_ms, 1)}")
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
@@ -113,14 +153,44 @@ class Database:
         self._write_gate = threading.RLock() if self.engine.dialect.name == "sqlite" else None
 
     @contextlib.contextmanager
-    def begin(self) -> Iterator[Session]:
-        """A session in a transaction that commits on success and rolls back on error."""
-        if self._write_gate is None:
-            with self.sessions.begin() as s:
+    def begin(self, *, busy_timeout: float | None = None) -> Iterator[Session]:
+        """A session in a transaction that commits on success and rolls back on error.
+
+        Args:
+            busy_timeout: The most seconds to wait for other writers before giving up (a
+                rater's save retries rather than hang). ``None``: the default waits (the
+                SQLite busy timeout, no PostgreSQL lock timeout).
+
+        Raises:
+            DatabaseBusy: the writers of this process held the database past
+                ``busy_timeout``. Lock waits past it in the database itself raise the
+                driver's error, recognised by :func:`is_busy_error`.
+        """
+        if busy_timeout is None:
+            if self._write_gate is None:
+                with self.sessions.begin() as s:
+                    yield s
+                return
+            with self._write_gate, self.sessions.begin() as s:
                 yield s
             return
-        with self._write_gate, self.sessions.begin() as s:
-            yield s
+        deadline = time.monotonic() + busy_timeout
+        if self._write_gate is None:
+            with self.sessions.begin() as s:
+                # Row locks (another tab of the same rater) wait at most the deadline.
+                ms = max(1, int(busy_timeout * 1000))
+                s.execute(text(f"SET LOCAL lock_timeout = {ms}"))
+                yield s
+            return
+        if not self._write_gate.acquire(timeout=max(busy_timeout, 0.0)):
+            raise DatabaseBusy(f"no write access within {busy_timeout:.1f} s")
+        try:
+            remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            bound = self.engine.execution_options(busy_timeout_ms=remaining_ms)
+            with Session(bound, expire_on_commit=False) as s, s.begin():
+                yield s
+        finally:
+            self._write_gate.release()
 
     def read(self):  # noqa: ANN201 - context manager of Session
         """A session for reads only: on SQLite it neither takes nor waits for the write lock.

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from backend import config
 from backend.metrics import registry
 from backend.scoring.runner import ScorePair, ScoringError
-from db.models import Image, Pair, Report, ScoringJob, Study
+from db.models import STUDY_STAGING, Image, Pair, Report, ScoringJob, Study
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 DEFAULT_STALE_AFTER = 120.0
@@ -127,7 +127,7 @@ def enqueue(
     names, opts = validate_request(metrics, options)
     with db.begin() as s:
         study = s.get(Study, study_id)
-        if study is None:
+        if study is None or study.status == STUDY_STAGING:
             raise ScoringError(f"no study with id {study_id}")
         job = ScoringJob(study_id=study_id, metrics=names, options=opts, status=QUEUED)
         s.add(job)
@@ -271,7 +271,7 @@ def release(db: Any, job_id: int, worker_id: str, message: str = "") -> bool:
 
 def get(db: Any, job_id: int) -> JobInfo | None:
     """The job with ``job_id`` or ``None``."""
-    with db.begin() as s:
+    with _reading(db) as s:
         job = s.get(ScoringJob, job_id)
         if job is None:
             return None
@@ -281,7 +281,7 @@ def get(db: Any, job_id: int) -> JobInfo | None:
 
 def list_jobs(db: Any, *, study_id: int | None = None, limit: int = 200) -> list[JobInfo]:
     """Jobs, newest first, optionally of one study."""
-    with db.begin() as s:
+    with _reading(db) as s:
         q = (
             select(ScoringJob, Study.name)
             .join(Study, Study.id == ScoringJob.study_id, isouter=True)
@@ -294,8 +294,16 @@ def list_jobs(db: Any, *, study_id: int | None = None, limit: int = 200) -> list
 
 
 def study_id_by_name(session: Session, name: str) -> int | None:
-    """The id of the study called ``name``."""
-    return session.scalar(select(Study.id).where(Study.name == name))
+    """The id of the study called ``name`` (a study still being imported has none yet)."""
+    return session.scalar(
+        select(Study.id).where(Study.name == name, Study.status != STUDY_STAGING)
+    )
+
+
+def _reading(db: Any) -> Any:
+    """A read-only transaction where the database offers one (no SQLite write lock)."""
+    read = getattr(db, "read", None)
+    return read() if read is not None else db.begin()
 
 
 def study_pairs(db: Any, study_id: int, *, data_dir: Path | None = None) -> list[ScorePair]:
@@ -306,7 +314,8 @@ def study_pairs(db: Any, study_id: int, *, data_dir: Path | None = None) -> list
     finds what the runner stores.
     """
     base = data_dir or config.data_dir()
-    with db.begin() as s:
+    # A read of every pair of a large study: it must not hold the write lock meanwhile.
+    with _reading(db) as s:
         ref = Report.__table__.alias("ref")
         cand = Report.__table__.alias("cand")
         rows = s.execute(

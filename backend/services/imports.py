@@ -1,13 +1,34 @@
 """Import cases, reports, images and pairs into a new study (admin only).
 
-Everything of one import happens in ONE database transaction. Image files are written first
-(content-addressed: ``<data dir>/images/<sha256>.<ext>``, via a temporary name and an atomic
-rename) and are referenced only once written; if anything fails, the transaction rolls back
-and the files this import created are removed, so a bad file changes nothing.
+An import never holds the database for long: a rater's save must not wait behind it.
 
-DICOM files are de-identified on the way in (``backend.imaging.deid``, one salted UID mapping
-per import); PNG text/EXIF chunks and JPEG APP/COM segments are stripped losslessly. Every
-image is decoded once before it is accepted, so a corrupt file is rejected at import time.
+1. Everything that needs no database is checked first (names, case lists, image paths), so
+   most bad inputs are refused before anything is written.
+2. The study is created with status ``importing`` (``db.models.STUDY_STAGING``): no listing or
+   query for raters or admins shows it (``repo.get_study``, ``rating.HIDDEN_STATUSES``,
+   ``studies.list_studies``, ``backend.analysis.data``).
+3. Cases are written in batches of about ``BATCH_PAIRS`` pairs, one short transaction each
+   (bulk INSERTs; image files are prepared before the batch's transaction opens). Each batch
+   refreshes a heartbeat kept in the staging study's provenance.
+4. The ReXVal ratings, assignments and rater accounts are written in batches too, still
+   invisible; then one short final transaction sets the requested status and the final
+   provenance, so the whole study appears at once.
+
+If anything fails (a bad image found late, an exception, Ctrl-C), the staging study and all its
+rows are deleted in short batches and the image files this import created, and nothing else
+references, are removed: nothing a user can see has changed. A process killed outright leaves
+its staging study behind; :func:`cleanup_stale_imports` deletes it. It runs at the start of
+every import and deletes a staging study whose importing process is gone (same host, dead pid)
+or whose heartbeat is older than ``STALE_IMPORT_AFTER`` (another host, a hung process).
+
+Image files are content-addressed (``<data dir>/images/<sha256>.<ext>``, written via a
+temporary name and an atomic rename). DICOM files are de-identified on the way in
+(``backend.imaging.deid``, one salted UID mapping per import); PNG and JPEG pixels are
+re-encoded without metadata. Every image is decoded once before it is accepted, so a corrupt
+file is rejected at import time.
+
+Cases belong to their study: an import always creates its own cases, so importing study B
+with a case id that study A also uses never changes A's images, reports or export.
 """
 
 from __future__ import annotations
@@ -19,29 +40,36 @@ import logging
 import os
 import re
 import secrets
-from collections.abc import Sequence
+import socket
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from argon2 import PasswordHasher
-from sqlalchemy import insert, select
+from sqlalchemy import delete, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from backend import config
 from backend.datasets import rexval
-from backend.imaging.deid import (
-    DeidentificationError,
-    UidMapper,
-    deidentify_file,
-    strip_jpeg_metadata,
-    strip_png_metadata,
-)
+from backend.imaging import deid
+from backend.imaging.deid import DeidentificationError, UidMapper, deidentify_file
 from backend.imaging.load import ImageLoadError, file_sha256, load_image, sniff_format
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.types import Actor, CandidateInput, CaseInput
-from db.models import Assignment, Case, Image, Pair, Rating, RatingEvent, Report, Study, User
+from db.models import (
+    STUDY_STAGING,
+    Assignment,
+    Case,
+    Image,
+    Pair,
+    Rating,
+    RatingEvent,
+    Report,
+    Study,
+    User,
+)
 from db.session import Database
 
 logger = logging.getLogger(__name__)
@@ -52,6 +80,20 @@ _hasher = PasswordHasher()
 IMAGES_SUBDIR = "images"
 EXTENSIONS = {"dicom": "dcm", "png": "png", "jpeg": "jpg"}
 REXVAL_RATER_PREFIX = "rexval_rater_"
+# Pairs per import transaction: a batch commits in tens of milliseconds, so a rater's save
+# waits at most that long for the import (SQLite admits one writer at a time).
+BATCH_PAIRS = 400
+# Images per batch: their de-identified bytes are held in memory until written.
+BATCH_IMAGES = 32
+# Rows per transaction when ReXVal ratings are written or a staging study is deleted.
+BATCH_ROWS = 2000
+# A staging study whose heartbeat is older than this is taken as abandoned and deleted.
+STALE_IMPORT_AFTER = dt.timedelta(hours=2)
+# Provenance key holding the staging state (heartbeat, owner, accounts it created); removed
+# when the study becomes visible.
+IMPORT_STATE_KEY = "import_state"
+# Statuses an import may give the finished study.
+FINAL_STATUSES = ("open", "draft")
 _VIEW_ALIASES = {
     "PA": "PA",
     "AP": "AP",
@@ -134,13 +176,29 @@ class _FileWriter:
             self.created.append(final)
         return sha, final
 
-    def rollback(self) -> None:
-        for path in self.created:
+    def rollback(self, db: Database | None = None) -> None:
+        """Remove the files this import created that no image row (of another study) uses."""
+        paths = list(self.created)
+        self.created.clear()
+        if db is not None:
+            paths = [self.root / rel for rel in _unreferenced(
+                db, [f"{IMAGES_SUBDIR}/{p.name}" for p in paths])]
+        for path in paths:
             try:
                 path.unlink()
             except FileNotFoundError:
                 pass
-        self.created.clear()
+
+
+def _unreferenced(db: Database, rel_paths: Sequence[str]) -> list[str]:
+    """The paths among ``rel_paths`` that no ``Image`` row refers to."""
+    out: list[str] = []
+    with db.read() as s:
+        for start in range(0, len(rel_paths), 500):
+            chunk = list(rel_paths[start:start + 500])
+            used = set(s.scalars(select(Image.path).where(Image.path.in_(chunk))))
+            out.extend(p for p in chunk if p not in used)
+    return out
 
 
 def view_from_name(path: Path) -> str | None:
@@ -160,42 +218,76 @@ def _normalise_view(value: str | None) -> str | None:
     return _VIEW_ALIASES.get(text, text[:32] or None)
 
 
-def _prepare_image(
-    case_id: str, src: Path, view: str | None, writer: _FileWriter, mapper: UidMapper,
-    warnings: list[str],
-) -> _PreparedImage:
+def _clean_raster(data: bytes, fmt: str) -> tuple[bytes, str]:
+    """PNG/JPEG bytes with every metadata chunk, segment and trailer removed.
+
+    Uses ``deid.clean_raster`` (pixels re-encoded; JPEG inputs come back as PNG) and, where a
+    build lacks it, the older lossless strippers.
+    """
+    clean = getattr(deid, "clean_raster", None)
+    if clean is not None:
+        return clean(data, fmt)
+    if fmt == "png":
+        return deid.strip_png_metadata(data), "png"
+    return deid.strip_jpeg_metadata(data), "jpeg"
+
+
+@dataclass
+class _CleanImage:
+    """An image de-identified in memory, not yet written."""
+
+    case_id: str
+    src: Path
+    view: str | None
+    data: bytes
+    format: str
+    source_sha256: str
+
+    @property
+    def rel_path(self) -> str:
+        sha = hashlib.sha256(self.data).hexdigest()
+        return f"{IMAGES_SUBDIR}/{sha}.{EXTENSIONS[self.format]}"
+
+
+def _clean_image(
+    case_id: str, src: Path, view: str | None, mapper: UidMapper, warnings: list[str]
+) -> _CleanImage:
     fmt = sniff_format(src)
     try:
         source_sha = file_sha256(src)
         if fmt == "dicom":
             data, report, _ = deidentify_file(src, mapper)
             warnings.extend(f"case {case_id}: {src.name}: {w}" for w in report.warnings)
-        elif fmt == "png":
-            data = strip_png_metadata(src.read_bytes())
-        elif fmt == "jpeg":
-            data = strip_jpeg_metadata(src.read_bytes())
+        elif fmt in ("png", "jpeg"):
+            data, fmt = _clean_raster(src.read_bytes(), fmt)
         else:
             raise InvalidInput(f"case {case_id}: {src}: not a DICOM, PNG or JPEG file")
     except DeidentificationError as exc:
         raise InvalidInput(f"case {case_id}: {src}: {exc}") from None
     except OSError as exc:
         raise InvalidInput(f"case {case_id}: {src}: cannot read ({exc.strerror})") from None
-    sha, stored = writer.write(data, EXTENSIONS[fmt])
+    return _CleanImage(case_id, src, view, data, fmt, source_sha)
+
+
+def _store_image(clean: _CleanImage, writer: _FileWriter) -> _PreparedImage:
+    """Write a cleaned image (content-addressed) and decode it once to reject bad files."""
+    src, case_id = clean.src, clean.case_id
+    sha, stored = writer.write(clean.data, EXTENSIONS[clean.format])
     try:
         loaded = load_image(stored)
     except ImageLoadError as exc:
         # Name the user's file, not the content-addressed copy.
         message = str(exc).replace(str(stored), str(src))
         raise InvalidInput(f"case {case_id}: {message}") from None
-    chosen = _normalise_view(view) or _normalise_view(loaded.view) or view_from_name(src)
+    chosen = _normalise_view(clean.view) or _normalise_view(loaded.view) or view_from_name(src)
     meta = dict(loaded.meta)
     # De-identification uses a fresh salt per import, so the stored bytes differ between
-    # imports of one file; the source digest lets a re-import recognise the image.
-    meta["source_sha256"] = source_sha
+    # imports of one file; the source digest still identifies the original image.
+    meta["source_sha256"] = clean.source_sha256
     return _PreparedImage(
         sha256=sha,
-        source_sha256=source_sha,
-        format=fmt,
+        source_sha256=clean.source_sha256,
+        format=clean.format,
         rel_path=f"{IMAGES_SUBDIR}/{stored.name}",
         view=chosen,
         width=loaded.width,
@@ -233,141 +325,17 @@ def _check_cases(cases: list[CaseInput]) -> None:
             keys.add(key)
 
 
-def _get_report(s: Session, case: Case, role: str, source: str | None, text: str,
-                counter: list[int]) -> Report:
-    if case.id is not None:
-        existing = s.scalars(
-            select(Report).where(
-                Report.case_id == case.id,
-                Report.role == role,
-                Report.source.is_(None) if source is None else Report.source == source,
-                Report.text == text,
-            ).order_by(Report.id)
-        ).first()
-        if existing is not None:
-            return existing
-    report = Report(case=case, role=role, source=source, text=text)
-    s.add(report)
-    counter[0] += 1
-    return report
+def _resolve_images(
+    cases: list[CaseInput], image_base: Path | None
+) -> dict[str, list[tuple[Path, str | None]]]:
+    """Every case's image files, checked to exist (and to stay in ``image_base``).
 
-
-@dataclass
-class _Created:
-    study: Study
-    pairs: list[Pair]
-    n_cases: int
-    n_reused: int
-    n_reports: int
-    n_images: int
-
-
-def _create_study(
-    s: Session,
-    *,
-    study_name: str,
-    description: str,
-    raters_per_pair: int,
-    seed: int,
-    provenance: dict[str, Any],
-    cases: list[CaseInput],
-    images: dict[str, list[_PreparedImage]],
-) -> _Created:
-    if s.scalar(select(Study.id).where(Study.name == study_name)) is not None:
-        raise InvalidInput(f"study {study_name!r} already exists; choose another name")
-    study = Study(
-        name=study_name,
-        description=description,
-        scheme="rexval",
-        raters_per_pair=raters_per_pair,
-        seed=seed,
-        status="open",
-        provenance=provenance,
-    )
-    s.add(study)
-    s.flush()
-    pairs: list[Pair] = []
-    n_reused = 0
-    n_images = 0
-    report_counter = [0]
-    position = 0
-    for item in cases:
-        case = s.scalar(select(Case).where(Case.external_id == item.case_id,
-                                           Case.study_id == study.id))
-        if case is None:
-            case = Case(external_id=item.case_id, study_id=study.id)
-            s.add(case)
-            s.flush()
-            known: dict[str, Image] = {}
-        else:
-            n_reused += 1
-            known = {img.sha256: img for img in case.images}
-        for prepared in images.get(item.case_id, []):
-            if prepared.sha256 in known:
-                continue
-            image = Image(
-                case_id=case.id,
-                path=prepared.rel_path,
-                format=prepared.format,
-                view=prepared.view,
-                sha256=prepared.sha256,
-                width=prepared.width,
-                height=prepared.height,
-                meta=prepared.meta,
-            )
-            s.add(image)
-            known[prepared.sha256] = image
-            n_images += 1
-        # The pair shows every image of its case, so all of them key its scores.
-        shas = list(known)
-        reference = _get_report(s, case, "reference", None, item.reference, report_counter)
-        for cand in item.candidates:
-            candidate = _get_report(s, case, "candidate", cand.source, cand.text,
-                                    report_counter)
-            pair = Pair(
-                study=study,
-                case=case,
-                reference=reference,
-                candidate=candidate,
-                source=cand.source,
-                opaque_id=secrets.token_hex(8),
-                position=position,
-                input_hash=input_hash(item.reference, cand.text, shas),
-            )
-            s.add(pair)
-            pairs.append(pair)
-            position += 1
-        s.flush()
-    return _Created(study, pairs, len(cases), n_reused, report_counter[0], n_images)
-
-
-def _existing_sources(db: Database, cases: list[CaseInput]) -> dict[str, set[str]]:
-    """Case external id -> source digests of images it already has."""
-    ids = [c.case_id for c in cases if c.images]
-    out: dict[str, set[str]] = {}
-    if not ids:
-        return out
-    with db.begin() as s:
-        rows = s.execute(
-            select(Case.external_id, Image.meta).join(Image, Image.case_id == Case.id)
-            .where(Case.external_id.in_(ids))
-        ).all()
-    for external_id, meta in rows:
-        digest = (meta or {}).get("source_sha256")
-        if digest:
-            out.setdefault(external_id, set()).add(digest)
-    return out
-
-
-def _prepare_all(
-    cases: list[CaseInput], image_base: Path | None, writer: _FileWriter, mapper: UidMapper,
-    warnings: list[str], existing: dict[str, set[str]],
-) -> dict[str, list[_PreparedImage]]:
-    prepared: dict[str, list[_PreparedImage]] = {}
+    Runs before anything is written, so a missing or escaping path is refused up front.
+    """
     base = image_base.resolve() if image_base is not None else None
+    out: dict[str, list[tuple[Path, str | None]]] = {}
     for case in cases:
-        items: list[_PreparedImage] = []
-        seen: set[str] = set()
+        files: list[tuple[Path, str | None]] = []
         for image in case.images:
             src = Path(image.path)
             if base is not None:
@@ -378,14 +346,271 @@ def _prepare_all(
                     )
             if not src.is_file():
                 raise InvalidInput(f"case {case.case_id}: no such image file {src}")
-            if file_sha256(src) in existing.get(case.case_id, set()):
-                continue  # already imported for this case (an earlier import)
-            p = _prepare_image(case.case_id, src, image.view, writer, mapper, warnings)
-            if p.sha256 not in seen:
-                seen.add(p.sha256)
-                items.append(p)
-        prepared[case.case_id] = items
-    return prepared
+            files.append((src, image.view))
+        if files:
+            out[case.case_id] = files
+    return out
+
+
+def _batches(
+    cases: list[CaseInput], max_pairs: int, max_images: int = BATCH_IMAGES
+) -> Iterator[list[CaseInput]]:
+    """Consecutive runs of whole cases with about ``max_pairs`` pairs or ``max_images``
+    images each (a batch's cleaned images are held in memory until written)."""
+    batch: list[CaseInput] = []
+    n_pairs = n_images = 0
+    for case in cases:
+        batch.append(case)
+        n_pairs += len(case.candidates)
+        n_images += len(case.images)
+        if n_pairs >= max_pairs or n_images >= max_images:
+            yield batch
+            batch, n_pairs, n_images = [], 0, 0
+    if batch:
+        yield batch
+
+
+@dataclass(frozen=True)
+class _PairRef:
+    """A pair written by the import, as later steps (ReXVal ratings) need it."""
+
+    pair_id: int
+    external_id: str
+    source: str
+    position: int
+
+
+@dataclass
+class _Staging:
+    """The state of one import while its study is invisible."""
+
+    study_id: int
+    state: dict[str, Any]
+    pairs: list[_PairRef] = field(default_factory=list)
+    n_cases: int = 0
+    n_reports: int = 0
+    n_images: int = 0
+    # Column values the final transaction sets on the study besides its status.
+    final: dict[str, Any] = field(default_factory=dict)
+
+    def beat(self, s: Session) -> None:
+        """Refresh the heartbeat in the caller's transaction (proof the import is alive)."""
+        self.state["heartbeat"] = dt.datetime.now(dt.UTC).isoformat()
+        s.execute(
+            update(Study).where(Study.id == self.study_id)
+            .values(provenance={IMPORT_STATE_KEY: dict(self.state)})
+        )
+
+
+def _create_staging(db: Database, study_name: str, **values: Any) -> _Staging:
+    state = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": dt.datetime.now(dt.UTC).isoformat(),
+        "heartbeat": dt.datetime.now(dt.UTC).isoformat(),
+        "created_users": [],
+    }
+    try:
+        with db.begin() as s:
+            status = s.scalar(select(Study.status).where(Study.name == study_name))
+            if status == STUDY_STAGING:
+                raise InvalidInput(f"study {study_name!r} is being imported right now; "
+                                   "wait for that import or choose another name")
+            if status is not None:
+                raise InvalidInput(f"study {study_name!r} already exists; choose another name")
+            study = Study(name=study_name, status=STUDY_STAGING,
+                          provenance={IMPORT_STATE_KEY: state}, **values)
+            s.add(study)
+            s.flush()
+            return _Staging(study.id, state)
+    except IntegrityError:
+        # Another import took the name between the check and the insert.
+        raise InvalidInput(f"study {study_name!r} already exists; choose another name") from None
+
+
+def _write_batch(
+    s: Session, staging: _Staging, batch: list[CaseInput],
+    images: dict[str, list[_PreparedImage]],
+) -> None:
+    """Insert one batch of cases with their images, reports and pairs (bulk statements)."""
+    now = dt.datetime.now(dt.UTC)
+    case_ids = s.scalars(
+        insert(Case).returning(Case.id, sort_by_parameter_order=True),
+        [{"study_id": staging.study_id, "external_id": c.case_id, "created_at": now}
+         for c in batch],
+    ).all()
+    image_rows: list[dict[str, Any]] = []
+    report_rows: list[dict[str, Any]] = []
+    shas_of: list[list[str]] = []
+    for case, case_id in zip(batch, case_ids, strict=True):
+        shas: list[str] = []
+        for p in images.get(case.case_id, []):
+            if p.sha256 in shas:
+                continue  # the same file listed twice for one case is stored once
+            shas.append(p.sha256)
+            image_rows.append({
+                "case_id": case_id, "path": p.rel_path, "format": p.format, "view": p.view,
+                "sha256": p.sha256, "width": p.width, "height": p.height, "meta": p.meta,
+            })
+        shas_of.append(shas)
+        report_rows.append({"case_id": case_id, "role": "reference", "source": None,
+                            "text": case.reference, "created_at": now})
+        report_rows.extend(
+            {"case_id": case_id, "role": "candidate", "source": cand.source, "text": cand.text,
+             "created_at": now}
+            for cand in case.candidates
+        )
+    if image_rows:
+        s.execute(insert(Image), image_rows)
+    report_ids = iter(s.scalars(
+        insert(Report).returning(Report.id, sort_by_parameter_order=True), report_rows
+    ).all())
+    pair_rows: list[dict[str, Any]] = []
+    keys: list[tuple[str, str, int]] = []
+    position = len(staging.pairs)
+    for case, case_id, shas in zip(batch, case_ids, shas_of, strict=True):
+        reference_id = next(report_ids)
+        for cand in case.candidates:
+            pair_rows.append({
+                "study_id": staging.study_id, "case_id": case_id, "reference_id": reference_id,
+                "candidate_id": next(report_ids), "source": cand.source,
+                "opaque_id": secrets.token_hex(8), "position": position,
+                # The pair shows every image of its case, so all of them key its scores.
+                "input_hash": input_hash(case.reference, cand.text, shas),
+            })
+            keys.append((case.case_id, cand.source, position))
+            position += 1
+    pair_ids = s.scalars(
+        insert(Pair).returning(Pair.id, sort_by_parameter_order=True), pair_rows
+    ).all()
+    staging.pairs.extend(
+        _PairRef(pid, ext, src, pos) for pid, (ext, src, pos) in zip(pair_ids, keys, strict=True)
+    )
+    staging.n_cases += len(batch)
+    staging.n_reports += len(report_rows)
+    staging.n_images += len(image_rows)
+
+
+def _delete_study_rows(db: Database, study_id: int, user_ids: Sequence[int] = ()) -> list[str]:
+    """Delete a staging study in short transactions; return the image paths it referenced.
+
+    Pairs go first (their ratings, events and assignments cascade), then cases (reports and
+    images cascade), then the study and the accounts its import created that nothing else
+    uses. Each step is its own transaction of at most ``BATCH_ROWS`` cases.
+    """
+    with db.read() as s:
+        case_ids = list(s.scalars(select(Case.id).where(Case.study_id == study_id)))
+        paths = list(s.scalars(
+            select(Image.path).join(Case, Case.id == Image.case_id)
+            .where(Case.study_id == study_id).distinct()
+        ))
+    step = max(1, BATCH_ROWS // 4)
+    for start in range(0, len(case_ids), step):
+        chunk = case_ids[start:start + step]
+        with db.begin() as s:
+            s.execute(delete(Pair).where(Pair.case_id.in_(chunk)))
+            s.execute(delete(Case).where(Case.id.in_(chunk)))
+    with db.begin() as s:
+        s.execute(delete(Pair).where(Pair.study_id == study_id))
+        s.execute(delete(Assignment).where(Assignment.study_id == study_id))
+        s.execute(delete(Study).where(Study.id == study_id, Study.status == STUDY_STAGING))
+        for user_id in user_ids:
+            used = s.scalar(select(exists().where(Assignment.rater_id == user_id))) or s.scalar(
+                select(exists().where(Rating.rater_id == user_id)))
+            if not used:
+                s.execute(delete(User).where(User.id == user_id))
+    return paths
+
+
+def _discard(db: Database, staging: _Staging, writer: _FileWriter) -> None:
+    """Undo a failed import: its rows, then the files it created that nothing else uses."""
+    try:
+        _delete_study_rows(db, staging.study_id, staging.state.get("created_users", []))
+    except Exception:
+        # The staging study stays invisible; cleanup_stale_imports removes it later.
+        logger.exception("could not delete the staging study %d; it is cleaned up later",
+                         staging.study_id)
+        writer.created.clear()
+        return
+    writer.rollback(db)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    except OSError:
+        return True
+    return True
+
+
+def _abandoned(state: dict[str, Any], created_at: dt.datetime | None, now: dt.datetime,
+               older_than: dt.timedelta) -> bool:
+    """Whether a staging study's import is gone: its process died, or no heartbeat lately."""
+    pid = state.get("pid")
+    if state.get("host") == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid):
+        return True
+    try:
+        beat = dt.datetime.fromisoformat(str(state["heartbeat"]))
+    except (KeyError, ValueError):
+        beat = created_at
+    if beat is None:
+        return True
+    if beat.tzinfo is None:
+        beat = beat.replace(tzinfo=dt.UTC)
+    return now - beat > older_than
+
+
+def cleanup_stale_imports(
+    db: Database, *, older_than: dt.timedelta = STALE_IMPORT_AFTER,
+    now: dt.datetime | None = None,
+) -> list[str]:
+    """Delete staging studies left by imports that died (killed process, power loss, hang).
+
+    A staging study is abandoned when it was started on this host by a process that no
+    longer exists, or when its heartbeat (refreshed by every batch) is older than
+    ``older_than``. Its rows are deleted in short transactions, then the image files that no
+    remaining image row refers to. Runs at the start of every import; safe to call any time.
+
+    Args:
+        db: The database.
+        older_than: Heartbeat age after which an import on another host counts as dead.
+        now: The current time (tests).
+
+    Returns:
+        The names of the staging studies deleted.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    with db.read() as s:
+        rows = s.execute(
+            select(Study.id, Study.name, Study.provenance, Study.created_at)
+            .where(Study.status == STUDY_STAGING)
+        ).all()
+    removed: list[str] = []
+    root = config.data_dir()
+    for study_id, name, provenance, created_at in rows:
+        state = (provenance or {}).get(IMPORT_STATE_KEY) or {}
+        if not _abandoned(state, created_at, now, older_than):
+            continue
+        paths = _delete_study_rows(db, study_id, state.get("created_users", []))
+        paths = sorted(set(paths) | set(state.get("pending_files", [])))
+        for rel in _unreferenced(db, paths):
+            try:
+                (root / rel).unlink()
+            except FileNotFoundError:
+                pass
+        logger.warning("deleted the unfinished import of study %r (import started %s)",
+                       name, state.get("started", "?"))
+        removed.append(name)
+    return removed
+
+
+_After = Callable[[Database, _Staging], Any]
 
 
 def _run_import(
@@ -398,7 +623,9 @@ def _run_import(
     seed: int,
     provenance: dict[str, Any],
     image_base: Path | None,
-    after: Any = None,
+    status: str = "open",
+    after: _After | None = None,
+    batch_pairs: int | None = None,
 ) -> tuple[ImportSummary, Any]:
     study_name = (study_name or "").strip()
     if not study_name:
@@ -407,50 +634,78 @@ def _run_import(
         raise InvalidInput("study name is longer than 128 characters")
     if raters_per_pair < 1:
         raise InvalidInput("raters per pair must be at least 1")
+    if status not in FINAL_STATUSES:
+        raise InvalidInput(f"status must be one of {', '.join(FINAL_STATUSES)}, got {status!r}")
     _check_cases(cases)
+    sources = _resolve_images(cases, image_base)
+    try:
+        cleanup_stale_imports(db)
+    except Exception:  # cleanup is housekeeping; it must never block an import
+        logger.exception("cleanup of unfinished imports failed")
+    staging = _create_staging(db, study_name, description=description, scheme="rexval",
+                              raters_per_pair=raters_per_pair, seed=seed)
     writer = _FileWriter(config.data_dir())
     mapper = UidMapper()
     warnings: list[str] = []
+    has_dicom = False
     try:
-        existing = _existing_sources(db, cases)
-        images = _prepare_all(cases, image_base, writer, mapper, warnings, existing)
-        provenance = dict(provenance)
-        provenance.setdefault("imported_at", dt.datetime.now(dt.UTC).isoformat())
-        if any(p.format == "dicom" for items in images.values() for p in items):
-            provenance["deidentification"] = {
+        for batch in _batches(cases, batch_pairs or BATCH_PAIRS):
+            cleaned = [
+                _clean_image(case.case_id, src, view, mapper, warnings)
+                for case in batch for src, view in sources.get(case.case_id, [])
+            ]
+            has_dicom = has_dicom or any(c.format == "dicom" for c in cleaned)
+            if cleaned:
+                # Named in the staging study before they exist: if this process is killed
+                # while writing them, the cleanup knows which files were its own.
+                with db.begin() as s:
+                    staging.state["pending_files"] = sorted({c.rel_path for c in cleaned})
+                    staging.beat(s)
+            # Files are written (and decoded) before the batch's transaction opens, so the
+            # write lock is held only for the INSERTs.
+            prepared: dict[str, list[_PreparedImage]] = {}
+            for clean in cleaned:
+                prepared.setdefault(clean.case_id, []).append(_store_image(clean, writer))
+            with db.begin() as s:
+                _write_batch(s, staging, batch, prepared)
+                staging.state["pending_files"] = []
+                staging.beat(s)
+        extra = after(db, staging) if after is not None else None
+        final_provenance = dict(provenance)
+        final_provenance.setdefault("imported_at", dt.datetime.now(dt.UTC).isoformat())
+        if has_dicom:
+            final_provenance["deidentification"] = {
                 "profile": "PS3.15 Annex E basic",
                 "dates": "blanked",
                 # Identifies the salt without revealing it.
                 "uid_salt_id": hashlib.sha256(mapper.salt.encode()).hexdigest()[:12],
             }
         with db.begin() as s:
-            created = _create_study(
-                s,
-                study_name=study_name,
-                description=description,
-                raters_per_pair=raters_per_pair,
-                seed=seed,
-                provenance=provenance,
-                cases=cases,
-                images=images,
+            # The one moment the study becomes visible, with everything in it.
+            res = s.execute(
+                update(Study)
+                .where(Study.id == staging.study_id, Study.status == STUDY_STAGING)
+                .values(status=status, provenance=final_provenance, **staging.final)
             )
-            extra = after(s, created) if after is not None else None
-            summary = ImportSummary(
-                study_id=created.study.id,
-                study_name=study_name,
-                n_cases=created.n_cases,
-                n_cases_reused=created.n_reused,
-                n_reports=created.n_reports,
-                n_images=created.n_images,
-                n_pairs=len(created.pairs),
-                warnings=tuple(warnings),
-            )
+            if res.rowcount != 1:
+                raise InvalidInput(f"the import of study {study_name!r} was cancelled "
+                                   "(its unfinished study was removed); run it again")
     except IntegrityError as exc:
-        writer.rollback()
+        _discard(db, staging, writer)
         raise InvalidInput(f"import conflicts with existing data ({exc.orig})") from None
     except BaseException:
-        writer.rollback()
+        _discard(db, staging, writer)
         raise
+    summary = ImportSummary(
+        study_id=staging.study_id,
+        study_name=study_name,
+        n_cases=staging.n_cases,
+        n_cases_reused=0,
+        n_reports=staging.n_reports,
+        n_images=staging.n_images,
+        n_pairs=len(staging.pairs),
+        warnings=tuple(warnings),
+    )
     for warning in warnings:
         logger.warning("import %s: %s", study_name, warning)
     return summary, extra
@@ -467,8 +722,12 @@ def import_cases(
     seed: int = 0,
     provenance: dict[str, Any] | None = None,
     image_base: Path | None = None,
+    status: str = "open",
 ) -> ImportSummary:
-    """Create a study from cases: cases (reused by external id), images, reports, pairs.
+    """Create a study from cases: its own cases, images, reports and pairs.
+
+    The study is written in short batches while invisible and appears at once, complete,
+    when the import succeeds (see the module docstring); a failed import leaves nothing.
 
     Args:
         db: The database.
@@ -480,6 +739,7 @@ def import_cases(
         seed: Seed recorded for the study's assignment order.
         provenance: Extra provenance (e.g. input file and its sha256), stored on the study.
         image_base: If given, relative image paths are resolved against it and must stay in it.
+        status: What the study is once imported: ``open`` (raters can rate) or ``draft``.
 
     Returns:
         Counts of what was created, and warnings (e.g. burned-in annotations).
@@ -501,6 +761,7 @@ def import_cases(
         seed=seed,
         provenance=base,
         image_base=image_base,
+        status=status,
     )
     return summary
 
@@ -514,8 +775,12 @@ def _unusable_hashes(indices: list[int]) -> dict[int, str]:
     return {index: _hasher.hash(secrets.token_urlsafe(32)) for index in indices}
 
 
-def _rater_users(s: Session, indices: list[int], hashes: dict[int, str]) -> dict[int, User]:
-    users: dict[int, User] = {}
+def _rater_users(
+    s: Session, indices: list[int], hashes: dict[int, str]
+) -> tuple[dict[int, int], list[int]]:
+    """User ids of ``rexval_rater_<index>`` (created where missing), and the ids created."""
+    users: dict[int, int] = {}
+    created: list[int] = []
     for index in indices:
         username = f"{REXVAL_RATER_PREFIX}{index}"
         user = s.scalar(select(User).where(User.username == username))
@@ -529,11 +794,20 @@ def _rater_users(s: Session, indices: list[int], hashes: dict[int, str]) -> dict
                 password_hash=hashes[index],
             )
             s.add(user)
+            s.flush()
+            created.append(user.id)
         elif user.role != "rater":
             raise InvalidInput(f"user {username!r} exists and is not a rater")
-        users[index] = user
-    s.flush()
-    return users
+        users[index] = user.id
+    return users, created
+
+
+def _insert_batched(db: Database, staging: _Staging, model: type, rows: list[dict]) -> None:
+    """Insert ``rows`` in order, ``BATCH_ROWS`` per short transaction."""
+    for start in range(0, len(rows), BATCH_ROWS):
+        with db.begin() as s:
+            s.execute(insert(model), rows[start:start + BATCH_ROWS])
+            staging.beat(s)
 
 
 def import_rexval(
@@ -593,49 +867,51 @@ def import_rexval(
     rater_indices = sorted({r.rater_index for r in ratings.rows})
     hashes = _unusable_hashes(rater_indices)
 
-    def add_ratings(s: Session, created: _Created) -> tuple[int, int]:
-        pair_of: dict[tuple[int, str], Pair] = {}
-        by_case = {p.case.external_id: [] for p in created.pairs}
-        for pair in created.pairs:
-            by_case[pair.case.external_id].append(pair)
+    def add_ratings(db: Database, staging: _Staging) -> tuple[int, int]:
+        pair_of: dict[tuple[int, str], _PairRef] = {}
+        by_case: dict[str, list[_PairRef]] = {}
+        for ref in staging.pairs:
+            by_case.setdefault(ref.external_id, []).append(ref)
         for number, row in enumerate(gt.rows):
-            for pair in by_case[row.study_id]:
-                pair_of[(number, pair.source)] = pair
-        users = _rater_users(s, rater_indices, hashes)
+            for ref in by_case.get(row.study_id, []):
+                pair_of[(number, ref.source)] = ref
+        with db.begin() as s:
+            users, created = _rater_users(s, rater_indices, hashes)
+            # Recorded with the accounts, so a cleanup after a kill can remove them too.
+            staging.state["created_users"] = created
+            staging.beat(s)
         now = dt.datetime.now(dt.UTC)
         rated: dict[int, set[int]] = {i: set() for i in rater_indices}
         rating_rows = []
         event_rows = []
         for r in ratings.rows:
-            pair = pair_of[(r.study_number, r.candidate_type)]
-            rater_id = users[r.rater_index].id
-            rated[r.rater_index].add(pair.position)
+            ref = pair_of[(r.study_number, r.candidate_type)]
+            rater_id = users[r.rater_index]
+            rated[r.rater_index].add(ref.position)
             rating_rows.append({
-                "rater_id": rater_id, "pair_id": pair.id, "category": r.error_category,
+                "rater_id": rater_id, "pair_id": ref.pair_id, "category": r.error_category,
                 "significant": r.clinically_significant, "count": r.num_errors,
                 "created_at": now, "updated_at": now,
             })
             event_rows.append({
-                "rater_id": rater_id, "pair_id": pair.id, "action": "import",
+                "rater_id": rater_id, "pair_id": ref.pair_id, "action": "import",
                 "category": r.error_category, "significant": r.clinically_significant,
                 "old_count": None, "new_count": r.num_errors, "at": now,
             })
-        by_position = {p.position: p for p in created.pairs}
+        by_position = {ref.position: ref for ref in staging.pairs}
         assignment_rows = []
         for index in rater_indices:
             for order, position in enumerate(sorted(rated[index])):
                 assignment_rows.append({
-                    "study_id": created.study.id, "rater_id": users[index].id,
-                    "pair_id": by_position[position].id, "order_index": order,
+                    "study_id": staging.study_id, "rater_id": users[index],
+                    "pair_id": by_position[position].pair_id, "order_index": order,
                     "completed_at": now, "active_seconds": 0.0,
                 })
-        if assignment_rows:
-            s.execute(insert(Assignment), assignment_rows)
-        if rating_rows:
-            # One executemany in file order: ids follow the file, which export relies on.
-            s.execute(insert(Rating), rating_rows)
-            s.execute(insert(RatingEvent), event_rows)
-        created.study.raters_per_pair = max(1, len(rater_indices))
+        _insert_batched(db, staging, Assignment, assignment_rows)
+        # In file order, batch after batch: ids follow the file, which export relies on.
+        _insert_batched(db, staging, Rating, rating_rows)
+        _insert_batched(db, staging, RatingEvent, event_rows)
+        staging.final["raters_per_pair"] = max(1, len(rater_indices))
         return len(rater_indices), len(rating_rows)
 
     summary, (n_raters, n_ratings) = _run_import(

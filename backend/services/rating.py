@@ -10,6 +10,12 @@ Writes lock the actor's assignment row (``SELECT ... FOR UPDATE`` on PostgreSQL;
 transactions already hold the database write lock), which serialises two browser tabs of the
 same rater on the same pair and makes each audit event's ``old_count`` exact, while different
 raters never wait for each other on PostgreSQL.
+
+Writes never fail because another writer (an import, a scoring job, another rater) holds the
+database for a moment: each one retries with backoff for up to ``SAVE_RETRY_SECONDS`` (SQLite
+"database is locked", PostgreSQL serialization failures, deadlocks, lock timeouts) and only
+then raises :class:`SaveFailed`, whose message tells the rater that nothing was stored and
+the value they entered is kept to be saved again.
 """
 
 from __future__ import annotations
@@ -17,18 +23,22 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import numbers
+import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, aliased
 
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from backend.services.errors import InvalidInput, NotFound, PermissionDenied, ServiceError
 from backend.services.types import CATEGORIES, Actor
-from db.models import Assignment, Image, Pair, Rating, RatingEvent, Report, Study
-from db.session import Database
+from db.models import STUDY_STAGING, Assignment, Image, Pair, Rating, RatingEvent, Report, Study
+from db.session import Database, DatabaseBusy, is_busy_error
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +47,59 @@ MAX_COUNT = 99
 CELLS: tuple[tuple[int, bool], ...] = tuple(
     (category, significant) for category in sorted(CATEGORIES) for significant in (True, False)
 )
-HIDDEN_STATUSES = ("draft",)  # studies raters cannot see yet
+# Studies raters cannot see: not opened yet, or still being imported.
+HIDDEN_STATUSES = ("draft", STUDY_STAGING)
 READ_ONLY_STATUSES = ("closed",)  # studies raters can see but no longer change
+
+
+# How long a write keeps retrying while other writers hold the database, then gives up.
+SAVE_RETRY_SECONDS = 5.0
+# The longest one attempt waits for the lock: a few attempts fit in the window.
+_ATTEMPT_SECONDS = 1.5
+_T = TypeVar("_T")
+
+BUSY_MESSAGE = "Not saved: the database is busy; your count is kept, try again"
+
+
+class SaveFailed(ServiceError):
+    """A write gave up after ``SAVE_RETRY_SECONDS`` of a busy database; nothing was stored."""
+
+    def __init__(self, message: str = BUSY_MESSAGE) -> None:
+        super().__init__(message)
+
+
+def _write(db: Database, work: Callable[[Any], _T], *, what: str,
+           budget: float | None = None) -> _T:
+    """Run ``work(session)`` in a write transaction, retrying while the database is busy.
+
+    Each attempt waits at most ``_ATTEMPT_SECONDS`` for the lock, then backs off (50 ms,
+    doubling to 500 ms, with jitter) until ``budget`` seconds have passed since the first.
+
+    Raises:
+        SaveFailed: the database stayed busy for the whole budget.
+        ServiceError: whatever ``work`` raises (not retried).
+    """
+    budget = SAVE_RETRY_SECONDS if budget is None else budget
+    start = time.monotonic()
+    deadline = start + budget
+    delay = 0.05
+    attempts = 0
+    while True:
+        attempts += 1
+        wait = max(0.01, min(deadline - time.monotonic(), _ATTEMPT_SECONDS))
+        try:
+            with db.begin(busy_timeout=wait) as s:
+                return work(s)
+        except (DBAPIError, DatabaseBusy) as exc:
+            if not is_busy_error(exc):
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("%s not saved: database busy for %.1f s (%d attempts): %s",
+                            what, time.monotonic() - start, attempts, exc)
+                raise SaveFailed() from None
+            time.sleep(min(delay * (0.5 + random.random()), left))
+            delay = min(delay * 2, 0.5)
 
 
 def utcnow() -> dt.datetime:
@@ -403,11 +464,13 @@ def set_count(
         InvalidInput: a value out of range.
         NotFound: the pair is not assigned to the actor.
         PermissionDenied: the study is closed.
+        SaveFailed: the database stayed busy for ``SAVE_RETRY_SECONDS``; nothing was stored.
     """
     _validate_cell(category, significant, count)
     category, count = int(category), int(count)
-    now = utcnow()
-    with db.begin() as s:
+
+    def work(s: Session) -> SaveResult:
+        now = utcnow()
         t = _target(s, actor, opaque_id, lock=True)
         # A pair marked done stays editable (a rater going back to fix a count must never
         # lose the edit); the change is audited like any other.
@@ -446,7 +509,9 @@ def set_count(
                 at=now,
             )
         )
-    return SaveResult(saved_at=now, count=count, changed=True)
+        return SaveResult(saved_at=now, count=count, changed=True)
+
+    return _write(db, work, what=f"count of pair {opaque_id!r}")
 
 
 def complete_pair(
@@ -468,9 +533,11 @@ def complete_pair(
         InvalidInput: all counts are zero and ``confirm_zero`` is False.
         NotFound: the pair is not assigned to the actor.
         PermissionDenied: the study is closed.
+        SaveFailed: the database stayed busy for ``SAVE_RETRY_SECONDS``; nothing was stored.
     """
-    now = utcnow()
-    with db.begin() as s:
+
+    def work(s: Session) -> CompletionStatus:
+        now = utcnow()
         t = _target(s, actor, opaque_id, lock=True)
         _writable(t)
         if t.assignment.completed_at is None:
@@ -504,7 +571,9 @@ def complete_pair(
         completed_at = as_utc(t.assignment.completed_at)
         s.flush()
         nxt = _next_open(_queue(s, actor, t.study_id), str(opaque_id))
-    return CompletionStatus(str(opaque_id), completed_at, nxt)
+        return CompletionStatus(str(opaque_id), completed_at, nxt)
+
+    return _write(db, work, what=f"completion of pair {opaque_id!r}")
 
 
 def reopen_pair(db: Database, actor: Actor, *, opaque_id: str) -> CompletionStatus:
@@ -513,9 +582,11 @@ def reopen_pair(db: Database, actor: Actor, *, opaque_id: str) -> CompletionStat
     Raises:
         NotFound: the pair is not assigned to the actor.
         PermissionDenied: the study is closed.
+        SaveFailed: the database stayed busy for ``SAVE_RETRY_SECONDS``; nothing was stored.
     """
-    now = utcnow()
-    with db.begin() as s:
+
+    def work(s: Session) -> CompletionStatus:
+        now = utcnow()
         t = _target(s, actor, opaque_id, lock=True)
         _writable(t)
         if t.assignment.completed_at is not None:
@@ -523,7 +594,9 @@ def reopen_pair(db: Database, actor: Actor, *, opaque_id: str) -> CompletionStat
             s.add(RatingEvent(rater_id=actor.user_id, pair_id=t.pair_id, action="reopen", at=now))
             s.flush()
         nxt = _next_open(_queue(s, actor, t.study_id), str(opaque_id))
-    return CompletionStatus(str(opaque_id), None, nxt)
+        return CompletionStatus(str(opaque_id), None, nxt)
+
+    return _write(db, work, what=f"reopening of pair {opaque_id!r}")
 
 
 def record_activity(
@@ -548,9 +621,11 @@ def record_activity(
 
     Raises:
         NotFound: the pair is not assigned to the actor.
+        SaveFailed: the database stayed busy for ``SAVE_RETRY_SECONDS``; nothing was stored.
     """
     now = as_utc(now) or utcnow()
-    with db.begin() as s:
+
+    def work(s: Session) -> ActivityResult:
         t = _target(s, actor, opaque_id, lock=True)
         a = t.assignment
         last = as_utc(a.last_active_at)
@@ -561,6 +636,8 @@ def record_activity(
         if last is None or now > last:
             a.last_active_at = now
         return ActivityResult(float(a.active_seconds or 0.0), as_utc(a.last_active_at))
+
+    return _write(db, work, what=f"time on task of pair {opaque_id!r}")
 
 
 def assigned_case_ids(db: Database, actor: Actor) -> frozenset[int]:
@@ -581,13 +658,16 @@ def assigned_case_ids(db: Database, actor: Actor) -> frozenset[int]:
 
 
 __all__ = [
+    "BUSY_MESSAGE",
     "CELLS",
+    "SAVE_RETRY_SECONDS",
     "ActivityResult",
     "CompletionStatus",
     "ImageRef",
     "QueueItem",
     "RaterPairView",
     "RaterStudy",
+    "SaveFailed",
     "SaveResult",
     "as_utc",
     "assigned_case_ids",

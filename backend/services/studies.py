@@ -14,7 +14,7 @@ from backend.services.errors import require_admin
 from backend.services.rating import RaterStudy, as_utc, rater_studies
 from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import Assignment, Pair, Study
+from db.models import STUDY_STAGING, Assignment, Pair, Study
 from db.session import Database
 
 
@@ -82,6 +82,7 @@ def list_studies(db: Database, actor: Actor) -> list[StudySummary] | list[RaterS
 
     Admins get a ``StudySummary`` per study (counts, sources, provenance); raters get their
     own ``RaterStudy`` entries (done/total), which carry no sources or other raters' data.
+    A study still being imported (status ``importing``) is listed to nobody.
 
     Args:
         db: the study database.
@@ -90,7 +91,9 @@ def list_studies(db: Database, actor: Actor) -> list[StudySummary] | list[RaterS
     if not actor.is_admin:
         return rater_studies(db, actor)
     with db.read() as s:
-        studies = s.scalars(select(Study).order_by(Study.name)).all()
+        studies = s.scalars(
+            select(Study).where(Study.status != STUDY_STAGING).order_by(Study.name)
+        ).all()
         return [_summary(s, st) for st in studies]
 
 

@@ -155,19 +155,27 @@ def test_failed_transaction_removes_written_files(db, tmp_path, case_file):
     assert _count(db, Case) == 1
 
 
-def test_cases_reused_by_external_id(db, tmp_path, case_file):
+def test_each_import_creates_its_own_cases(db, tmp_path, case_file):
+    # Cases are scoped by study: a second study with the same case ids gets its own cases,
+    # reports and image rows (an earlier import is never "reused" or changed).
     import_cases(db, ADMIN, study_name="s1", cases=parse_cases(case_file))
     second = import_cases(db, ADMIN, study_name="s2", cases=parse_cases(case_file))
-    assert (second.n_cases_reused, second.n_images, second.n_reports, second.n_pairs) == (
-        2, 0, 0, 3)
-    assert _count(db, Case) == 2 and _count(db, Report) == 5
+    assert (second.n_cases_reused, second.n_cases, second.n_images, second.n_reports,
+            second.n_pairs) == (0, 2, 2, 5, 3)
+    assert _count(db, Case) == 4 and _count(db, Report) == 10 and _count(db, Image) == 4
     assert _count(db, Pair) == 6
     with db.begin() as s:
+        rows = s.execute(select(Study.name, Case.external_id, Image.format)
+                         .join(Case, Case.study_id == Study.id)
+                         .join(Image, Image.case_id == Case.id)).all()
         hashes = s.execute(select(Pair.study_id, Pair.position, Pair.input_hash)).all()
+    assert sorted(rows) == [("s1", "c1", "dicom"), ("s1", "c1", "png"),
+                            ("s2", "c1", "dicom"), ("s2", "c1", "png")]
     by_pos: dict[int, set[str]] = {}
     for _, pos, h in hashes:
         by_pos.setdefault(pos, set()).add(h)
-    assert all(len(v) == 1 for v in by_pos.values())  # same content, same cache key
+    # Text-only pairs keep one cache key; the DICOM is re-de-identified with a new salt.
+    assert len(by_pos[2]) == 1
 
 
 def test_invalid_case_lists_are_rejected(db):
@@ -274,7 +282,8 @@ def test_demo_study_imports_with_real_and_synthetic_images(db):
     cr = by_case["demo-01-cr-pa"][0]
     assert (cr.format, cr.view, cr.meta["photometric"]) == ("dicom", "PA", "MONOCHROME1")
     j2k = by_case["demo-02-cr-j2k"][0]
-    assert j2k.meta["transfer_syntax"] == "1.2.840.10008.1.2.4.91"
+    # De-identification re-encodes the pixels uncompressed (explicit VR little endian).
+    assert j2k.meta["transfer_syntax"] == "1.2.840.10008.1.2.1"
     phantom = by_case["demo-03-synthetic-phantom"]
     assert [(i.format, i.view) for i in phantom] == [("png", "PA"), ("png", "LATERAL")]
     assert sum(1 for images in by_case.values() if not images) == len(cases) - 3
