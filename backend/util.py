@@ -173,15 +173,39 @@ def csv_safe_row(row: Iterable[Any]) -> list[Any]:
     return [csv_safe(value) for value in row]
 
 
-def write_csv_rows(writer: Any, rows: Iterable[Iterable[Any]]) -> None:
-    """Write rows through a ``csv.writer`` with every cell passed through :func:`csv_safe`.
+class SafeCsvWriter:
+    """A ``csv.writer`` whose cells are formula-safe and whose line breaks are always quoted.
+
+    Every cell goes through :func:`csv_safe`. A cell holding a carriage return or line feed
+    is always quoted: the csv module quotes only the characters of its line terminator, so
+    with ``"\\n"`` a lone CR was written bare and split the record on reading. Rows without
+    such cells come out byte for byte as from ``csv.writer`` with the same settings.
 
     Args:
-        writer: A ``csv.writer`` (anything with ``writerow``).
-        rows: The rows, header included if wanted.
+        fh: Text file opened with ``newline=""``.
+        lineterminator: Written after each row.
+        fmtparams: Other ``csv.writer`` settings (quoting, delimiter...).
     """
-    for row in rows:
-        writer.writerow(csv_safe_row(row))
+
+    def __init__(self, fh: IO[str], *, lineterminator: str = "\n", **fmtparams: Any) -> None:
+        self._fh = fh
+        self._terminator = lineterminator
+        self._buffer = io.StringIO(newline="")
+        # Rows are formatted with CRLF, so the writer quotes any cell holding CR or LF, and
+        # that CRLF is swapped for the wanted terminator.
+        self._writer = csv.writer(self._buffer, lineterminator="\r\n", **fmtparams)
+
+    def writerow(self, row: Iterable[Any]) -> None:
+        """Write one row (header or data)."""
+        self._buffer.seek(0)
+        self._buffer.truncate()
+        self._writer.writerow(csv_safe_row(row))
+        self._fh.write(self._buffer.getvalue()[:-2] + self._terminator)
+
+    def writerows(self, rows: Iterable[Iterable[Any]]) -> None:
+        """Write several rows."""
+        for row in rows:
+            self.writerow(row)
 
 
 def records_to_csv(
@@ -199,9 +223,9 @@ def records_to_csv(
             seen.update(dict.fromkeys(record))
         columns = list(seen)
     buffer = io.StringIO(newline="")
-    writer = csv.writer(buffer, lineterminator="\n")
-    write_csv_rows(writer, [columns])
-    write_csv_rows(writer, ([record.get(c) for c in columns] for record in records))
+    writer = SafeCsvWriter(buffer)
+    writer.writerow(columns)
+    writer.writerows([record.get(c) for c in columns] for record in records)
     return buffer.getvalue()
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.services.errors import InvalidInput
-from backend.util import csv_unescape, write_csv_rows
+from backend.util import SafeCsvWriter, csv_unescape
 
 GT_FILENAME = "50_samples_gt_and_candidates.csv"
 RATINGS_FILENAME = "6_valid_raters_per_rater_error_categories.csv"
@@ -302,9 +302,9 @@ def _write_csv(path: Path, header: Iterable[str], rows: Iterable[Iterable[object
                line_terminator: str) -> None:
     # newline="" so that the csv module's terminator is written as is.
     with open(path, "w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh, lineterminator=line_terminator, quoting=csv.QUOTE_MINIMAL)
-        write_csv_rows(writer, [list(header)])
-        write_csv_rows(writer, rows)
+        writer = SafeCsvWriter(fh, lineterminator=line_terminator, quoting=csv.QUOTE_MINIMAL)
+        writer.writerow(header)
+        writer.writerows(rows)
 
 
 def write_gt(path: str | Path, gt: GtFile) -> None:

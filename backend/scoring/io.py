@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,9 +36,8 @@ from typing import Any
 from backend.scoring.hashing import input_hash
 from backend.util import (
     MAX_JSON_DEPTH,
+    SafeCsvWriter,
     atomic_write,
-    csv_safe,
-    csv_safe_row,
     file_sha256,
     json_too_deep,
     json_type,
@@ -448,21 +448,22 @@ def write_scores_csv(
     if not target.parent.is_dir():
         raise FileNotFoundError(f"output folder does not exist: {target.parent}")
     with atomic_write(target, newline="", fsync=True) as fh:
-        writer = csv.writer(fh, lineterminator="\n")
+        writer = SafeCsvWriter(fh, lineterminator="\n")
         keys = list(columns)
-        writer.writerow(csv_safe_row(["id", *keys]))
+        writer.writerow(["id", *keys])
         cols = [columns[k] for k in keys]
         for i, pair_id in enumerate(ids):
-            # Only the id is text; the formatted numbers ("-0.5") must not be prefixed.
-            writer.writerow([csv_safe(pair_id), *(_fmt(col[i]) for col in cols)])
+            writer.writerow([pair_id, *(_number(col[i]) for col in cols)])
 
 
-def _fmt(value: float | None) -> str:
+def _number(value: float | None) -> float:
+    # A float cell, never text: the csv module writes it with repr (full precision), and
+    # csv_safe leaves numbers alone, so -0.5 is not taken for a formula.
     if value is None:
-        return "nan"
+        return math.nan
     if isinstance(value, bool) or not isinstance(value, int | float):
         try:
             value = float(value)  # numpy scalars
         except (TypeError, ValueError) as exc:
             raise ValueError(f"not a number: {value!r}") from exc
-    return repr(float(value))
+    return float(value)

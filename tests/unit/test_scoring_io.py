@@ -283,3 +283,54 @@ def test_write_scores_csv_never_leaves_a_partial_file(tmp_path):
         write_scores_csv(out, ids, {"k": [1.0, 2.0]})
     with pytest.raises(FileNotFoundError):
         write_scores_csv(tmp_path / "no" / "s.csv", ["a"], {"k": [1.0]})
+
+
+def test_write_scores_csv_neutralises_formula_ids_but_not_numbers(tmp_path):
+    """OWASP CSV injection: text cells starting with = + - @ tab CR get a leading quote;
+    numbers stay numbers, negative ones included."""
+    out = tmp_path / "s.csv"
+    ids = ["=HYPERLINK(\"http://x\",\"y\")", "@SUM(1)", "-1+2", "+1", "\tx", "\rx", "plain"]
+    write_scores_csv(out, ids, {"=k": [-0.5, -1e-9, 0.25, -math.inf, None, 1.0, -2.0]})
+    with out.open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["id", "'=k"]
+    assert [r[0] for r in rows[1:]] == ["'" + i for i in ids[:-1]] + ["plain"]
+    assert [r[1] for r in rows[1:]] == ["-0.5", "-1e-09", "0.25", "-inf", "nan", "1.0",
+                                        "-2.0"]
+
+
+def test_deeply_nested_jsonl_is_refused_before_parsing(tmp_path):
+    f = tmp_path / "deep.jsonl"
+    ok = {"id": "a", "reference": "R.", "candidate": "C."}
+    f.write_text(json.dumps(ok) + "\n"
+                 + '{"id": "b", "reference": "R.", "candidate": "C.", "x": '
+                 + "[" * 100_000 + "]" * 100_000 + "}\n", encoding="utf-8")
+    with pytest.raises(ScoreInputError) as info:
+        read_pairs(f)
+    assert str(info.value) == f"{f}:2: nesting deeper than 32 levels"
+    # 32 levels (brackets inside strings do not count) are accepted.
+    f.write_text(json.dumps({**ok, "x": json.loads("[" * 31 + "]" * 31), "y": "[" * 40})
+                 + "\n", encoding="utf-8")
+    assert [p.id for p in read_pairs(f).pairs] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("reference", {"text": "R."}, "field 'reference' must be a string, got object"),
+        ("candidate", ["C."], "field 'candidate' must be a string, got array"),
+        ("candidate", 3, "field 'candidate' must be a string, got number"),
+        ("reference", True, "field 'reference' must be a string, got boolean"),
+        ("id", 1.5, "field 'id' must be a string or integer, got number"),
+        ("source", ["a"], "field 'source' must be a string or integer, got array"),
+        ("case_id", {"a": 1}, "field 'case_id' must be a string or integer, got object"),
+        ("image", 7, "field 'image' must be a path or a list of paths, got number"),
+    ],
+)
+def test_non_text_values_are_refused(tmp_path, field, value, expected):
+    f = tmp_path / "p.jsonl"
+    rec = {"id": "a", "reference": "R.", "candidate": "C.", field: value}
+    f.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+    with pytest.raises(ScoreInputError) as info:
+        read_pairs(f)
+    assert str(info.value) == f"{f}:1: {expected}"
