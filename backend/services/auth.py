@@ -283,7 +283,7 @@ def authenticate(db: Database, *, username: str, password: str) -> Actor | None:
         The actor for the account, or ``None`` when the credentials are wrong.
     """
     global _dummy_hash
-    with db.begin() as s:
+    with db.read() as s:
         row = s.execute(
             select(User.id, User.username, User.role, User.password_hash, User.active).where(
                 func.lower(User.username) == (username or "").lower()
@@ -357,7 +357,8 @@ def list_users(db: Database, actor: Actor) -> list[UserInfo]:
         PermissionDenied: the actor is not an active admin.
     """
     require_admin(actor)
-    with db.begin() as s:
+    # A read session: listing accounts never waits for (or holds) the SQLite write lock.
+    with db.read() as s:
         _require_live_admin(s, actor)
         users = s.scalars(select(User).order_by(User.role, User.username)).all()
         return [_info(u) for u in users]
