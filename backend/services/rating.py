@@ -58,7 +58,10 @@ SAVE_RETRY_SECONDS = 5.0
 _ATTEMPT_SECONDS = 1.5
 _T = TypeVar("_T")
 
+# Time on task is a best-effort measure: it must not keep the rater waiting long.
+ACTIVITY_RETRY_SECONDS = 1.0
 BUSY_MESSAGE = "Not saved: the database is busy; your count is kept, try again"
+BUSY_ACTION_MESSAGE = "Not saved: the database is busy; nothing was changed, try again"
 
 
 class SaveFailed(ServiceError):
@@ -69,7 +72,7 @@ class SaveFailed(ServiceError):
 
 
 def _write(db: Database, work: Callable[[Any], _T], *, what: str,
-           budget: float | None = None) -> _T:
+           budget: float | None = None, message: str = BUSY_ACTION_MESSAGE) -> _T:
     """Run ``work(session)`` in a write transaction, retrying while the database is busy.
 
     Each attempt waits at most ``_ATTEMPT_SECONDS`` for the lock, then backs off (50 ms,
@@ -97,7 +100,7 @@ def _write(db: Database, work: Callable[[Any], _T], *, what: str,
             if left <= 0:
                 log.warning("%s not saved: database busy for %.1f s (%d attempts): %s",
                             what, time.monotonic() - start, attempts, exc)
-                raise SaveFailed() from None
+                raise SaveFailed(message) from None
             time.sleep(min(delay * (0.5 + random.random()), left))
             delay = min(delay * 2, 0.5)
 
@@ -511,7 +514,7 @@ def set_count(
         )
         return SaveResult(saved_at=now, count=count, changed=True)
 
-    return _write(db, work, what=f"count of pair {opaque_id!r}")
+    return _write(db, work, what=f"count of pair {opaque_id!r}", message=BUSY_MESSAGE)
 
 
 def complete_pair(
@@ -621,7 +624,7 @@ def record_activity(
 
     Raises:
         NotFound: the pair is not assigned to the actor.
-        SaveFailed: the database stayed busy for ``SAVE_RETRY_SECONDS``; nothing was stored.
+        SaveFailed: the database stayed busy for ``ACTIVITY_RETRY_SECONDS``.
     """
     now = as_utc(now) or utcnow()
 
@@ -637,7 +640,8 @@ def record_activity(
             a.last_active_at = now
         return ActivityResult(float(a.active_seconds or 0.0), as_utc(a.last_active_at))
 
-    return _write(db, work, what=f"time on task of pair {opaque_id!r}")
+    return _write(db, work, what=f"time on task of pair {opaque_id!r}",
+                  budget=ACTIVITY_RETRY_SECONDS)
 
 
 def assigned_case_ids(db: Database, actor: Actor) -> frozenset[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import sqlite3
 
 from backend.services import rating
 from webapp.components.count_grid import cell_key
@@ -165,3 +166,66 @@ def test_my_studies_lists_progress_and_resumes(study_env, make_app, all_text):
     assert not at.exception
     assert at.query_params["pair"] == _queue(study_env)[0].opaque_id
     assert "Candidate report" in all_text(at)
+
+
+def _hold_write_lock(env):
+    """A raw connection holding SQLite's write lock (as a long import did)."""
+    raw = sqlite3.connect(env.data_dir / "pages.db", isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")
+    return raw
+
+
+def test_a_save_the_busy_database_refuses_stays_in_the_grid_marked_not_saved(
+        study_env, make_app, all_text, monkeypatch):
+    monkeypatch.setattr(rating, "SAVE_RETRY_SECONDS", 0.6)
+    monkeypatch.setattr(rating, "ACTIVITY_RETRY_SECONDS", 0.2)
+    first = _queue(study_env)[0].opaque_id
+    at = make_app(study_env.rater)
+    raw = _hold_write_lock(study_env)
+    try:
+        at.number_input(key=cell_key(first, 3, True)).set_value(2).run()
+        assert not at.exception
+        text = all_text(at)
+        assert "Not saved" in text and "try again" in text
+        assert "Traceback" not in text and 'File "/' not in text
+        # The rater's value stays on screen although nothing is stored yet.
+        assert at.number_input(key=cell_key(first, 3, True)).value == 2
+        assert rating.get_pair(study_env.db, study_env.rater,
+                               opaque_id=first).counts[(3, True)] == 0
+        at.run()  # any other run of the page keeps it too
+        assert at.number_input(key=cell_key(first, 3, True)).value == 2
+        assert "Not saved" in all_text(at)
+    finally:
+        raw.rollback()
+        raw.close()
+    # Once the database is free, the next change of the pair writes both counts.
+    at.number_input(key=cell_key(first, 1, False)).set_value(1).run()
+    assert not at.exception
+    counts = rating.get_pair(study_env.db, study_env.rater, opaque_id=first).counts
+    assert (counts[(3, True)], counts[(1, False)]) == (2, 1)
+    assert "Not saved" not in all_text(at)
+    assert [s.value for s in at.success][0].startswith("Saved ")
+
+
+def test_retry_button_writes_the_kept_count(study_env, make_app, all_text, monkeypatch):
+    monkeypatch.setattr(rating, "SAVE_RETRY_SECONDS", 0.6)
+    monkeypatch.setattr(rating, "ACTIVITY_RETRY_SECONDS", 0.2)
+    first = _queue(study_env)[0].opaque_id
+    at = make_app(study_env.rater)
+    raw = _hold_write_lock(study_env)
+    try:
+        at.number_input(key=cell_key(first, 6, False)).set_value(4).run()
+        # Marking done while the count is unsaved does not complete the pair without it.
+        at.button(key="done").click().run()
+        assert not at.exception and "Not saved" in all_text(at)
+    finally:
+        raw.rollback()
+        raw.close()
+    view = rating.get_pair(study_env.db, study_env.rater, opaque_id=first)
+    assert view.completed_at is None and view.counts[(6, False)] == 0
+    at.button(key=f"retry-{first}").click().run()
+    assert not at.exception
+    assert rating.get_pair(study_env.db, study_env.rater,
+                           opaque_id=first).counts[(6, False)] == 4
+    assert at.number_input(key=cell_key(first, 6, False)).value == 4
+    assert "Not saved" not in all_text(at)

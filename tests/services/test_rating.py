@@ -3,14 +3,18 @@ on task, and the admin progress/summary views built on them."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import sqlite3
+import threading
+import time
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from backend.services import auth, progress, rating, studies
 from backend.services.assignment import assign_raters
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from backend.services.errors import InvalidInput, NotFound, PermissionDenied, ServiceError
 from backend.services.types import Actor
 from db.models import Assignment, Image, Pair, Rating, RatingEvent, Study
 
@@ -259,3 +263,95 @@ def test_assigned_case_ids(any_db, make_study, fast_password_hashing):
         }
     got = {u: set(rating.assigned_case_ids(any_db, a)) for u, a in actors.items()}
     assert got == expected and not (got["r1"] & got["r2"]) and len(got["r1"]) == 2
+
+
+@contextlib.contextmanager
+def _database_locked(db):
+    """Another client holds the lock a save needs: SQLite's write lock (a raw connection in
+    ``BEGIN IMMEDIATE``, as a long import did) or, on PostgreSQL, an exclusive table lock."""
+    if db.engine.dialect.name == "sqlite":
+        raw = sqlite3.connect(db.engine.url.database, isolation_level=None)
+        raw.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            raw.rollback()
+            raw.close()
+        return
+    with db.engine.connect() as conn:
+        conn.exec_driver_sql("BEGIN")
+        conn.exec_driver_sql("LOCK TABLE assignments IN ACCESS EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            conn.rollback()
+
+
+def test_a_save_waits_out_a_short_lock(any_db, make_study, fast_password_hashing):
+    db = any_db
+    actors = _setup(db, make_study)
+    r1 = actors["r1"]
+    oid = rating.rater_queue(db, r1, study_name="S")[0].opaque_id
+    released = threading.Event()
+
+    def hold() -> None:
+        with _database_locked(db):
+            ready.set()
+            time.sleep(1.2)
+        released.set()
+
+    ready = threading.Event()
+    holder = threading.Thread(target=hold)
+    holder.start()
+    ready.wait(10)
+    t0 = time.monotonic()
+    result = rating.set_count(db, r1, opaque_id=oid, category=2, significant=True, count=3)
+    waited = time.monotonic() - t0
+    holder.join(10)
+    assert result.changed and released.is_set()
+    assert 0.8 < waited < rating.SAVE_RETRY_SECONDS
+    assert rating.get_pair(db, r1, opaque_id=oid).counts[(2, True)] == 3
+
+
+def test_a_save_gives_a_clear_error_when_the_lock_outlasts_the_retry_window(
+        any_db, make_study, fast_password_hashing, monkeypatch, caplog):
+    db = any_db
+    monkeypatch.setattr(rating, "SAVE_RETRY_SECONDS", 1.0)
+    actors = _setup(db, make_study)
+    r1 = actors["r1"]
+    oid = rating.rater_queue(db, r1, study_name="S")[0].opaque_id
+    with _database_locked(db):
+        t0 = time.monotonic()
+        with pytest.raises(rating.SaveFailed) as err:
+            rating.set_count(db, r1, opaque_id=oid, category=4, significant=False, count=2)
+        waited = time.monotonic() - t0
+        with pytest.raises(rating.SaveFailed, match="nothing was changed"):
+            rating.complete_pair(db, r1, opaque_id=oid, confirm_zero=True)
+    assert str(err.value) == ("Not saved: the database is busy; your count is kept, "
+                              "try again")
+    assert isinstance(err.value, ServiceError)
+    assert 0.9 < waited < 3.0  # bounded: the window plus at most one attempt
+    assert "not saved: database busy" in caplog.text
+    # Nothing was half-written, and the same save goes through once the lock is gone.
+    assert rating.get_pair(db, r1, opaque_id=oid).counts[(4, False)] == 0
+    assert _events(db, rater_id=r1.user_id) == []
+    rating.set_count(db, r1, opaque_id=oid, category=4, significant=False, count=2)
+    assert rating.get_pair(db, r1, opaque_id=oid).counts[(4, False)] == 2
+    assert _events(db, rater_id=r1.user_id) == [("set", 4, False, None, 2)]
+
+
+def test_studies_being_imported_are_hidden_from_raters(any_db, make_study,
+                                                       fast_password_hashing):
+    db = any_db
+    actors = _setup(db, make_study)
+    r1 = actors["r1"]
+    oid = rating.rater_queue(db, r1, study_name="S")[0].opaque_id
+    with db.begin() as s:
+        s.execute(update(Study).values(status="importing"))
+    assert rating.rater_studies(db, r1) == []
+    assert studies.list_studies(db, SYSTEM) == []
+    with pytest.raises(NotFound):
+        rating.get_pair(db, r1, opaque_id=oid)
+    with pytest.raises(NotFound):
+        rating.set_count(db, r1, opaque_id=oid, category=1, significant=True, count=1)
+    assert rating.assigned_case_ids(db, r1) == frozenset()

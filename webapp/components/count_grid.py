@@ -12,6 +12,7 @@ MAX_COUNT = 99
 # Label column, then the two count columns: wide enough for Streamlit to show +/- steppers.
 WEIGHTS = (2.0, 1.0, 1.0)
 SIGNIFICANCE = ((True, "Clinically significant"), (False, "Clinically insignificant"))
+NOT_SAVED = "Not saved"
 
 
 def cell_key(opaque_id: str, category: int, significant: bool) -> str:
@@ -25,11 +26,14 @@ def count_grid(
     *,
     on_change: Callable[[str, int, bool], None],
     disabled: bool = False,
+    unsaved: Mapping[tuple[int, bool], int] | None = None,
 ) -> None:
     """Draw the grid with one number input (with +/- steppers) per cell.
 
     Every run sets each cell from ``counts`` (what the service has stored) before the widget
-    is created, so a reload or a failed save always shows exactly what was saved.
+    is created, so a reload shows exactly what was saved; a cell whose save failed because
+    the database was busy shows the rater's value from ``unsaved`` instead, marked
+    "Not saved", so the count is never lost from the screen before it is written.
 
     Args:
         opaque_id: The pair being rated.
@@ -37,7 +41,9 @@ def count_grid(
         on_change: Called as ``on_change(opaque_id, category, significant)`` when a cell
             changes; it reads the new value from ``st.session_state[cell_key(...)]``.
         disabled: Draw the grid read-only.
+        unsaved: Values entered but not yet stored, by (category, significant).
     """
+    unsaved = unsaved or {}
     head = st.columns(WEIGHTS, vertical_alignment="bottom")
     head[0].markdown("**Error category**")
     for col, (_, label) in zip(head[1:], SIGNIFICANCE, strict=True):
@@ -48,7 +54,9 @@ def count_grid(
         row[0].markdown(f"**{category}\\.** {label}")
         for col, (significant, sig_label) in zip(row[1:], SIGNIFICANCE, strict=True):
             key = cell_key(opaque_id, category, significant)
-            st.session_state[key] = int(counts.get((category, significant), 0))
+            pending = unsaved.get((category, significant))
+            stored = int(counts.get((category, significant), 0))
+            st.session_state[key] = int(pending) if pending is not None else stored
             col.number_input(
                 f"{label} ({sig_label.lower()})",
                 min_value=0,
@@ -60,3 +68,6 @@ def count_grid(
                 args=(opaque_id, category, significant),
                 disabled=disabled,
             )
+            if pending is not None:
+                col.markdown(f":red[:material/sync_problem: **{NOT_SAVED}**] "
+                             f":gray[(saved: {stored})]")

@@ -2,13 +2,17 @@
 
 The pair being rated is in the URL (``?pair=<opaque id>``) so a reload returns to it. Every
 count change is saved at once through ``rating.set_count``; the grid is re-read from the
-service on every run, so what is shown is what is stored. The rater never sees the candidate's
-source, metric scores or other raters' answers: the service returns none of them.
+service on every run, so what is shown is what is stored. A change the service could not
+store because the database stayed busy (``rating.SaveFailed``) is kept in the session and
+shown in its cell marked "Not saved"; the next change of that pair, or **Retry saving**,
+writes it. Nothing the rater entered is dropped without a message. The rater never sees the
+candidate's source, metric scores or other raters' answers: the service returns none of them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import streamlit as st
 
@@ -25,6 +29,10 @@ STUDY_PARAM = "study"
 STATUS_KEY = "rate_save_status"  # {"pair": opaque_id, "ok": bool, "text": str}
 CONFIRM_KEY = "rate_confirm_zero"  # opaque id awaiting the all-zero confirmation
 FLASH_KEY = "rate_flash"  # one-off message shown after moving to another pair
+# {opaque_id: {(category, significant): count}}: entered, not stored yet (database busy).
+UNSAVED_KEY = "rate_unsaved"
+
+log = logging.getLogger(__name__)
 
 
 def _clock(moment: dt.datetime) -> str:
@@ -38,20 +46,54 @@ def _go_to(opaque_id: str) -> None:
     st.session_state.pop(CONFIRM_KEY, None)
 
 
-def _save_cell(actor: Actor, opaque_id: str, category: int, significant: bool) -> None:
-    """Widget callback: store one changed cell and remember the outcome for display."""
-    value = st.session_state.get(cell_key(opaque_id, category, significant))
-    db = state.get_db()
+def _unsaved(opaque_id: str) -> dict[tuple[int, bool], int]:
+    """The pair's counts entered but not yet stored (kept across runs of the page)."""
+    return st.session_state.setdefault(UNSAVED_KEY, {}).setdefault(opaque_id, {})
+
+
+def _note_activity(actor: Actor, opaque_id: str) -> None:
+    """Time on task, best effort: a busy database must never cost the rater their page."""
     try:
-        result = rating.set_count(db, actor, opaque_id=opaque_id, category=category,
-                                  significant=significant, count=int(value or 0))
-        rating.record_activity(db, actor, opaque_id=opaque_id)
-    except ServiceError as exc:
-        st.session_state[STATUS_KEY] = {"pair": opaque_id, "ok": False,
-                                        "text": f"Not saved: {exc}"}
-        return
-    st.session_state[STATUS_KEY] = {"pair": opaque_id, "ok": True,
-                                    "text": f"Saved {_clock(result.saved_at)}"}
+        rating.record_activity(state.get_db(), actor, opaque_id=opaque_id)
+    except rating.SaveFailed:
+        log.info("time on task of pair %s not recorded: database busy", opaque_id)
+
+
+def _save_pending(actor: Actor, opaque_id: str) -> None:
+    """Store every unsaved cell of the pair and remember the outcome for display.
+
+    A cell stays unsaved (and on screen) when the database is busy; a value the service
+    refuses for another reason (a closed study) is dropped with that reason shown.
+    """
+    db = state.get_db()
+    pending = _unsaved(opaque_id)
+    status = None
+    saved_at = None
+    for (category, significant), count in sorted(pending.items()):
+        try:
+            result = rating.set_count(db, actor, opaque_id=opaque_id, category=category,
+                                      significant=significant, count=count)
+        except rating.SaveFailed as exc:
+            status = {"pair": opaque_id, "ok": False, "text": str(exc)}
+            break  # still busy: the other cells would only wait as long again
+        except ServiceError as exc:
+            pending.pop((category, significant))
+            status = {"pair": opaque_id, "ok": False, "text": f"Not saved: {exc}"}
+            continue
+        pending.pop((category, significant))
+        saved_at = result.saved_at
+    if status is None and saved_at is not None:
+        status = {"pair": opaque_id, "ok": True, "text": f"Saved {_clock(saved_at)}"}
+        _note_activity(actor, opaque_id)
+    if status is not None:
+        st.session_state[STATUS_KEY] = status
+
+
+def _save_cell(actor: Actor, opaque_id: str, category: int, significant: bool) -> None:
+    """Widget callback: store the changed cell (and any earlier unsaved one of the pair)."""
+    value = st.session_state.get(cell_key(opaque_id, category, significant))
+    _unsaved(opaque_id)[(category, significant)] = int(value or 0)
+    _save_pending(actor, opaque_id)
 
 
 def _first_open_pair(actor: Actor, study_name: str | None) -> str | None:
@@ -93,7 +135,7 @@ if not opaque_id:
 view = state.call(rating.get_pair, db, actor, opaque_id=opaque_id)
 # Each run of this page is an interaction (a click, a change, a page view): it feeds the
 # time-on-task measure.
-state.call(rating.record_activity, db, actor, opaque_id=view.opaque_id)
+_note_activity(actor, view.opaque_id)
 
 with st.sidebar:
     st.caption("Shortcuts: **N** next pair · **P** previous pair · **Ctrl+Enter** mark done")
@@ -123,6 +165,14 @@ with head[3]:
     if st.button("Mark done", type="primary", icon=":material/done:",
                  shortcut="Ctrl+Enter", width="stretch", key="done",
                  help="Save this pair as finished and open the next open pair."):
+        if _unsaved(view.opaque_id):
+            # Counts still waiting for a busy database are written first; a pair is never
+            # marked done without them.
+            _save_pending(actor, view.opaque_id)
+            if _unsaved(view.opaque_id):
+                st.rerun()
+            view = state.call(rating.get_pair, db, actor, opaque_id=view.opaque_id)
+            all_zero = not any(view.counts.values())
         if all_zero:
             st.session_state[CONFIRM_KEY] = view.opaque_id
         else:
@@ -165,10 +215,18 @@ def _images() -> None:
 
 
 def _grid_and_status() -> None:
+    unsaved = dict(_unsaved(view.opaque_id))
     count_grid(view.opaque_id, view.counts,
-               on_change=lambda oid, cat, sig: _save_cell(actor, oid, cat, sig))
+               on_change=lambda oid, cat, sig: _save_cell(actor, oid, cat, sig),
+               unsaved=unsaved)
     status = st.session_state.get(STATUS_KEY)
-    if status and status["pair"] == view.opaque_id:
+    if unsaved:
+        st.error(status["text"] if status and not status["ok"]
+                 and status["pair"] == view.opaque_id else rating.BUSY_MESSAGE,
+                 icon=":material/sync_problem:")
+        st.button("Retry saving", key=f"retry-{view.opaque_id}", icon=":material/sync:",
+                  on_click=_save_pending, args=(actor, view.opaque_id))
+    elif status and status["pair"] == view.opaque_id:
         if status["ok"]:
             st.success(status["text"], icon=":material/cloud_done:")
         else:
