@@ -10,8 +10,9 @@ frame. Colour images are converted to luminance, because the viewer shows grey-s
 
 Every failure to read a file raises :class:`ImageLoadError` whose message names the file.
 
-Pixel limit: a frame may have at most :data:`MAX_PIXELS_PER_FRAME` pixels (8192 x 8192, four
-times a large chest film) and a DICOM file at most :data:`MAX_FRAMES` frames. The limit is
+Pixel limit: a frame may have at most :data:`MAX_PIXELS_PER_FRAME` pixels (8192 x 8192, seven
+times a large chest film) and a DICOM file at most :data:`MAX_FRAMES` frames and
+:data:`MAX_TOTAL_PIXELS` pixels in all (four full-size frames). The limit is
 checked from the header (PNG IHDR, JPEG SOF, DICOM Rows/Columns/Number of Frames) before any
 pixel is decoded, so a file claiming 30000 x 30000 pixels costs no memory; Pillow's own
 decompression-bomb limit is set to the same number so that it never disagrees.
@@ -43,6 +44,8 @@ JPEG_SUFFIXES = {".jpg", ".jpeg"}
 MAX_SIDE = 8192
 MAX_PIXELS_PER_FRAME = MAX_SIDE * MAX_SIDE
 MAX_FRAMES = 256
+# All frames of one file together (a 16-bit file at the limit decodes to 512 MiB).
+MAX_TOTAL_PIXELS = 4 * MAX_PIXELS_PER_FRAME
 
 # Pillow warns above MAX_IMAGE_PIXELS and refuses above twice that; with the same number our
 # header check refuses first, and Pillow never warns about an image we accept.
@@ -64,7 +67,8 @@ def check_pixel_limit(name: str, rows: int, columns: int, frames: int = 1) -> No
 
     Raises:
         ImageLoadError: A dimension is not positive, a frame has more than
-            ``MAX_PIXELS_PER_FRAME`` pixels, or there are more than ``MAX_FRAMES`` frames.
+            ``MAX_PIXELS_PER_FRAME`` pixels, there are more than ``MAX_FRAMES`` frames, or
+            more than ``MAX_TOTAL_PIXELS`` pixels in all.
     """
     prefix = f"{name}: " if name else ""
     if rows <= 0 or columns <= 0 or frames <= 0:
@@ -78,6 +82,11 @@ def check_pixel_limit(name: str, rows: int, columns: int, frames: int = 1) -> No
         )
     if frames > MAX_FRAMES:
         raise ImageLoadError(f"{prefix}{frames} frames exceed the limit of {MAX_FRAMES} frames")
+    if rows * columns * frames > MAX_TOTAL_PIXELS:
+        raise ImageLoadError(
+            f"{prefix}{frames} frames of {columns} x {rows} pixels exceed the limit of "
+            f"{MAX_TOTAL_PIXELS} pixels per file"
+        )
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -227,3 +227,88 @@ def test_output_respects_max_side_and_thumbnail(rg1):
     assert out.shape[0] / out.shape[1] == pytest.approx(1955 / 1841, rel=0.01)
     with pytest.raises(ValueError, match="zoom"):
         render_png(rg1, RenderSettings(zoom=0.5))
+
+
+def _png_claiming(width: int, height: int) -> bytes:
+    """A valid small PNG whose IHDR (CRC fixed) claims ``width`` x ``height`` pixels."""
+    import struct
+    import zlib
+
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(buf, format="PNG")
+    data = bytearray(buf.getvalue())
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])) & 0xFFFFFFFF)
+    return bytes(data)
+
+
+def _jpeg_claiming(width: int, height: int) -> bytes:
+    import struct
+
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(buf, format="JPEG")
+    data = bytearray(buf.getvalue())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("fmt", ["png", "jpeg"])
+def test_header_over_the_pixel_limit_is_refused_before_decoding(tmp_path, fmt):
+    """A 30000 x 30000 header gives the one-line error, not Pillow's DecompressionBombError."""
+    from backend.imaging.deid import DeidentificationError, clean_raster
+
+    data = (_png_claiming if fmt == "png" else _jpeg_claiming)(30000, 30000)
+    path = tmp_path / f"bomb.{'png' if fmt == 'png' else 'jpg'}"
+    path.write_bytes(data)
+    with pytest.raises(ImageLoadError) as err:
+        load_image(path)
+    assert str(err.value) == (
+        f"{path}: image of 30000 x 30000 pixels exceeds the limit of 67108864 pixels per "
+        "frame (8192 x 8192)"
+    )
+    with pytest.raises(DeidentificationError, match="exceeds the limit of 67108864 pixels"):
+        clean_raster(data, fmt)
+
+
+def test_pixel_limit_boundaries_and_pillow_agrees():
+    from backend.imaging.load import (
+        MAX_FRAMES,
+        MAX_PIXELS_PER_FRAME,
+        MAX_TOTAL_PIXELS,
+        check_pixel_limit,
+    )
+
+    assert MAX_PIXELS_PER_FRAME == 8192 * 8192
+    assert Image.MAX_IMAGE_PIXELS == MAX_PIXELS_PER_FRAME
+    check_pixel_limit("f", 8192, 8192)
+    check_pixel_limit("f", 512, 512, MAX_FRAMES)
+    with pytest.raises(ImageLoadError, match="f: image of 8192 x 8193 pixels exceeds"):
+        check_pixel_limit("f", 8193, 8192)
+    with pytest.raises(ImageLoadError, match=f"f: {MAX_FRAMES + 1} frames exceed the limit"):
+        check_pixel_limit("f", 4, 4, MAX_FRAMES + 1)
+    with pytest.raises(ImageLoadError, match=f"limit of {MAX_TOTAL_PIXELS} pixels per file"):
+        check_pixel_limit("f", 8192, 8192, 5)
+    with pytest.raises(ImageLoadError, match="header claims 0 x 4 pixels"):
+        check_pixel_limit("f", 4, 0)
+
+
+@pytest.mark.parametrize(("rows", "frames", "message"), [
+    (30000, None, "image of 30000 x 30000 pixels exceeds the limit of 67108864 pixels"),
+    (16, "100000", "100000 frames exceed the limit of"),
+])
+def test_dicom_over_the_pixel_limit_is_refused(tmp_path, rows, frames, message):
+    from backend.imaging.deid import DeidentificationError, UidMapper, deidentify_file
+
+    ds = pydicom.dcmread(get_testdata_file("CT_small.dcm"))
+    ds.Rows = ds.Columns = rows
+    if frames is not None:
+        ds.NumberOfFrames = frames
+    path = tmp_path / "huge.dcm"
+    ds.save_as(path)
+    with pytest.raises(ImageLoadError) as err:
+        load_image(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+    with pytest.raises(DeidentificationError) as err2:
+        deidentify_file(path, UidMapper())
+    assert str(err2.value).startswith(f"{path}: {message}")
