@@ -31,3 +31,20 @@ def model_dir() -> Path | None:
 def assets_dir() -> Path:
     """Bundled demo study and other project-written assets."""
     return REPO_ROOT / "assets"
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def seed_demo_requested() -> bool:
+    """Whether ``RADCONCORD_SEED_DEMO`` allows the demo (on unless 0/false/no/off/empty)."""
+    value = os.environ.get("RADCONCORD_SEED_DEMO", "1").strip().lower()
+    return value not in {"0", "false", "no", "off", ""}
+
+
+def listens_on_loopback_only(address: str | None) -> bool:
+    """Whether a server bound to ``address`` is reachable from this machine only.
+
+    ``None`` or an empty address means all interfaces (Streamlit's default).
+    """
+    return bool(address) and str(address).strip().lower() in LOOPBACK_HOSTS

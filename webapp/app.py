@@ -7,12 +7,20 @@ Pages that are not offered are not registered with ``st.navigation``, so their U
 fall back to the role's default page. Each page still checks the role through the services
 it calls, so a page script reached some other way cannot show admin data to a rater.
 
-A login is remembered by this browser for a while (a cookie holding a random token, see
-``webapp/state.py``), so a reload keeps the rater on their pair without a new login;
-restarting the server logs everyone out.
+A login is remembered by this browser for a while (an HttpOnly cookie set by the server,
+see ``webapp/state.py`` and ``webapp/server.py``), so a reload keeps the rater on their pair
+without a new login, also across a server restart. Every run re-checks the session in the
+database: a deactivated account's open tab is logged out on its next action. An account that
+must change its password is offered only "My account" until it has.
 
-On first start with an empty database the demo study is seeded (see ``webapp/state.py``;
-set ``RADCONCORD_SEED_DEMO=0`` to start empty).
+Real servers run ``streamlit run webapp/server.py`` (cookie routes, error boundary for
+fragments); this file alone still runs (AppTest, ``streamlit run webapp/app.py``).
+
+Every page runs inside an error boundary: an unexpected exception is logged with a reference
+id and the page shows only that id, never a traceback or a server path.
+
+On first start with an empty database the demo study is seeded when the server listens on
+loopback only (see ``webapp/state.py``; ``RADCONCORD_SEED_DEMO=0`` starts empty).
 """
 
 from __future__ import annotations
@@ -26,77 +34,102 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import streamlit as st  # noqa: E402
+from streamlit.errors import FragmentHandledException  # noqa: E402
 
+from backend.services.types import Actor  # noqa: E402
 from webapp import state  # noqa: E402
 
 # Not "pages/": a folder of that name beside the entry script switches Streamlit to its
 # legacy multipage mode, which would route to EVERY script in it whatever the role.
 PAGES = Path(__file__).resolve().parent / "views"
 
-state.get_db()  # open (migrate, maybe seed) before any page runs
-actor = state.current_actor()
-
-# Raters need the whole width for images, texts and the grid; the sidebar (account, help)
-# starts collapsed for them.
-st.set_page_config(
-    page_title="RadConcord", page_icon=":material/radiology:", layout="wide",
-    initial_sidebar_state="collapsed" if actor is not None and not actor.is_admin else "auto",
-)
-st.markdown(
-    # Less blank space above the page title under the top navigation bar; the container of
-    # the session cookie script takes no room.
-    "<style>[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;}"
-    f" .st-key-{state.COOKIE_CONTAINER} {{display: none;}}</style>",
-    unsafe_allow_html=True,
-)
-state.draw_cookie_script()
-
-if actor is None:
-    pages: list[st.Page] | dict[str, list[st.Page]] = [
-        st.Page(PAGES / "login.py", title="Log in", icon=":material/login:", url_path="login",
-                default=True),
-    ]
-elif actor.is_admin:
-    pages = {
-        "Study": [
-            st.Page(PAGES / "studies.py", title="Studies & progress",
-                    icon=":material/monitoring:", url_path="studies", default=True),
-            st.Page(PAGES / "import_data.py", title="Import", icon=":material/upload:",
-                    url_path="import"),
-            st.Page(PAGES / "assign.py", title="Assign raters", icon=":material/group_add:",
-                    url_path="assign"),
-            st.Page(PAGES / "export.py", title="Export", icon=":material/download:",
-                    url_path="export"),
-        ],
-        "Metrics": [
-            st.Page(PAGES / "metrics.py", title="Metrics", icon=":material/functions:",
-                    url_path="metrics"),
-            st.Page(PAGES / "dashboard.py", title="Agreement dashboard",
-                    icon=":material/insights:", url_path="dashboard"),
-            st.Page(PAGES / "explorer.py", title="Disagreement explorer",
-                    icon=":material/compare:", url_path="explorer"),
-            st.Page(PAGES / "probes.py", title="Perturbation probes",
-                    icon=":material/science:", url_path="probes"),
-            st.Page(PAGES / "build_study.py", title="Build oracle study",
-                    icon=":material/construction:", url_path="build-study"),
-        ],
-    }
-else:
-    pages = [
+def _pages(actor: Actor | None) -> list[st.Page] | dict[str, list[st.Page]]:
+    """The pages this user may open (unregistered URL paths fall back to the default)."""
+    if actor is None:
+        return [st.Page(PAGES / "login.py", title="Log in", icon=":material/login:",
+                        url_path="login", default=True)]
+    if state.must_change_password():
+        # Nothing else until the one-time or published password is replaced.
+        return [st.Page(PAGES / "account.py", title="My account", icon=":material/person:",
+                        url_path="account", default=True)]
+    my_account = st.Page(PAGES / "account.py", title="My account", icon=":material/person:",
+                         url_path="account")
+    if actor.is_admin:
+        return {
+            "Study": [
+                st.Page(PAGES / "studies.py", title="Studies & progress",
+                        icon=":material/monitoring:", url_path="studies", default=True),
+                st.Page(PAGES / "import_data.py", title="Import", icon=":material/upload:",
+                        url_path="import"),
+                st.Page(PAGES / "assign.py", title="Assign raters", icon=":material/group_add:",
+                        url_path="assign"),
+                st.Page(PAGES / "export.py", title="Export", icon=":material/download:",
+                        url_path="export"),
+                st.Page(PAGES / "accounts.py", title="Accounts", icon=":material/manage_accounts:",
+                        url_path="accounts"),
+            ],
+            "Metrics": [
+                st.Page(PAGES / "metrics.py", title="Metrics", icon=":material/functions:",
+                        url_path="metrics"),
+                st.Page(PAGES / "dashboard.py", title="Agreement dashboard",
+                        icon=":material/insights:", url_path="dashboard"),
+                st.Page(PAGES / "explorer.py", title="Disagreement explorer",
+                        icon=":material/compare:", url_path="explorer"),
+                st.Page(PAGES / "probes.py", title="Perturbation probes",
+                        icon=":material/science:", url_path="probes"),
+                st.Page(PAGES / "build_study.py", title="Build oracle study",
+                        icon=":material/construction:", url_path="build-study"),
+            ],
+            "You": [my_account],
+        }
+    return [
         st.Page(PAGES / "rate.py", title="Rate", icon=":material/rate_review:", url_path="rate",
                 default=True),
         st.Page(PAGES / "my_studies.py", title="My studies", icon=":material/list:",
                 url_path="my-studies"),
+        my_account,
     ]
 
-nav = st.navigation(pages, position="top")
 
-if actor is not None:
-    with st.sidebar:
-        st.caption(f"Logged in as **{actor.username}** ({actor.role})")
-        if st.button("Log out", icon=":material/logout:", key="logout"):
-            state.logout()
-            st.query_params.clear()
-            st.rerun()
+def main() -> None:
+    """Route this run: check the session, draw the frame, run the chosen page."""
+    state.get_db()  # open (migrate, maybe seed) before any page runs
+    actor = state.current_actor()
 
-nav.run()
+    # Raters need the whole width for images, texts and the grid; the sidebar (account,
+    # help) starts collapsed for them.
+    st.set_page_config(
+        page_title="RadConcord", page_icon=":material/radiology:", layout="wide",
+        initial_sidebar_state=(
+            "collapsed" if actor is not None and not actor.is_admin else "auto"),
+    )
+    st.markdown(
+        # Less blank space above the page title under the top navigation bar; the container
+        # of the session cookie script takes no room.
+        "<style>[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;}"
+        f" .st-key-{state.COOKIE_CONTAINER} {{display: none;}}</style>",
+        unsafe_allow_html=True,
+    )
+    state.draw_cookie_script()
+
+    nav = st.navigation(_pages(actor), position="top")
+
+    if actor is not None:
+        with st.sidebar:
+            st.caption(f"Logged in as **{actor.username}** ({actor.role})")
+            if st.button("Log out", icon=":material/logout:", key="logout"):
+                state.logout()
+                st.query_params.clear()
+                st.rerun()
+
+    nav.run()
+
+
+try:
+    main()
+except FragmentHandledException:
+    # A fragment's exception, already shown through on_script_error (webapp/server.py).
+    raise
+except Exception as exc:  # noqa: BLE001 - the error boundary of every page
+    # st.stop and st.rerun raise BaseException subclasses and pass through untouched.
+    state.show_unexpected_error(exc)

@@ -4,40 +4,39 @@
   (``st.cache_resource``). A ``Database`` holds an engine and a session factory, both
   thread-safe; services open their own short session per action, so no SQLAlchemy session is
   ever kept in ``st.session_state``.
-* The logged-in :class:`~backend.services.types.Actor` (a frozen dataclass) is the only thing
-  the app keeps about the user in ``st.session_state``.
-* "Remember this browser": after a login the app issues a random session token
-  (``secrets.token_urlsafe(32)``) and sets it as the ``radconcord_session`` cookie from the
-  browser (``SameSite=Strict; Path=/``, a script run through ``st.html``; never in the URL).
-  Only the token's sha256 is kept server-side, with the user id and an expiry that slides
-  forward by :data:`SESSION_TTL` whenever the session is used. A new browser session (a
-  reload, a new tab) reads the cookie with ``st.context.cookies`` and logs the same user back
-  in if the token is known, unexpired and the account is still active. The token store is a
-  process-wide, lock-protected dict inside ``st.cache_resource`` (the database schema has no
-  session table), so **restarting the server logs everybody out**; several server processes
-  behind one address do not share it. Logging out deletes the token and clears the cookie.
-* Demo seeding: the first time the app opens a database that has no users, it calls
-  ``backend.services.seed.seed_demo`` so a fresh install opens on the demo study. This is on
-  by default and is switched off with the environment variable ``RADCONCORD_SEED_DEMO=0``
-  (read here, never written).
+* The logged-in :class:`~backend.services.types.Actor` and the id of its database session
+  (an ``auth_sessions`` row, see ``backend/services/sessions.py``) are the only things the
+  app keeps about the user in ``st.session_state``. The row is re-checked on every run of
+  the router (:func:`current_actor`) and before every service call (:func:`call`), fragments
+  and callbacks included: a logout elsewhere, a deactivation, a password change or expiry
+  ends an open tab on its next action.
+* "Remember this browser": a login issues a one-time ticket; a small script on the next run
+  posts it to the server's cookie route (``webapp/server.py``), which sets the
+  ``radconcord_session`` cookie itself: HttpOnly (no script can read it), SameSite=Strict,
+  Secure behind TLS. Only the token's sha256 is stored, in the database, so remembered
+  browsers survive a restart and are shared by several server processes. A new browser
+  session (a reload, a new tab) reads the cookie from the websocket request
+  (``st.context.cookies``) and is logged in if its session is still live. Logging out
+  revokes the row and clears the cookie through the server's logout route. The routes exist
+  only under ``streamlit run webapp/server.py``; with ``webapp/app.py`` alone (AppTest) a
+  login lasts for the browser session.
+* Demo seeding: the first time the app opens a database that has no users, it seeds the demo
+  study with its published passwords, but only when the server listens on loopback only
+  (``server.address`` 127.0.0.1, localhost or ::1) and ``RADCONCORD_SEED_DEMO`` is not 0.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
 import logging
-import os
 import secrets
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 import streamlit as st
 
 from backend import config
+from backend.services import sessions
 from backend.services.errors import ServiceError, require_admin
 from backend.services.types import Actor
 from db.session import Database
@@ -45,33 +44,48 @@ from db.session import Database
 log = logging.getLogger(__name__)
 
 ACTOR_KEY = "actor"
+# The auth_sessions row of this browser session (None for an actor placed by a test).
+SESSION_ID_KEY = "auth_session_id"
+MUST_CHANGE_KEY = "must_change_password"
 # Query parameters to restore after logging in (a reload starts a new browser session).
 RETURN_PARAMS_KEY = "return_query_params"
-SEED_ENV = "RADCONCORD_SEED_DEMO"
 SESSION_COOKIE = "radconcord_session"
-SESSION_TTL = dt.timedelta(hours=12)
-# sha256 of this browser session's token (never the token itself), for logout.
-TOKEN_HASH_KEY = "session_token_sha256"
-# A cookie script waiting to be drawn on the next run (set at login and logout).
+SESSION_TTL = sessions.SESSION_TTL
+# A cookie script waiting to be drawn on the next run (set at login, restore and logout).
 COOKIE_SCRIPT_KEY = "session_cookie_script"
+# Why the last session ended, shown once on the login page.
+NOTICE_KEY = "session_notice"
 # Set by logout: this browser session must not log in again from the cookie it started with.
 _LOGGED_OUT_KEY = "logged_out"
 # Key of the (hidden) container of the cookie script; CSS class "st-key-<key>".
 COOKIE_CONTAINER = "rc_cookie"
+# Paths of the cookie routes under server.baseUrlPath (served by webapp/server.py).
+COOKIE_ROUTE = "_rc/session"
+REFRESH_ROUTE = "_rc/refresh"
+LOGOUT_ROUTE = "_rc/logout"
+# Custom header of the cookie requests: a cross-site form cannot send it (CSRF).
+CSRF_HEADER = "X-RadConcord"
+SESSION_ENDED = "Your session has ended. Please log in again."
 
 T = TypeVar("T")
 
 
 def seed_demo_enabled() -> bool:
-    """Whether an empty database is seeded with the demo study (``RADCONCORD_SEED_DEMO``)."""
-    return os.environ.get(SEED_ENV, "1").strip().lower() not in {"0", "false", "no", "off", ""}
+    """Whether an empty database gets the demo study and its published passwords.
+
+    Only when ``RADCONCORD_SEED_DEMO`` allows it and the server is reachable from this
+    machine alone: a server listening on all interfaces (bare ``streamlit run``, Docker's
+    0.0.0.0) never creates accounts whose passwords are in the README.
+    """
+    return config.seed_demo_requested() and config.listens_on_loopback_only(
+        st.get_option("server.address"))
 
 
 def _seed_if_empty(db: Database) -> None:
     # Imported lazily: the seed module reads the bundled demo assets and is only needed once.
-    from backend.services import auth, seed
+    from backend.services import seed
 
-    if auth.list_users(db, Actor.system()):
+    if sessions.any_account(db):
         return
     log.info("empty database at %s: seeding the demo study", db.url)
     seed.seed_demo(db)
@@ -90,101 +104,29 @@ def get_db() -> Database:
     return _database(config.database_url(), seed_demo_enabled())
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+def route_url(route: str) -> str:
+    """The absolute path of a server route, under ``server.baseUrlPath``."""
+    base = str(st.get_option("server.baseUrlPath") or "").strip("/")
+    return f"/{base}/{route}" if base else f"/{route}"
 
 
-def _sha256(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-@dataclass
-class SessionStore:
-    """Remembered browser sessions: sha256(token) -> (user id, expiry); thread-safe.
-
-    Streamlit serves every browser session from its own thread, so every access holds the
-    lock. Only hashes are stored: a leaked dump of this dict opens no session.
-    """
-
-    ttl: dt.timedelta = SESSION_TTL
-    _entries: dict[str, tuple[int, dt.datetime]] = field(default_factory=dict)
-    # Credential stamp at issue time: a password change invalidates remembered browsers.
-    _stamps: dict[str, str] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def issue(self, user_id: int, *, stamp: str = "", now: dt.datetime | None = None) -> str:
-        """A new random token for ``user_id``; only its hash is kept."""
-        token = secrets.token_urlsafe(32)
-        now = now or _now()
-        with self._lock:
-            # Forget expired entries here so the dict cannot grow without bound.
-            for digest in [d for d, (_, exp) in self._entries.items() if exp <= now]:
-                del self._entries[digest]
-                self._stamps.pop(digest, None)
-            digest = _sha256(token)
-            self._entries[digest] = (user_id, now + self.ttl)
-            self._stamps[digest] = stamp
-        return token
-
-    def stamp(self, digest: str) -> str | None:
-        """The credential stamp the token with this hash was issued under."""
-        with self._lock:
-            return self._stamps.get(digest)
-
-    def resolve(self, token: str, *, now: dt.datetime | None = None) -> int | None:
-        """The user id of a live token (and slide its expiry forward), else ``None``."""
-        if not token:
-            return None
-        return self.touch(_sha256(token), now=now)
-
-    def touch(self, digest: str, *, now: dt.datetime | None = None) -> int | None:
-        """Slide the expiry of the token with this hash; its user id, or ``None`` if gone."""
-        now = now or _now()
-        with self._lock:
-            entry = self._entries.get(digest)
-            if entry is None:
-                return None
-            user_id, expires = entry
-            if expires <= now:
-                del self._entries[digest]
-                return None
-            self._entries[digest] = (user_id, now + self.ttl)
-            return user_id
-
-    def revoke(self, digest: str) -> None:
-        """Forget the token with this hash (logout)."""
-        with self._lock:
-            self._entries.pop(digest, None)
-            self._stamps.pop(digest, None)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
-
-
-@st.cache_resource(show_spinner=False)
-def session_store() -> SessionStore:
-    """The process-wide store of remembered browser sessions (lost on a server restart)."""
-    return SessionStore()
-
-
-def _cookie_script(value: str, max_age: int) -> str:
-    # json.dumps quotes the value for JavaScript; the token is URL-safe base64 anyway.
+def _post_script(route: str, body: str = "") -> str:
+    # json.dumps quotes the values for JavaScript; the ticket is URL-safe base64 anyway.
     return (
         "<script>(function () {"
-        f"var c = {json.dumps(SESSION_COOKIE)} + '=' + {json.dumps(value)}"
-        f" + '; Max-Age={max_age}; Path=/; SameSite=Strict';"
-        "if (window.location.protocol === 'https:') { c += '; Secure'; }"
-        "document.cookie = c;"
+        f"fetch({json.dumps(route_url(route))}, {{method: 'POST', credentials: 'same-origin',"
+        f" headers: {{'Content-Type': 'text/plain', {json.dumps(CSRF_HEADER)}: '1'}},"
+        f" body: {json.dumps(body)}}}).catch(function () {{}});"
         "})();</script>"
     )
 
 
 def draw_cookie_script() -> None:
-    """Run a pending cookie change in the browser (call once per run, from the router).
+    """Run a pending cookie request in the browser (call once per run, from the router).
 
-    ``st.html`` with JavaScript is not iframed, so ``document.cookie`` is the app's own
-    cookie jar; the element is hidden by CSS in the router.
+    ``st.html`` with JavaScript is not iframed, so ``fetch`` runs on the app's own origin
+    and the server's ``Set-Cookie`` lands in the app's cookie jar; the element is hidden by
+    CSS in the router.
     """
     script = st.session_state.pop(COOKIE_SCRIPT_KEY, None)
     # The container is drawn on every run, script or not: an element that comes and goes at
@@ -195,15 +137,29 @@ def draw_cookie_script() -> None:
             st.html(script, unsafe_allow_javascript=True)
 
 
-def _account_still_active(user_id: int, digest: str) -> Actor | None:
-    """The account's current role if it is active and its password unchanged since the
-    token was issued, else ``None``."""
-    from backend.services import auth
+def current_client() -> sessions.Client:
+    """Where this browser session connects from (see ``sessions.client_from``).
 
-    found = auth.session_user(get_db(), user_id=user_id)
-    if found is None or session_store().stamp(digest) != found.credential_stamp:
-        return None
-    return found.actor
+    Without a browser connection (AppTest, a bare script) the client is unknown and never
+    counts as this machine.
+    """
+    try:
+        headers = dict(st.context.headers)
+        address = st.context.ip_address
+    except Exception:  # noqa: BLE001 - no runtime at all
+        return sessions.Client(address="unknown", loopback=False)
+    if not headers:
+        return sessions.Client(address="unknown", loopback=False)
+    # st.context reports a loopback peer as None.
+    peer = address if isinstance(address, str) and address else "127.0.0.1"
+    return sessions.client_from(peer, headers)
+
+
+def _remember(live: sessions.LiveSession) -> Actor:
+    st.session_state[ACTOR_KEY] = live.actor
+    st.session_state[SESSION_ID_KEY] = live.session_id
+    st.session_state[MUST_CHANGE_KEY] = live.must_change_password
+    return live.actor
 
 
 def _restore_from_cookie() -> Actor | None:
@@ -213,66 +169,85 @@ def _restore_from_cookie() -> Actor | None:
         return None
     if not isinstance(token, str) or not token:  # AppTest hands back a stand-in object
         return None
-    store = session_store()
-    user_id = store.resolve(token)
-    digest = _sha256(token)
-    actor = None
-    if user_id is not None:
-        actor = _account_still_active(user_id, digest)
-    if actor is None:
-        store.revoke(digest)
-        st.session_state[COOKIE_SCRIPT_KEY] = _cookie_script("", 0)
+    live = sessions.resolve_token(get_db(), token)
+    if live is None:
+        # Revoked, expired or unknown: drop the dead cookie.
+        st.session_state[COOKIE_SCRIPT_KEY] = _post_script(LOGOUT_ROUTE)
         return None
-    st.session_state[ACTOR_KEY] = actor
-    st.session_state[TOKEN_HASH_KEY] = digest
     # Set the cookie again so its lifetime follows the server-side sliding expiry.
-    st.session_state[COOKIE_SCRIPT_KEY] = _cookie_script(
-        token, int(store.ttl.total_seconds()))
-    log.info("restored the session of %s from its browser cookie", actor.username)
-    return actor
+    st.session_state[COOKIE_SCRIPT_KEY] = _post_script(REFRESH_ROUTE)
+    log.info("restored the session of %s from its browser cookie", live.actor.username)
+    return _remember(live)
+
+
+def _end_session(notice: str) -> None:
+    """Forget the user of this browser session, clear the cookie, keep a notice."""
+    session_id = st.session_state.get(SESSION_ID_KEY)
+    if session_id is not None:
+        sessions.revoke_session(get_db(), session_id, reason="ended")
+    for key in list(st.session_state.keys()):
+        del st.session_state[key]
+    st.session_state[COOKIE_SCRIPT_KEY] = _post_script(LOGOUT_ROUTE)
+    # This session's cookies were read when it started; never restore from them again.
+    st.session_state[_LOGGED_OUT_KEY] = True
+    if notice:
+        st.session_state[NOTICE_KEY] = notice
+
+
+def _recheck() -> Actor | None:
+    """The actor of this browser session if its session and account may still act."""
+    actor = st.session_state.get(ACTOR_KEY)
+    if not isinstance(actor, Actor):
+        return None
+    live = sessions.check_session(get_db(), st.session_state.get(SESSION_ID_KEY), actor=actor)
+    if live is None:
+        log.info("session of %s no longer valid: logged out", actor.username)
+        _end_session(SESSION_ENDED)
+        return None
+    return _remember(live)
 
 
 def current_actor() -> Actor | None:
-    """The logged-in user of this browser session, or ``None``.
+    """The logged-in user of this browser session, re-checked in the database, or ``None``.
 
     A new browser session with a live "remember this browser" cookie is logged in here.
     """
-    actor = st.session_state.get(ACTOR_KEY)
-    if isinstance(actor, Actor):
-        digest = st.session_state.get(TOKEN_HASH_KEY)
-        if digest is not None and session_store().touch(digest) is None:
-            # Logged out in another tab, or expired: this tab is logged out too.
-            logout()
-            return None
-        return actor
+    if isinstance(st.session_state.get(ACTOR_KEY), Actor):
+        return _recheck()
     if st.session_state.get(_LOGGED_OUT_KEY):
         return None
     return _restore_from_cookie()
 
 
-def login(actor: Actor) -> None:
-    """Remember ``actor`` as the logged-in user of this browser session and this browser."""
-    from backend.services import auth
+def must_change_password() -> bool:
+    """Whether the logged-in account must choose a new password before anything else."""
+    return bool(st.session_state.get(MUST_CHANGE_KEY))
 
+
+def current_session_id() -> int | None:
+    """The database session of this browser session (to keep it on one's own password
+    change)."""
+    value = st.session_state.get(SESSION_ID_KEY)
+    return value if isinstance(value, int) else None
+
+
+def login(actor: Actor, client: sessions.Client | None = None) -> None:
+    """Start a database session for ``actor`` and have the browser remember it."""
+    client = client or current_client()
+    issued = sessions.create_session(get_db(), actor, client=client.address)
+    st.session_state.pop(_LOGGED_OUT_KEY, None)
+    st.session_state.pop(NOTICE_KEY, None)
     st.session_state[ACTOR_KEY] = actor
-    found = auth.session_user(get_db(), user_id=actor.user_id)
-    token = session_store().issue(
-        actor.user_id, stamp=found.credential_stamp if found is not None else "")
-    st.session_state[TOKEN_HASH_KEY] = _sha256(token)
-    st.session_state[COOKIE_SCRIPT_KEY] = _cookie_script(
-        token, int(session_store().ttl.total_seconds()))
+    st.session_state[SESSION_ID_KEY] = issued.session_id
+    st.session_state[COOKIE_SCRIPT_KEY] = _post_script(COOKIE_ROUTE, issued.ticket)
 
 
 def logout() -> None:
-    """Forget the user, this browser's remembered session and everything the session kept."""
-    digest = st.session_state.get(TOKEN_HASH_KEY)
-    if digest is not None:
-        session_store().revoke(digest)
-    for key in list(st.session_state.keys()):
-        del st.session_state[key]
-    st.session_state[COOKIE_SCRIPT_KEY] = _cookie_script("", 0)
-    # This session's cookies were read when it started; never restore from them again.
-    st.session_state[_LOGGED_OUT_KEY] = True
+    """End this browser session's database session, forget the user, clear the cookie."""
+    session_id = st.session_state.get(SESSION_ID_KEY)
+    if session_id is not None:
+        sessions.revoke_session(get_db(), session_id, reason="logout")
+    _end_session("")
 
 
 def require_actor() -> Actor:
@@ -284,6 +259,23 @@ def require_actor() -> Actor:
     return actor
 
 
+def require_live_session() -> Actor:
+    """Re-check this browser session before an action; a dead one goes to the login page.
+
+    Works in the page body, in fragments (``st.rerun`` reruns the whole app) and in widget
+    callbacks (``st.rerun`` ends the callback; the run that follows shows the login page).
+    """
+    if not isinstance(st.session_state.get(ACTOR_KEY), Actor):
+        st.error("Please log in first.")
+        st.stop()
+    actor = _recheck()
+    if actor is None:
+        st.rerun()
+        # st.rerun raises inside a script run; outside one, refuse all the same.
+        raise ServiceError(SESSION_ENDED)
+    return actor
+
+
 def stop_with_error(exc: ServiceError) -> NoReturn:
     """Show a service error to the user and end this run of the page."""
     st.error(str(exc))
@@ -292,7 +284,11 @@ def stop_with_error(exc: ServiceError) -> NoReturn:
 
 
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Call a service; on a :class:`ServiceError` show its message and stop the page."""
+    """Call a service for the logged-in user, re-checking the session first.
+
+    On a :class:`ServiceError` show its message and stop the page (or fragment).
+    """
+    require_live_session()
     try:
         return fn(*args, **kwargs)
     except ServiceError as exc:
@@ -306,3 +302,25 @@ def require_admin_page(actor: Actor) -> None:
     drawing its frame (titles, empty forms) for someone who may not use it.
     """
     call(require_admin, actor)
+
+
+def error_reference() -> str:
+    """A short random id that ties a message on screen to a log entry."""
+    return secrets.token_hex(4).upper()
+
+
+def show_unexpected_error(exc: BaseException) -> str:
+    """Log an unexpected exception with a reference id and show only the id.
+
+    The error boundary of every page (the router and ``on_script_error``): a rater never
+    sees a traceback or a server path, and the study lead finds the details in the log.
+
+    Returns:
+        The reference id.
+    """
+    reference = error_reference()
+    log.error("unexpected error (reference %s)", reference, exc_info=exc)
+    st.error(f"Something went wrong (reference {reference}). What you saved before is kept; "
+             "please try again, and if it happens again give this reference to the study "
+             "lead.", icon=":material/error:")
+    return reference

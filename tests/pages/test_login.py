@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+from sqlalchemy import update
+
+from backend.services import auth
+from db.models import User
 from webapp.state import ACTOR_KEY
 
 
@@ -65,3 +70,38 @@ def test_login_returns_to_the_pair_in_the_url(study_env, make_app):
     assert not at.exception
     assert at.query_params["pair"] == target
     assert any("Pair 3 of 3" in m.value for m in at.markdown)
+
+
+def test_five_wrong_passwords_lock_the_account_and_show_when_the_lock_ends(study_env,
+                                                                           make_app):
+    at = make_app()
+    for _ in range(4):
+        at = _log_in(at, "rita", "not-her-password")
+        assert [e.value for e in at.error] == ["Unknown username or wrong password."]
+    at = _log_in(at, "rita", "not-her-password")
+    [message] = [e.value for e in at.error]
+    assert re.search(r"locked until \d\d:\d\d:\d\d UTC", message)
+    # Locked: even the right password is refused, with the same end time.
+    end = re.search(r"\d\d:\d\d:\d\d UTC", message).group(0)
+    at = _log_in(at, "rita", study_env.passwords["rita"])
+    assert ACTOR_KEY not in at.session_state
+    [message] = [e.value for e in at.error]
+    assert "Too many failed logins" in message and end in message
+    # The five failures also locked this client: another account cannot log in from it.
+    at = _log_in(at, "ravi", study_env.passwords["ravi"])
+    assert ACTOR_KEY not in at.session_state and "locked until" in at.error[0].value
+
+
+def test_a_demo_password_is_refused_from_a_client_that_is_not_this_machine(study_env,
+                                                                           make_app):
+    """AppTest has no browser connection: the client is unknown, so never loopback."""
+    auth.create_user(study_env.db, study_env.admin, username="rater1",
+                     password="rita-password-7", role="rater")
+    # The demo password, as seed_demo sets it (auth refuses it for new accounts).
+    with study_env.db.begin() as s:
+        s.execute(update(User).where(User.username == "rater1").values(
+            password_hash=auth._hasher.hash("radconcord-rater1")))
+    at = _log_in(make_app(), "rater1", "radconcord-rater1")
+    assert ACTOR_KEY not in at.session_state
+    [message] = [e.value for e in at.error]
+    assert "published" in message and "demo" in message and "My account" in message

@@ -1,10 +1,18 @@
-"""AppTest: the first start on an empty database seeds the demo study unless switched off."""
+"""AppTest: the demo (accounts with published passwords) is seeded only on a loopback server.
+
+An empty database gets the demo study when the server listens on 127.0.0.1/localhost/::1
+(``scripts/run-app.sh``) and ``RADCONCORD_SEED_DEMO`` is not 0. A server listening on all
+interfaces (bare ``streamlit run``, the Dockerfile's 0.0.0.0) starts empty and its login
+page tells how to create the first admin.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from backend.services import auth, rating
@@ -15,18 +23,34 @@ from db.session import Database
 APP = Path(__file__).resolve().parents[2] / "webapp" / "app.py"
 
 
-def _start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: str) -> Database:
+@pytest.fixture
+def server_address() -> Iterator[Callable[[str | None], None]]:
+    """Set Streamlit's ``server.address`` for one test (restored afterwards)."""
+    before = st_config.get_option("server.address")
+
+    def _set(value: str | None) -> None:
+        st_config.set_option("server.address", value)
+
+    yield _set
+    st_config.set_option("server.address", before)
+
+
+def _start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: str) -> tuple[AppTest,
+                                                                                Database]:
     data = tmp_path / "data"
     monkeypatch.setenv("RADCONCORD_DATA_DIR", str(data))
     monkeypatch.setenv("DATABASE_URL", f"sqlite:///{data / 'seed.db'}")
     monkeypatch.setenv("RADCONCORD_SEED_DEMO", seed)
     at = AppTest.from_file(str(APP), default_timeout=120).run()
     assert not at.exception
-    return Database(f"sqlite:///{data / 'seed.db'}", migrate=False)
+    return at, Database(f"sqlite:///{data / 'seed.db'}", migrate=False)
 
 
-def test_an_empty_database_opens_on_the_demo_study(tmp_path, monkeypatch):
-    db = _start(tmp_path, monkeypatch, "1")
+@pytest.mark.parametrize("address", ["127.0.0.1", "localhost", "::1"])
+def test_a_loopback_server_opens_on_the_demo_study(tmp_path, monkeypatch, server_address,
+                                                   address):
+    server_address(address)
+    _, db = _start(tmp_path, monkeypatch, "1")
     try:
         names = {u.username for u in auth.list_users(db, Actor.system())}
         assert {"admin", "rater1", "rater2"} <= names
@@ -36,8 +60,24 @@ def test_an_empty_database_opens_on_the_demo_study(tmp_path, monkeypatch):
         db.dispose()
 
 
-def test_seeding_is_switched_off_with_the_environment_variable(tmp_path, monkeypatch):
-    db = _start(tmp_path, monkeypatch, "0")
+@pytest.mark.parametrize("address", [None, "", "0.0.0.0", "::", "10.1.2.3"])
+def test_a_server_reachable_from_other_computers_starts_empty(tmp_path, monkeypatch,
+                                                              server_address, address):
+    server_address(address)
+    at, db = _start(tmp_path, monkeypatch, "1")
+    try:
+        assert auth.list_users(db, Actor.system()) == []
+        guidance = "\n".join(w.value for w in at.warning)
+        assert "no account yet" in guidance
+        assert "python -m backend create-user --role admin" in guidance
+    finally:
+        db.dispose()
+
+
+def test_seeding_is_switched_off_with_the_environment_variable(tmp_path, monkeypatch,
+                                                               server_address):
+    server_address("127.0.0.1")
+    _, db = _start(tmp_path, monkeypatch, "0")
     try:
         assert auth.list_users(db, Actor.system()) == []
     finally:

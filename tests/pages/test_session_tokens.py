@@ -1,50 +1,154 @@
-"""The "remember this browser" token store of ``webapp/state.py`` (no browser needed)."""
+"""AppTest: a login is a database session, re-checked on every run and before every action.
+
+The cookie itself is set by the server routes of ``webapp/server.py`` (chromium tests in
+``tests/e2e/test_accounts_browser.py``); here the app runs without them, as AppTest does.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 
-from webapp.state import SessionStore
+import pytest
+from sqlalchemy import select, update
 
-T0 = dt.datetime(2026, 1, 1, 8, 0, tzinfo=dt.UTC)
-
-
-def test_only_the_hash_is_kept_and_the_token_resolves_to_its_user():
-    store = SessionStore(ttl=dt.timedelta(hours=12))
-    token = store.issue(7, now=T0)
-    assert len(token) >= 40
-    stored = dict(store._entries)
-    assert token not in stored and hashlib.sha256(token.encode()).hexdigest() in stored
-    assert store.resolve(token, now=T0) == 7
-    assert store.resolve("not-a-token", now=T0) is None
-    assert store.resolve("", now=T0) is None
-    assert store.issue(7, now=T0) != token  # every login gets a fresh random token
+from backend.services import auth, sessions
+from backend.services.types import Actor
+from db.models import AuthSession, User
+from webapp.state import ACTOR_KEY, SESSION_ENDED, SESSION_ID_KEY
 
 
-def test_expiry_slides_with_use_and_an_idle_token_dies():
-    store = SessionStore(ttl=dt.timedelta(hours=12))
-    token = store.issue(3, now=T0)
-    # Used every 11 hours: still alive after 33 hours.
-    for hours in (11, 22, 33):
-        assert store.resolve(token, now=T0 + dt.timedelta(hours=hours)) == 3
-    # Idle for 12 hours: gone for good.
-    assert store.resolve(token, now=T0 + dt.timedelta(hours=45, seconds=1)) is None
-    assert len(store) == 0
+def _log_in(at, username: str, password: str):
+    at.text_input(key="login_username").input(username)
+    at.text_input(key="login_password").input(password)
+    return at.button[0].click().run()
 
 
-def test_revoke_logs_the_browser_out():
-    store = SessionStore()
-    token = store.issue(5, now=T0)
-    store.revoke(hashlib.sha256(token.encode()).hexdigest())
-    assert store.resolve(token, now=T0) is None
+def _sessions(db, user_id: int) -> list[AuthSession]:
+    with db.read() as s:
+        rows = s.scalars(select(AuthSession).where(AuthSession.user_id == user_id)).all()
+        for row in rows:
+            s.expunge(row)
+        return list(rows)
 
 
-def test_token_remembers_the_credential_stamp_it_was_issued_under():
-    """A password change (new stamp) must not restore a browser remembered before it."""
-    store = SessionStore()
-    token = store.issue(9, stamp="abc", now=T0)
-    digest = hashlib.sha256(token.encode()).hexdigest()
-    assert store.stamp(digest) == "abc"
-    store.revoke(digest)
-    assert store.stamp(digest) is None
+def test_a_login_starts_a_database_session_whose_ticket_is_stored_hashed(study_env, make_app):
+    at = _log_in(make_app(), "rita", study_env.passwords["rita"])
+    assert not at.exception and not at.error
+    [row] = _sessions(study_env.db, study_env.rater.user_id)
+    assert at.session_state[SESSION_ID_KEY] == row.id
+    assert row.revoked_at is None and row.ticket_sha256 and row.token_sha256 is None
+    # The page hands the ticket to the browser (a script posting it to the cookie route);
+    # the database holds only its hash.
+    scripts = [el.proto.body for el in at.get("html")]
+    assert len(scripts) == 1 and "/_rc/session" in scripts[0]
+    ticket = scripts[0].split("body: \"", 1)[1].split("\"", 1)[0]
+    assert hashlib.sha256(ticket.encode()).hexdigest() == row.ticket_sha256
+    assert "document.cookie" not in scripts[0]
+    issued = sessions.exchange_ticket(study_env.db, ticket)
+    assert issued is not None and sessions.resolve_token(study_env.db, issued.token) is not None
+
+
+def test_logout_revokes_the_database_session(study_env, make_app):
+    at = _log_in(make_app(), "rita", study_env.passwords["rita"])
+    session_id = at.session_state[SESSION_ID_KEY]
+    at.button(key="logout").click().run()
+    assert ACTOR_KEY not in at.session_state
+    [row] = _sessions(study_env.db, study_env.rater.user_id)
+    assert row.id == session_id and row.revoked_at is not None
+    assert row.revoked_reason == "logout"
+    scripts = [el.proto.body for el in at.get("html")]
+    assert len(scripts) == 1 and "/_rc/logout" in scripts[0]
+
+
+def test_a_deactivated_account_loses_its_open_tab_on_the_next_action(study_env, make_app,
+                                                                     all_text):
+    at = _log_in(make_app(), "boss", study_env.passwords["boss"])
+    assert at.title[0].value == "Studies & progress"
+    # Another admin deactivates boss while boss's tab is open.
+    other = auth.create_user(study_env.db, study_env.admin, username="boss2",
+                             password="boss2-password-9", role="admin")
+    auth.set_active(study_env.db, Actor(other.user_id, other.username, other.role),
+                    username="boss", active=False)
+    at.run()  # the next action
+    assert not at.exception
+    assert ACTOR_KEY not in at.session_state
+    assert at.title[0].value == "RadConcord"
+    assert SESSION_ENDED in all_text(at)
+    assert "Studies & progress" not in all_text(at)
+
+
+def test_a_session_revoked_elsewhere_ends_the_tab_even_if_the_account_is_fine(study_env,
+                                                                             make_app):
+    at = _log_in(make_app(), "rita", study_env.passwords["rita"])
+    assert sessions.revoke_session(study_env.db, at.session_state[SESSION_ID_KEY])
+    at.run()
+    assert ACTOR_KEY not in at.session_state
+    assert at.text_input(key="login_username") is not None
+
+
+def test_a_service_call_rechecks_the_session_before_it_runs(study_env, make_app, monkeypatch):
+    """``state.call`` refuses to run the service once the session is gone (fragments and
+    callbacks use it too, without the router's check)."""
+    from webapp import state
+
+    at = _log_in(make_app(), "rita", study_env.passwords["rita"])
+    session_id = at.session_state[SESSION_ID_KEY]
+    seen, ran = [], []
+    real_call = state.call
+
+    def spy(fn, *args, **kwargs):
+        # The session dies after the router's check, just before the page's first call.
+        if not seen:
+            sessions.revoke_session(study_env.db, session_id)
+        seen.append(fn)
+
+        def service(*a, **k):
+            ran.append(fn)
+            return fn(*a, **k)
+
+        return real_call(service, *args, **kwargs)
+
+    monkeypatch.setattr(state, "call", spy)
+    at.run()
+    assert seen, "the rating page calls services through state.call"
+    assert ran == []
+    assert ACTOR_KEY not in at.session_state
+    assert at.text_input(key="login_username") is not None
+
+
+@pytest.fixture
+def must_change(study_env):
+    with study_env.db.begin() as s:
+        s.execute(update(User).where(User.username == "rita").values(must_change_password=True))
+    return study_env
+
+
+def test_must_change_password_offers_only_my_account(must_change, make_app):
+    at = _log_in(make_app(), "rita", must_change.passwords["rita"])
+    assert not at.exception
+    assert at.title[0].value == "My account"
+    for page in ("views/rate.py", "views/my_studies.py"):
+        with pytest.raises(ValueError, match="Could not find a navigation page"):
+            at.switch_page(page)
+    # Changing it opens the rater's pages.
+    at.text_input(key="account_current").input(must_change.passwords["rita"])
+    at.text_input(key="account_new").input("rita-own-password-2")
+    at.text_input(key="account_repeat").input("rita-own-password-2")
+    next(b for b in at.button if b.label == "Change password").click().run()
+    assert not at.exception and not at.error
+    at.switch_page("views/rate.py").run()
+    assert not at.exception
+    assert any("Candidate report" in m.value for m in at.markdown)
+
+
+def test_every_role_has_my_account_and_admins_have_accounts(study_env, make_app):
+    rater = make_app(study_env.rater)
+    rater.switch_page("views/account.py").run()
+    assert rater.title[0].value == "My account"
+    with pytest.raises(ValueError, match="Could not find a navigation page"):
+        rater.switch_page("views/accounts.py")
+    admin = make_app(study_env.admin)
+    admin.switch_page("views/accounts.py").run()
+    assert not admin.exception and admin.title[0].value == "Accounts"
+    admin.switch_page("views/account.py").run()
+    assert admin.title[0].value == "My account"

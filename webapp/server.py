@@ -1,0 +1,161 @@
+"""RadConcord's server: ``streamlit run webapp/server.py`` (uvicorn + the app's own routes).
+
+``webapp/app.py`` is the router the browser sees; this file wraps it in ``st.App`` to add:
+
+* the cookie routes (under ``server.baseUrlPath``), so that the ``radconcord_session`` cookie
+  is set and cleared by the server, HttpOnly (no script, injected or not, can read it),
+  ``SameSite=Strict``, ``Path=/``, ``Secure`` when the request came over TLS (directly or as
+  ``X-Forwarded-Proto: https`` from a reverse proxy), ``Max-Age`` = the session lifetime:
+
+  - ``POST /_rc/session``: body = the one-time ticket of a login; sets the cookie.
+  - ``POST /_rc/refresh``: re-sets a live cookie (its lifetime follows the sliding expiry).
+  - ``POST /_rc/logout``: revokes the cookie's session in the database and clears it.
+
+  Each needs the ``X-RadConcord`` header, which a cross-site form cannot send and a
+  cross-site script cannot send without a CORS permission this server never grants.
+* the error boundary for uncaught exceptions in fragments and widget callbacks
+  (``on_script_error``): the details go to the log with a reference id, the page shows the id.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+# `streamlit run webapp/server.py` puts webapp/ on sys.path, not the repository root.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import streamlit as st  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import Response  # noqa: E402
+from starlette.routing import Route  # noqa: E402
+
+from backend import config  # noqa: E402
+from backend.services import sessions  # noqa: E402
+from db.session import Database  # noqa: E402
+from webapp import state  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+APP_SCRIPT = Path(__file__).resolve().parent / "app.py"
+MAX_BODY = 512
+
+_db: Database | None = None
+_db_lock = threading.Lock()
+
+
+def _database() -> Database:
+    """The routes' database (its own engine; migrated once, when the server starts)."""
+    global _db
+    with _db_lock:
+        if _db is None:
+            _db = Database(config.database_url())
+        return _db
+
+
+def _secure(request: Request) -> bool:
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme in {"https", "wss"} or forwarded == "https"
+
+
+def _set_cookie(response: Response, request: Request, token: str) -> None:
+    response.set_cookie(
+        state.SESSION_COOKIE, token, max_age=int(sessions.SESSION_TTL.total_seconds()),
+        path="/", secure=_secure(request), httponly=True, samesite="strict")
+
+
+def _clear_cookie(response: Response, request: Request) -> None:
+    response.delete_cookie(state.SESSION_COOKIE, path="/", secure=_secure(request),
+                           httponly=True, samesite="strict")
+
+
+def _refused(request: Request) -> Response | None:
+    """A 403 for requests without the app's header (cross-site forms)."""
+    if request.headers.get(state.CSRF_HEADER) != "1":
+        return Response("missing request header", status_code=403)
+    return None
+
+
+async def _body(request: Request) -> str:
+    raw = await request.body()
+    return raw[:MAX_BODY].decode("utf-8", errors="replace").strip()
+
+
+async def open_session(request: Request) -> Response:
+    """Exchange a login's one-time ticket for the HttpOnly session cookie."""
+    if (refused := _refused(request)) is not None:
+        return refused
+    ticket = await _body(request)
+    issued = await _in_thread(sessions.exchange_ticket, _database(), ticket)
+    if issued is None:
+        return Response("unknown or expired ticket", status_code=400)
+    response = Response(status_code=204)
+    _set_cookie(response, request, issued.token)
+    return response
+
+
+async def refresh_session(request: Request) -> Response:
+    """Set a live session's cookie again with a full lifetime; clear a dead one."""
+    if (refused := _refused(request)) is not None:
+        return refused
+    token = request.cookies.get(state.SESSION_COOKIE, "")
+    live = await _in_thread(sessions.resolve_token, _database(), token, force_touch=True)
+    response = Response(status_code=204)
+    if live is None:
+        _clear_cookie(response, request)
+    else:
+        _set_cookie(response, request, token)
+    return response
+
+
+async def close_session(request: Request) -> Response:
+    """Revoke the cookie's session (logout) and clear the cookie."""
+    if (refused := _refused(request)) is not None:
+        return refused
+    token = request.cookies.get(state.SESSION_COOKIE, "")
+    if token:
+        await _in_thread(sessions.revoke_session, _database(), token=token, reason="logout")
+    response = Response(status_code=204)
+    _clear_cookie(response, request)
+    return response
+
+
+async def _in_thread(fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    # Database work blocks; keep it off the event loop that serves every websocket.
+    from starlette.concurrency import run_in_threadpool
+
+    return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def _on_script_error(exc: Exception) -> bool:
+    """Error boundary for fragments and callbacks: log with a reference, show the id only."""
+    state.show_unexpected_error(exc)
+    return True  # no Streamlit exception box (it could show a traceback or a path)
+
+
+def routes() -> list[Route]:
+    """The cookie routes under ``server.baseUrlPath``."""
+    return [
+        Route(state.route_url(state.COOKIE_ROUTE), open_session, methods=["POST"]),
+        Route(state.route_url(state.REFRESH_ROUTE), refresh_session, methods=["POST"]),
+        Route(state.route_url(state.LOGOUT_ROUTE), close_session, methods=["POST"]),
+    ]
+
+
+@asynccontextmanager
+async def _lifespan(_app: st.App) -> AsyncIterator[None]:
+    # Migrate before the first request, so routes and pages never race to create tables.
+    await _in_thread(_database)
+    yield
+    if _db is not None:
+        _db.dispose()
+
+
+app = st.App(APP_SCRIPT, routes=routes(), on_script_error=_on_script_error,
+             lifespan=_lifespan)
