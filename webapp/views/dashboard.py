@@ -21,6 +21,7 @@ from backend.services.types import Actor
 from db.session import Database
 from webapp import state
 from webapp.components import plots
+from webapp.components.csv_download import csv_download
 
 # Seconds between live refreshes; RADCONCORD_DASHBOARD_REFRESH_S changes it (tests use 1).
 LIVE_ENV = "RADCONCORD_DASHBOARD_REFRESH_S"
@@ -95,26 +96,38 @@ live = c5.toggle("Live", value=True, key="dash_live",
 
 
 def _tau_table(corr: analysis.StudyCorrelation) -> None:
+    rows = [
+        {
+            "Metric": m.key,
+            "Kendall tau-b": m.kendall_tau_b,
+            "tau 95% CI": _ci(m.kendall_lo, m.kendall_hi),
+            "Spearman": m.spearman,
+            "rho 95% CI": _ci(m.spearman_lo, m.spearman_hi),
+            "n": m.n,
+            "Direction": "higher is better" if m.higher_is_better else "lower is better",
+            "Signature": m.signature,
+        }
+        for m in corr.metrics
+    ]
     st.dataframe(
-        [
-            {
-                "Metric": m.key,
-                "Kendall tau-b": m.kendall_tau_b,
-                "tau 95% CI": _ci(m.kendall_lo, m.kendall_hi),
-                "Spearman": m.spearman,
-                "rho 95% CI": _ci(m.spearman_lo, m.spearman_hi),
-                "n": m.n,
-                "Direction": "higher is better" if m.higher_is_better else "lower is better",
-                "Signature": m.signature,
-            }
-            for m in corr.metrics
-        ],
-        hide_index=True, width="stretch", key="dash_tau_table",
+        rows, hide_index=True, width="stretch", key="dash_tau_table",
         column_config={
             "Kendall tau-b": st.column_config.NumberColumn(format="%.3f"),
             "Spearman": st.column_config.NumberColumn(format="%.3f"),
             "Signature": st.column_config.TextColumn(width="large"),
         },
+    )
+    csv_download(rows, file_name=f"{corr.report['study']}-correlations.csv",
+                 key="dash_tau_download", label="Download correlations (CSV)")
+
+
+def _pair_download(table: explore.PairTable) -> None:
+    csv_download(
+        [{"Pair": r.position, "Case": r.case, "Source": r.source,
+          "Mean errors": r.mean_errors, "Raters": r.n_raters,
+          **{k: r.values.get(k) for k in table.keys}} for r in table.rows],
+        file_name=f"{table.study}-pairs.csv", key="dash_pairs_download",
+        label="Download pairs with scores (CSV)",
     )
 
 
@@ -193,6 +206,7 @@ def panels() -> None:
     m2.metric("Rated pairs", rated)
     m3.metric("Ratings", version.n_ratings)
     m4.metric("Metric scores", version.n_scores)
+    _pair_download(table)
 
     corr: analysis.StudyCorrelation | None = None
     try:

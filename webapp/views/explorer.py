@@ -16,6 +16,7 @@ import streamlit as st
 from backend.analysis.report import CATEGORY_NAMES
 from backend.services import explore, studies
 from webapp import state
+from webapp.components.csv_download import csv_download
 from webapp.components.diff import show_diff
 
 actor = state.require_actor()
@@ -80,6 +81,7 @@ event: Any = st.dataframe(
                    for c in (key, "Mean errors", "Metric rank", "Raters' rank", "Disagreement")},
 )
 selected = list(event.selection.rows) if event is not None else []
+csv_download(rows, file_name=f"{study}-{key}-disagreements.csv", key="exp_download")
 
 pair_id: int | None = None
 if selected:

@@ -14,6 +14,7 @@ import streamlit as st
 from backend.services import probes, scoring, studies
 from webapp import state
 from webapp.components import plots
+from webapp.components.csv_download import csv_download
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -90,6 +91,13 @@ st.dataframe(
                    for c in [k.label for k in kinds]
                    + ["Mean significant", "Mean insignificant", "Delta"]},
 )
+csv_download(
+    [{"Metric": r.key, "Higher is better": r.higher_is_better,
+      **{k.label: r.means.get(k.kind) for k in kinds},
+      "Mean significant": r.mean_significant, "Mean insignificant": r.mean_insignificant,
+      "Delta": r.delta} for r in result.rows],
+    file_name=f"{result.study}-probes.csv", key="probe_download",
+)
 st.caption("Means of the significant/insignificant groups are over the types' means, on "
            "oriented scores (lower-is-better metrics negated). Delta > 0: the metric "
            "penalises significant changes more.")
@@ -102,8 +110,8 @@ if result.rows:
         key="probe_chart", width="stretch",
     )
 with st.expander(f"Perturbed reports ({len(result.examples)})"):
-    st.dataframe(
-        [{"Perturbation": e.kind, "Change": e.detail, "Perturbed": e.perturbed,
-          "Original": e.original, **e.scores} for e in result.examples],
-        hide_index=True, width="stretch", key="probe_examples",
-    )
+    examples = [{"Perturbation": e.kind, "Change": e.detail, "Perturbed": e.perturbed,
+                 "Original": e.original, **e.scores} for e in result.examples]
+    st.dataframe(examples, hide_index=True, width="stretch", key="probe_examples")
+    csv_download(examples, file_name=f"{result.study}-perturbed-reports.csv",
+                 key="probe_examples_download")
