@@ -160,6 +160,35 @@ def thumbnail(db: Database, actor: Actor, *, image_id: int, max_side: int = THUM
     return rendered_image(db, actor, image_id=image_id, max_side=max_side)
 
 
+BURNED_IN_NOTE = (
+    "Burned-in annotation: the DICOM header says text is burned into the pixels. "
+    "It was not removed on import and may identify the patient; check the image."
+)
+
+
+def image_warnings(db: Database, actor: Actor, *, image_ids: list[int]) -> dict[int, str]:
+    """Warnings to show the admin beside images (burned-in text); never any for a rater.
+
+    Args:
+        db: The database.
+        actor: The viewer. A rater gets an empty mapping: the note is for the study lead,
+            who can withdraw the image, and would only draw a rater's eye to the text.
+        image_ids: The images on screen.
+
+    Returns:
+        ``{image_id: warning}`` for the images that have one.
+    """
+    if not actor.is_admin or not image_ids:
+        return {}
+    with db.read() as s:
+        rows = s.execute(select(Image.id, Image.meta).where(Image.id.in_(image_ids))).all()
+    return {
+        image_id: BURNED_IN_NOTE
+        for image_id, meta in rows
+        if str((meta or {}).get("burned_in_annotation", "")).upper() == "YES"
+    }
+
+
 def images_for_pair(
     db: Database,
     actor: Actor,

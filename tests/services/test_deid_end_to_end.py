@@ -112,6 +112,14 @@ def test_no_planted_identifier_in_stored_files_renders_export_or_database(any_db
         shown += image_service.images_for_pair(db, ADMIN, pair_id=pair_id)
     assert hc.find_planted(json.dumps([i.__dict__ for i in shown]).encode()) == []
     assert sum(1 for i in shown if i.meta.get("burned_in_annotation") == "YES") == 2  # 2 pairs
+    # The viewer's warning beside the image: for the admin, never for a rater.
+    with db.read() as s:
+        burned = s.scalars(select(Image.id).where(Image.path.like("%.dcm"))).all()
+    notes = image_service.image_warnings(db, ADMIN, image_ids=list(image_ids))
+    assert len(notes) == 1 and set(notes) <= set(burned)
+    assert "burned" in notes[next(iter(notes))].lower()
+    rater = Actor(user_id=10**6, username="reader", role="rater")
+    assert image_service.image_warnings(db, rater, image_ids=list(image_ids)) == {}
 
     # Every file of the export.
     out = tmp_path / "export"

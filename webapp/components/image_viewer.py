@@ -92,20 +92,34 @@ def order_views(images: Sequence[tuple[int, str | None, str]]) -> list[tuple[int
     return sorted(images, key=rank)
 
 
-def image_panel(rendered: Sequence[tuple[str, bytes | str]]) -> None:
+def image_panel(
+    rendered: Sequence[tuple[str, bytes | str]],
+    *,
+    warnings: Sequence[str | None] = (),
+    show_warnings: bool = False,
+) -> None:
     """Draw rendered images side by side.
 
     Args:
         rendered: ``(caption, png_bytes)`` per image, in display order; a ``str`` instead of
             bytes is a message explaining why that image could not be shown.
+        warnings: Per image (same order), a warning to draw under it, or None
+            (``backend.services.images.image_warnings``: burned-in text).
+        show_warnings: Draw the warnings; pass ``actor.is_admin``. Raters never see them.
     """
     if not rendered:
         st.info("No images for this case.")
         return
+    notes = list(warnings) if show_warnings else []
     columns = st.columns(len(rendered), gap="small")
-    for column, (caption, content) in zip(columns, rendered, strict=True):
+    for index, (column, (caption, content)) in enumerate(
+        zip(columns, rendered, strict=True)
+    ):
         with column:
             if isinstance(content, str):
                 st.warning(f"{caption}: {content}")
             else:
                 st.image(content, caption=caption, width="stretch")
+            note = notes[index] if index < len(notes) else None
+            if note:
+                st.warning(note, icon=":material/warning:")
