@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from sqlalchemy import select
 
@@ -69,4 +70,26 @@ def test_rexval_upload_error_names_the_uploaded_file(study_env, make_app, tmp_pa
     _submit(at, "import_rexval")
     assert not at.exception
     assert [e.value for e in at.error] == ["gt upload.csv: header: missing column 'gt_report'"]
+    assert _studies(study_env) == before
+
+
+def test_build_study_upload_error_names_the_uploaded_file(study_env, make_app):
+    """The build page saves uploads in its own temporary folder; errors name the upload."""
+    page = Path(__file__).resolve().parents[2] / "webapp" / "views" / "build_study.py"
+    before = _studies(study_env)
+    at = make_app(study_env.admin, script=page)
+    at.text_input(key="build_name").set_value("Built from uploads")
+    at.radio(key="build_tests_kind").set_value("upload")
+    at.file_uploader(key="build_tests_upload").upload(
+        "my tests.jsonl", b'{"id": "T1", "text": "Normal."}\n{"id": "T2"}\n', "text/plain")
+    at.radio(key="build_corpus_kind").set_value("upload")
+    at.file_uploader(key="build_corpus_upload").upload(
+        "corpus.jsonl", b'{"id": "C1", "text": "Normal heart."}\n', "text/plain")
+    at.number_input(key="build_limit").set_value(0)
+    button = next(b for b in at.button if b.key.startswith("FormSubmitter:build_study-"))
+    at = button.click().run(timeout=120)
+    assert not at.exception
+    (message,) = [e.value for e in at.error]
+    assert message == "my tests.jsonl: line 2: missing field 'text'"
+    assert "radconcord-build-" not in message
     assert _studies(study_env) == before

@@ -18,6 +18,7 @@ from backend.services import auth
 from backend.services import build_study as service
 from backend.services.errors import InvalidInput
 from webapp import state
+from webapp.components.uploads import call_with_uploads
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -40,7 +41,8 @@ def _source_inputs(label: str, prefix: str) -> tuple[str, str, object]:
     return kind, path, upload
 
 
-def _resolve(kind: str, path: str, upload: object, folder: Path, what: str) -> str:
+def _resolve(kind: str, path: str, upload: object, folder: Path, what: str,
+             names: dict[Path, str]) -> str:
     if kind == "iu":
         return "iu"
     if kind == "server":
@@ -54,6 +56,7 @@ def _resolve(kind: str, path: str, upload: object, folder: Path, what: str) -> s
         raise InvalidInput(f"{what}: unusable file name")
     target = folder / f"{what.replace(' ', '_')}_{name}"
     target.write_bytes(upload.getvalue())  # type: ignore[attr-defined]
+    names[target] = upload.name  # type: ignore[attr-defined]
     return str(target)
 
 
@@ -99,13 +102,17 @@ if submitted:
         bar.progress(min(done / total, 1.0) if total else 1.0, text=message)
 
     with tempfile.TemporaryDirectory(prefix="radconcord-build-") as tmp:
+        names: dict[Path, str] = {}  # saved upload -> the name it was uploaded under
         try:
-            tests = _resolve(tests_kind, tests_path, tests_upload, Path(tmp), "test reports")
-            corpus = _resolve(corpus_kind, corpus_path, corpus_upload, Path(tmp), "corpus")
+            tests = _resolve(tests_kind, tests_path, tests_upload, Path(tmp), "test reports",
+                             names)
+            corpus = _resolve(corpus_kind, corpus_path, corpus_upload, Path(tmp), "corpus",
+                              names)
         except InvalidInput as exc:
             state.stop_with_error(exc)
-        summary = state.call(
-            service.build_study, db, actor, study_name=name, tests=tests, corpus=corpus,
+        summary = call_with_uploads(
+            Path(tmp), names, service.build_study, db, actor, study_name=name, tests=tests,
+            corpus=corpus,
             metrics=list(metrics), per_metric=int(per_metric), top_k=int(top_k),
             engine=engine, seed=int(seed), limit_tests=int(limit) or None,
             raters=list(chosen_raters), raters_per_pair=int(k_raters), progress=progress,

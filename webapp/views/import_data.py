@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import streamlit as st
 
 from backend.datasets.pairs import parse_cases
 from backend.services import imports
-from backend.services.errors import InvalidInput, ServiceError
+from backend.services.errors import InvalidInput
 from webapp import state
-
-T = TypeVar("T")
+from webapp.components.uploads import call_with_uploads
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -36,33 +33,6 @@ def _save(upload: st.runtime.uploaded_file_manager.UploadedFile, folder: Path) -
     path = folder / name
     path.write_bytes(upload.getvalue())
     return path
-
-
-def _named_after_uploads(exc: ServiceError, folder: Path,
-                         names: dict[Path, str]) -> ServiceError:
-    """``exc`` with the temporary upload paths in its message replaced by the uploads' names.
-
-    Args:
-        exc: The error raised by the parser or an import service.
-        folder: The temporary folder the uploads were saved in.
-        names: Saved path -> the name the file was uploaded under.
-    """
-    text = str(exc)
-    for saved, name in names.items():
-        for form in {str(saved.resolve()), str(saved)}:
-            text = text.replace(form, name)
-    for form in {str(folder.resolve()), str(folder)}:
-        text = text.replace(form + "/", "").replace(form, "the uploaded files")
-    return exc if text == str(exc) else InvalidInput(text)
-
-
-def _with_uploads(folder: Path, names: dict[Path, str], fn: Callable[..., T], *args: Any,
-                  **kwargs: Any) -> T:
-    """Call ``fn``; on a service error show it, uploads named as uploaded, and stop."""
-    try:
-        return fn(*args, **kwargs)
-    except ServiceError as exc:
-        state.stop_with_error(_named_after_uploads(exc, folder, names))
 
 
 def _show(summary: imports.ImportSummary) -> None:
@@ -114,14 +84,15 @@ with cases_tab:
                     state.stop_with_error(exc)
                 images_dir = Path(server_folder).expanduser() if server_folder.strip() \
                     else folder
-                cases = _with_uploads(folder, names, parse_cases, path, images_dir=images_dir)
+                cases = call_with_uploads(folder, names, parse_cases, path,
+                                          images_dir=images_dir)
                 provenance = {"file": cases_file.name,
                               "sha256": hashlib.sha256(cases_file.getvalue()).hexdigest()}
                 with st.spinner("Importing..."):
-                    summary = _with_uploads(folder, names, imports.import_cases, db, actor,
-                                            study_name=study_name.strip(), cases=cases,
-                                            description=description, provenance=provenance,
-                                            image_base=images_dir)
+                    summary = call_with_uploads(
+                        folder, names, imports.import_cases, db, actor,
+                        study_name=study_name.strip(), cases=cases, description=description,
+                        provenance=provenance, image_base=images_dir)
             _show(summary)
 
 with rexval_tab:
@@ -147,7 +118,7 @@ with rexval_tab:
                 ratings_path = state.call(_save, ratings_file, Path(tmp) / "ratings")
                 names = {gt_path: gt_file.name, ratings_path: ratings_file.name}
                 with st.spinner("Importing..."):
-                    summary = _with_uploads(Path(tmp), names, imports.import_rexval, db, actor,
-                                            gt_path=gt_path, ratings_path=ratings_path,
-                                            study_name=rexval_name.strip())
+                    summary = call_with_uploads(
+                        Path(tmp), names, imports.import_rexval, db, actor, gt_path=gt_path,
+                        ratings_path=ratings_path, study_name=rexval_name.strip())
             _show(summary)
