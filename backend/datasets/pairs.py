@@ -88,7 +88,10 @@ def _read_rows(path: Path) -> list[_Row]:
 def _read_jsonl(path: Path, text: str) -> list[_Row]:
     rows = []
     number = 0
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    # Only LF ends a JSONL line: str.splitlines would also split at U+2028, U+0085 and other
+    # characters that JSON strings may hold unescaped (our own export writes them raw).
+    for line_no, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         number += 1

@@ -394,3 +394,20 @@ def test_rexval_writer_neutralises_formulas_and_reader_restores_them(tmp_path):
     rexval.write_ratings(tmp_path / "r.csv", ratings)
     assert (tmp_path / "r.csv").read_text().splitlines()[1] == "0,'=gen,1,0,True,2"
     assert rexval.read_ratings(tmp_path / "r.csv", back) == ratings
+
+
+def test_jsonl_lines_end_only_at_line_feeds(tmp_path):
+    """Unicode line separators inside JSON strings are text (json.dumps leaves them raw
+    with ensure_ascii=False, as the JSONL export writes)."""
+    text = "Line one.\u2028Line two.\x85Next\u2029end."
+    f = tmp_path / "cases.jsonl"
+    f.write_text(json.dumps({"case_id": "a", "reference": text, "candidate": "C."},
+                            ensure_ascii=False) + "\r\n"
+                 + json.dumps({"case_id": "b", "reference": "R.", "candidate": 5}) + "\n",
+                 encoding="utf-8", newline="")
+    with pytest.raises(InvalidInput) as info:
+        parse_cases(f)
+    assert str(info.value) == f"{f}: line 2, field 'candidate': expected text, got number"
+    f.write_text(json.dumps({"case_id": "a", "reference": text, "candidate": "C."},
+                            ensure_ascii=False) + "\n", encoding="utf-8")
+    assert parse_cases(f)[0].reference == text
