@@ -88,7 +88,24 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-_PY_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "int64": (int,), "bool": (bool,)}
+def _expected(feature: Any) -> str:
+    """``"text"``, ``"int64"``, ``"bool"`` or ``"array"`` for the features used here."""
+    dtype = getattr(feature, "dtype", None)
+    if dtype in ("string", "int64", "bool"):
+        return "text" if dtype == "string" else dtype
+    return "array"  # the image list
+
+
+def _type_ok(expected: str, value: Any) -> bool:
+    if expected == "text":
+        return value is None or isinstance(value, str)
+    if expected == "int64":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected == "bool":
+        return isinstance(value, bool)
+    return isinstance(value, list) and all(
+        isinstance(item, dict) and all(v is None or isinstance(v, str) for v in item.values())
+        for item in value)
 
 
 def _check_row(path: Path, number: int, row: dict[str, Any], features: Any) -> None:
@@ -98,18 +115,11 @@ def _check_row(path: Path, number: int, row: dict[str, Any], features: Any) -> N
             continue  # derived from ``source``, never read
         if key not in row:
             raise InvalidInput(f"{path}: line {number}: missing field {key!r}")
-        value = row[key]
-        dtype = getattr(feature, "dtype", None)
-        if dtype in _PY_TYPES:
-            ok = isinstance(value, _PY_TYPES[dtype]) and (
-                dtype == "bool" or not isinstance(value, bool))
-            if not ok and not (dtype == "string" and value is None):
-                raise InvalidInput(f"{path}: line {number}, field {key!r}: expected "
-                                   f"{'text' if dtype == 'string' else dtype}, got "
-                                   f"{json_type(value)}")
-        elif isinstance(feature, list) and not isinstance(value, list):
-            raise InvalidInput(f"{path}: line {number}, field {key!r}: expected an array, got "
-                               f"{json_type(value)}")
+        expected = _expected(feature)
+        if not _type_ok(expected, row[key]):
+            what = "an array of objects with text values" if expected == "array" else expected
+            raise InvalidInput(f"{path}: line {number}, field {key!r}: expected {what}, got "
+                               f"{json_type(row[key])}")
 
 
 def write_hf_dataset(jsonl_dir: Path, out_dir: Path) -> list[str]:
