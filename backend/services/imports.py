@@ -41,6 +41,7 @@ import os
 import re
 import secrets
 import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +83,7 @@ EXTENSIONS = {"dicom": "dcm", "png": "png", "jpeg": "jpg"}
 REXVAL_RATER_PREFIX = "rexval_rater_"
 # Pairs per import transaction: a batch commits in tens of milliseconds, so a rater's save
 # waits at most that long for the import (SQLite admits one writer at a time).
-BATCH_PAIRS = 400
+BATCH_PAIRS = 250
 # Images per batch: their de-identified bytes are held in memory until written.
 BATCH_IMAGES = 32
 # Rows per transaction when ReXVal ratings are written or a staging study is deleted.
@@ -491,6 +492,17 @@ def _write_batch(
     staging.n_images += len(image_rows)
 
 
+def _yield_lock(db: Database, held: float) -> None:
+    """After a batch, leave SQLite's write lock free for a moment so raters' saves get in.
+
+    SQLite does not queue writers: without a pause the import would take the lock again
+    before a waiting save polls. A quarter of the time the batch held it (at most 20 ms)
+    costs the import about a fifth of its speed. PostgreSQL needs no pause.
+    """
+    if db.engine.dialect.name == "sqlite":
+        time.sleep(min(max(held / 4, 0.003), 0.02))
+
+
 def _delete_study_rows(db: Database, study_id: int, user_ids: Sequence[int] = ()) -> list[str]:
     """Delete a staging study in short transactions; return the image paths it referenced.
 
@@ -666,10 +678,12 @@ def _run_import(
             prepared: dict[str, list[_PreparedImage]] = {}
             for clean in cleaned:
                 prepared.setdefault(clean.case_id, []).append(_store_image(clean, writer))
+            t0 = time.monotonic()
             with db.begin() as s:
                 _write_batch(s, staging, batch, prepared)
                 staging.state["pending_files"] = []
                 staging.beat(s)
+            _yield_lock(db, time.monotonic() - t0)
         extra = after(db, staging) if after is not None else None
         final_provenance = dict(provenance)
         final_provenance.setdefault("imported_at", dt.datetime.now(dt.UTC).isoformat())

@@ -54,8 +54,11 @@ READ_ONLY_STATUSES = ("closed",)  # studies raters can see but no longer change
 
 # How long a write keeps retrying while other writers hold the database, then gives up.
 SAVE_RETRY_SECONDS = 5.0
-# The longest one attempt waits for the lock: a few attempts fit in the window.
+# The longest one attempt waits for the lock (PostgreSQL): a few attempts fit in the window.
 _ATTEMPT_SECONDS = 1.5
+# On SQLite an attempt waits this long in the busy handler (polls after 1, 2, 5, 10 ms),
+# then the next attempt follows at once: a tight poll that finds the gaps between batches.
+_SQLITE_POLL_SECONDS = 0.02
 _T = TypeVar("_T")
 
 # Time on task is a best-effort measure: it must not keep the rater waiting long.
@@ -75,21 +78,28 @@ def _write(db: Database, work: Callable[[Any], _T], *, what: str,
            budget: float | None = None, message: str = BUSY_ACTION_MESSAGE) -> _T:
     """Run ``work(session)`` in a write transaction, retrying while the database is busy.
 
-    Each attempt waits at most ``_ATTEMPT_SECONDS`` for the lock, then backs off (50 ms,
-    doubling to 500 ms, with jitter) until ``budget`` seconds have passed since the first.
+    PostgreSQL queues lock waiters fairly, so an attempt simply waits (at most
+    ``_ATTEMPT_SECONDS``) and is retried after a backoff (50 ms doubling to 500 ms, with
+    jitter). SQLite has no queue: a writer waiting in its busy handler sleeps up to 100 ms
+    between polls, and a process writing batch after batch (an import, the scoring worker)
+    takes the lock again before it looks. There an attempt waits only ``_SQLITE_POLL_SECONDS``
+    and the next follows a few milliseconds later, so a save gets in at the first gap
+    between two batches. Either way the attempts stop ``budget`` seconds after the first.
 
     Raises:
         SaveFailed: the database stayed busy for the whole budget.
         ServiceError: whatever ``work`` raises (not retried).
     """
     budget = SAVE_RETRY_SECONDS if budget is None else budget
+    sqlite = db.engine.dialect.name == "sqlite"
     start = time.monotonic()
     deadline = start + budget
     delay = 0.05
     attempts = 0
     while True:
         attempts += 1
-        wait = max(0.01, min(deadline - time.monotonic(), _ATTEMPT_SECONDS))
+        cap = _SQLITE_POLL_SECONDS if sqlite else _ATTEMPT_SECONDS
+        wait = max(0.005, min(deadline - time.monotonic(), cap))
         try:
             with db.begin(busy_timeout=wait) as s:
                 return work(s)
@@ -101,7 +111,8 @@ def _write(db: Database, work: Callable[[Any], _T], *, what: str,
                 log.warning("%s not saved: database busy for %.1f s (%d attempts): %s",
                             what, time.monotonic() - start, attempts, exc)
                 raise SaveFailed(message) from None
-            time.sleep(min(delay * (0.5 + random.random()), left))
+            pause = random.uniform(0.001, 0.004) if sqlite else delay * (0.5 + random.random())
+            time.sleep(min(pause, left))
             delay = min(delay * 2, 0.5)
 
 
