@@ -233,14 +233,14 @@ def records_to_csv(
 # the json module recurses once per level and overflows the interpreter's stack on hostile
 # lines (RecursionError), so depth is checked before parsing.
 MAX_JSON_DEPTH = 32
-_JSON_NEST_TOKEN = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
 
 
 def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether the JSON text nests arrays/objects deeper than ``limit`` levels.
 
-    Scans brackets outside strings without parsing (no recursion, linear time); the text
-    need not be valid JSON, parsing reports that afterwards.
+    Brackets inside strings are ignored. Runs in linear time without recursion or parsing;
+    the text need not be valid JSON, the parser reports that afterwards.
 
     Args:
         text: One JSON document (a JSONL line).
@@ -248,15 +248,15 @@ def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     """
     if text.count("[") + text.count("{") <= limit:
         return False  # the common case: too few brackets to be deep, nothing to scan
+    # Drop escaped backslashes, then escaped quotes: every quote left delimits a string
+    # (left-to-right, as a JSON lexer reads escapes), so every other piece is outside strings.
+    unescaped = text.replace("\\\\", "").replace('\\"', "")
+    outside = "".join(unescaped.split('"')[0::2])
+    if outside.count("[") + outside.count("{") <= limit:
+        return False
     depth = 0
-    in_string = False
-    for match in _JSON_NEST_TOKEN.finditer(text):
-        token = match.group()
-        if token == '"':
-            in_string = not in_string
-        elif in_string or token[0] == "\\":
-            continue
-        elif token in "[{":
+    for match in _JSON_BRACKET.finditer(outside):
+        if match.group() in "[{":
             depth += 1
             if depth > limit:
                 return True

@@ -82,3 +82,13 @@ def test_json_depth_limit_counts_brackets_outside_strings():
     assert json_too_deep(json.dumps({"t": '"\\'})[:-1] + ', "x": ' + "[" * 40 + "]" * 40 + "}")
     # Unbalanced or invalid text is left to the parser to report.
     assert not json_too_deep("]" * 100 + "[" * 10)
+
+
+def test_json_depth_follows_escapes_like_a_json_lexer():
+    deep = json.loads("[" * 32 + "]" * 32)  # 32 levels; inside an object: 33
+    for tricky in ("a\\", 'q"', '\\"', "\\\\", 'end\\"\\'):
+        line = json.dumps({"t": tricky, "x": deep, "u": "]]]]" * 10})
+        assert json_too_deep(line), tricky
+        line = json.dumps({"t": tricky, "x": deep[0], "u": "[[[[" * 10})
+        assert not json_too_deep(line), tricky
+        json.loads(line)
