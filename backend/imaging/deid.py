@@ -578,13 +578,18 @@ def _reencode_pixels(ds: Dataset) -> dict[str, Any]:
     except ImageLoadError as exc:
         raise DeidentificationError(str(exc)) from None
     photometric = str(ds.get("PhotometricInterpretation", "")).strip().upper()
-    if photometric == "PALETTE COLOR":
-        raise DeidentificationError("PALETTE COLOR DICOM images are not supported")
     try:
         decoder = get_decoder(UID(str(tsyntax)))
         arrays = []
         info: dict[str, Any] = {}
         for arr, frame_info in decoder.iter_array(ds, as_rgb=True, allow_excess_frames=False):
+            if photometric == "PALETTE COLOR":
+                # The palette tables are not kept: store the colours they give.
+                from pydicom.pixels import apply_color_lut
+
+                arr = apply_color_lut(arr, ds)
+                frame_info = {**frame_info, "photometric_interpretation": "RGB",
+                              "bits_stored": arr.dtype.itemsize * 8}
             arrays.append(arr)
             info = frame_info
     except Exception as exc:  # decoders raise many types; each means "cannot decode"
@@ -725,6 +730,11 @@ def deidentify(
     ds.file_meta = meta
     # The preamble is 128 free bytes that readers ignore and writers copy.
     ds.preamble = b"\x00" * 128
+    syntax = UID(str(transfer_syntax))
+    if syntax.is_transfer_syntax:
+        # The dataset was read in its own encoding (maybe big endian); it is written in the
+        # stored transfer syntax's.
+        ds.set_original_encoding(syntax.is_implicit_VR, syntax.is_little_endian, None)
     return report
 
 

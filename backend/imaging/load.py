@@ -393,6 +393,15 @@ def _load_dicom(path: Path) -> LoadedImage:
     except Exception as exc:  # decoders raise many types; each means "cannot decode"
         raise ImageLoadError(f"{path}: cannot decode DICOM pixel data ({exc})") from exc
     photometric = str(ds.get("PhotometricInterpretation", "MONOCHROME2")).strip().upper()
+    if photometric == "PALETTE COLOR" and arr.ndim == 2:
+        # Indices into the palette mean nothing as grey values: show the palette's colours
+        # (de-identification stores them as RGB, so both display alike).
+        from pydicom.pixels import apply_color_lut
+
+        try:
+            arr = apply_color_lut(arr, ds)
+        except Exception as exc:  # malformed palette descriptors raise assorted errors
+            raise ImageLoadError(f"{path}: malformed palette colour tables ({exc})") from exc
     if arr.ndim == 3 and arr.shape[-1] in (3, 4):
         # Colour DICOM (secondary capture): decoded as RGB by pydicom; show luminance.
         rgb = arr[..., :3].astype(np.float32)

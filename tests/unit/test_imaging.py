@@ -312,3 +312,15 @@ def test_dicom_over_the_pixel_limit_is_refused(tmp_path, rows, frames, message):
     with pytest.raises(DeidentificationError) as err2:
         deidentify_file(path, UidMapper())
     assert str(err2.value).startswith(f"{path}: {message}")
+
+
+def test_palette_colour_dicom_shows_the_palette_colours():
+    from pydicom.pixels import apply_color_lut
+
+    path = get_testdata_file("examples_palette.dcm")
+    ds = pydicom.dcmread(path)
+    rgb = apply_color_lut(ds.pixel_array, ds).astype(np.float32)
+    image = load_image(path)
+    expected = rgb @ np.asarray([0.299, 0.587, 0.114], dtype=np.float32)
+    np.testing.assert_allclose(image.pixels, expected, rtol=1e-6)
+    assert not np.array_equal(image.pixels, ds.pixel_array.astype(np.float32))
