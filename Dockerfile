@@ -1,6 +1,13 @@
 # RadConcord app image: Streamlit UI + scoring worker code, CPU torch by default.
 # Build:  docker build -t radconcord .
-# Run:    docker run -p 8501:8501 -v radconcord-data:/data radconcord
+# Run:    docker run -p 127.0.0.1:8501:8501 -v radconcord-data:/data radconcord
+# First admin (the image seeds no demo accounts; the command prints a one-time password that
+# must be replaced at the first login):
+#         docker run --rm -v radconcord-data:/data radconcord \
+#             python -m backend create-user --role admin --username lead
+# Serve it to other computers through a reverse proxy with TLS (docs/deployment.md): the
+# session cookie is then marked Secure, and the proxy's X-Forwarded-For drives the per-client
+# login throttling.
 # GPU hosts: build with --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128
 FROM python:3.11-slim-bookworm
 
@@ -9,6 +16,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     RADCONCORD_DATA_DIR=/data \
+    RADCONCORD_SEED_DEMO=0 \
     HF_HUB_OFFLINE=1
 
 # A JRE for METEOR 1.5 (pycocoevalcap's jar).
@@ -35,4 +43,5 @@ VOLUME ["/data"]
 EXPOSE 8501
 HEALTHCHECK CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health')"
 # The worker runs in the same image: docker run ... radconcord python -m backend worker
-CMD ["streamlit", "run", "webapp/app.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]
+# webapp/server.py: the app plus its cookie routes (HttpOnly session cookie) and error boundary.
+CMD ["streamlit", "run", "webapp/server.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Install (idempotent) and start RadConcord on the embedded default: a SQLite file in ./data,
 # the bundled demo study and demo accounts (see README). Extra args go to `streamlit run`.
+#
+# The server listens on 127.0.0.1 only, so the demo accounts (whose passwords are published)
+# are created and usable from this machine's browser alone. RADCONCORD_HOST=0.0.0.0 makes it
+# reachable from other computers: then no demo is seeded and published passwords are refused
+# from them; put it behind a reverse proxy with TLS instead (docs/deployment.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh app
-exec .venv/bin/streamlit run webapp/app.py --server.address "${RADCONCORD_HOST:-127.0.0.1}" "$@"
+exec .venv/bin/streamlit run webapp/server.py --server.address "${RADCONCORD_HOST:-127.0.0.1}" "$@"

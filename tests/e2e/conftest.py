@@ -1,7 +1,8 @@
 """Shared fixtures of the browser tests: a running app and Debian's chromium.
 
-``server`` starts ``streamlit run`` on a free port with a fresh data folder seeded with the
-demo study; ``start_server`` starts another one with extra environment variables. Helpers
+``server`` starts ``streamlit run webapp/server.py`` on a free port with a fresh data folder
+seeded with the demo study; ``start_server`` starts another one with extra environment
+variables (or on the same data folder again, as a restart). Helpers
 ``log_in``/``log_out`` drive the login page. A missing chromium FAILS with the fix in the
 message rather than skipping, so a CI without the browser cannot pass silently.
 """
@@ -33,7 +34,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-APP_SCRIPT = "webapp/app.py"
+# The real entry point: the app plus its cookie routes and error boundary.
+APP_SCRIPT = "webapp/server.py"
 
 
 @contextmanager
