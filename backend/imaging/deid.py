@@ -513,7 +513,7 @@ def _image_type(value: Any) -> Any:
     return values
 
 
-def _lut_item(item: Dataset, with_type: bool) -> Dataset | None:
+def _lut_item(item: Dataset, with_type: bool, little_endian: bool) -> Dataset | None:
     """A LUT sequence item reduced to its descriptor and data (data cut to the entries)."""
     if "LUTDescriptor" not in item or "LUTData" not in item:
         return None
@@ -524,6 +524,9 @@ def _lut_item(item: Dataset, with_type: bool) -> Dataset | None:
     if isinstance(value, bytes):
         # Two bytes an entry at most, whichever way the reader takes 8-bit entries.
         value = value[: 2 * n_entries]
+        if not little_endian:
+            # OW bytes are kept as read; the stored file is little endian.
+            value = np.frombuffer(value[: len(value) // 2 * 2], ">u2").astype("<u2").tobytes()
     else:
         value = _values(value)[:n_entries]
     out = Dataset()
@@ -548,7 +551,8 @@ def _kept_value(ds: Dataset, keyword: str) -> Any:
     if keyword == "ImageType":
         return _image_type(raw)
     if keyword in _LUT_SEQUENCES:
-        items = [_lut_item(item, keyword == "ModalityLUTSequence") for item in raw or []]
+        little = ds.original_encoding[1] is not False
+        items = [_lut_item(item, keyword == "ModalityLUTSequence", little) for item in raw or []]
         kept = [item for item in items if item is not None]
         return Sequence(kept) if kept else None
     raise AssertionError(keyword)  # every kept keyword has a rule above
@@ -714,6 +718,8 @@ def deidentify(
     if patient_pseudonym is not None:
         ds.PatientName = patient_pseudonym
         ds.PatientID = patient_pseudonym
+        if not patient_pseudonym.isascii():
+            ds.SpecificCharacterSet = "ISO_IR 192"  # UTF-8
     ds.PatientIdentityRemoved = "YES"
     ds.DeidentificationMethod = list(METHOD)
     code = Dataset()

@@ -349,7 +349,9 @@ def _voi_lut(ds: Any, path: Path) -> VoiLut | None:
         n_entries, first, bits = (int(v) for v in item.LUTDescriptor)
         raw = item["LUTData"]
         if raw.VR in ("OW", "OB") or isinstance(raw.value, bytes):
-            table = np.frombuffer(raw.value, dtype="<u2" if bits > 8 else "<u1")
+            # OW bytes are kept in the file's byte order.
+            order = ">" if ds.original_encoding[1] is False else "<"
+            table = np.frombuffer(raw.value, dtype=f"{order}u2" if bits > 8 else "<u1")
         else:
             table = np.asarray(_multi(raw.value))
     except (AttributeError, KeyError, TypeError, ValueError) as exc:

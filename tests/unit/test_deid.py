@@ -27,6 +27,7 @@ from backend.imaging.deid import (
     strip_png_metadata,
 )
 from backend.imaging.load import load_image
+from backend.imaging.render import RenderSettings, render_png
 
 FILES = ["RG1_UNCR.dcm", "RG1_J2KI.dcm", "CT_small.dcm", "MR_small.dcm",
          "MR-SIEMENS-DICOM-WithOverlays.dcm"]
@@ -266,3 +267,34 @@ def test_every_displayable_pydicom_test_file_displays_the_same_after_deid(tmp_pa
         assert (after.windows, after.invert_for_display, after.voi_lut is None) == (
             before.windows, before.invert_for_display, before.voi_lut is None), path
         assert after.meta["transfer_syntax"] == "1.2.840.10008.1.2.1"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_big_endian_voi_lut_keeps_its_values(tmp_path):
+    """OW LUT data is kept in the file's byte order: swapped when written little endian."""
+    ds = pydicom.dcmread(get_testdata_file("MR_small_bigendian.dcm"))
+    item = Dataset()
+    item.add_new(0x00283002, "US", [4096, 0, 16])
+    item.add_new(0x00283006, "OW", (np.arange(4096, dtype=">u2") * 16).tobytes())
+    ds.VOILUTSequence = Sequence([item])
+    src = tmp_path / "be.dcm"
+    ds.save_as(src)
+    data, _, cleaned = deidentify_file(src, UidMapper())
+    stored = tmp_path / "stored.dcm"
+    stored.write_bytes(data)
+    before, after = load_image(src), load_image(stored)
+    assert before.voi_lut is not None and after.voi_lut is not None
+    np.testing.assert_array_equal(after.voi_lut.table, before.voi_lut.table)
+    assert np.ptp(after.voi_lut.table) > 0
+    np.testing.assert_array_equal(after.pixels, before.pixels)
+    for preset in ("header", "lung", "bone"):
+        settings = RenderSettings(preset=preset)
+        assert render_png(after, settings) == render_png(before, settings)
+
+
+def test_non_ascii_pseudonym_is_written_as_utf8(tmp_path):
+    data, _, _ = deidentify_file(get_testdata_file("CT_small.dcm"), UidMapper(),
+                                 patient_pseudonym="Études-07")
+    cleaned = pydicom.dcmread(io.BytesIO(data))
+    assert cleaned.SpecificCharacterSet == "ISO_IR 192"
+    assert cleaned.PatientName == "Études-07" and cleaned.PatientID == "Études-07"
