@@ -54,8 +54,12 @@ from sqlalchemy.orm import Session
 
 from backend import config
 from backend.datasets import rexval
-from backend.imaging import deid
-from backend.imaging.deid import DeidentificationError, UidMapper, deidentify_file
+from backend.imaging.deid import (
+    DeidentificationError,
+    UidMapper,
+    clean_raster,
+    deidentify_file,
+)
 from backend.imaging.load import ImageLoadError, file_sha256, load_image, sniff_format
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.types import Actor, CandidateInput, CaseInput
@@ -219,20 +223,6 @@ def _normalise_view(value: str | None) -> str | None:
     return _VIEW_ALIASES.get(text, text[:32] or None)
 
 
-def _clean_raster(data: bytes, fmt: str) -> tuple[bytes, str]:
-    """PNG/JPEG bytes with every metadata chunk, segment and trailer removed.
-
-    Uses ``deid.clean_raster`` (pixels re-encoded; JPEG inputs come back as PNG) and, where a
-    build lacks it, the older lossless strippers.
-    """
-    clean = getattr(deid, "clean_raster", None)
-    if clean is not None:
-        return clean(data, fmt)
-    if fmt == "png":
-        return deid.strip_png_metadata(data), "png"
-    return deid.strip_jpeg_metadata(data), "jpeg"
-
-
 @dataclass
 class _CleanImage:
     """An image de-identified in memory, not yet written."""
@@ -260,7 +250,9 @@ def _clean_image(
             data, report, _ = deidentify_file(src, mapper)
             warnings.extend(f"case {case_id}: {src.name}: {w}" for w in report.warnings)
         elif fmt in ("png", "jpeg"):
-            data, fmt = _clean_raster(src.read_bytes(), fmt)
+            # Pixels re-encoded alone; a JPEG comes back as PNG, so the stored format (and
+            # the file's extension) is the one returned.
+            data, fmt = clean_raster(src.read_bytes(), fmt)
         else:
             raise InvalidInput(f"case {case_id}: {src}: not a DICOM, PNG or JPEG file")
     except DeidentificationError as exc:
