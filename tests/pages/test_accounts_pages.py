@@ -245,3 +245,29 @@ def test_my_account_needs_a_login(study_env):
     assert not at.text_input
     with study_env.db.begin() as s:
         assert s.scalars(select(AuthSession.id)).all() == []
+
+
+def test_the_first_account_created_is_the_one_offered_for_management(tmp_path, monkeypatch):
+    """On a server with only the admin the account list starts empty; the account created
+    next is selected (not the empty selection the form remembered)."""
+    from db.session import Database
+
+    monkeypatch.setenv("RADCONCORD_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'fresh.db'}")
+    monkeypatch.setenv("RADCONCORD_SEED_DEMO", "0")
+    db = Database()
+    try:
+        auth.create_user(db, Actor.system(), username="lead", password="lead-password",
+                         role="admin")
+        lead = auth.authenticate(db, username="lead", password="lead-password")
+        at = _page(ACCOUNTS, lead, _login(db, lead))
+        assert at.selectbox(key="accounts_target").options == []
+        at.text_input(key="accounts_new_username").input("rosa")
+        _submit(at, "create_account")
+        assert at.selectbox(key="accounts_target").value == "rosa"
+        _manage(at, "rosa", "deactivate")
+        assert not at.error and at.success[0].value.startswith("Deactivated **rosa**")
+        assert [(u.username, u.active) for u in auth.list_users(db, lead)] == [
+            ("lead", True), ("rosa", False)]
+    finally:
+        db.dispose()

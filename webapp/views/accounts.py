@@ -19,6 +19,7 @@ db = state.get_db()
 # One-off outcome of the last action, drawn (and forgotten) by the next run: the rerun after an
 # action redraws the table with the change.
 FLASH_KEY = "accounts_flash"
+TARGET_KEY = "accounts_target"
 ACTIONS = {
     "reset": "Reset password (new one-time password)",
     "deactivate": "Deactivate",
@@ -82,9 +83,13 @@ with left, st.form("create_account", clear_on_submit=True):
     create = st.form_submit_button("Create with a one-time password", type="primary")
 
 others = [u.username for u in users if u.user_id != actor.user_id]
+# The selection survives reruns by its key; one made when the list was different (empty
+# before the first account, or an account renamed meanwhile) would select nothing.
+if others and st.session_state.get(TARGET_KEY) not in others:
+    st.session_state[TARGET_KEY] = others[0]
 with right, st.form("manage_account"):
     st.subheader("Manage an account")
-    target = st.selectbox("Account", others, key="accounts_target",
+    target = st.selectbox("Account", others, key=TARGET_KEY,
                           help="Your own account is managed on My account.")
     action = st.radio("Action", list(ACTIONS), format_func=ACTIONS.__getitem__,
                       key="accounts_action")
@@ -97,7 +102,9 @@ if create:
     _finish(f"Created {created.user.role} **{created.user.username}**.", created.password,
             created.user.username)
 
-if apply and target:
+if apply and not target:
+    st.error("account: choose the account to change")
+elif apply:
     if action == "reset":
         reset = state.call(auth.reset_password, db, actor, username=target)
         _finish(f"Reset the password of **{reset.user.username}** and logged it out "
