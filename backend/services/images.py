@@ -25,8 +25,9 @@ from db.session import Database
 
 # Header fields a viewer may show (already de-identified on import).
 _PUBLIC_META = ("photometric", "modality", "view_position", "body_part", "windows",
-                "window_explanations", "voi_lut", "frames", "bits_stored", "hounsfield",
-                "burned_in_annotation")
+                "window_explanations", "voi_lut", "frames", "bits_stored", "hounsfield")
+# Shown to admins only: the burned-in flag is for the study lead (see image_warnings).
+_ADMIN_META = (*_PUBLIC_META, "burned_in_annotation")
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,7 @@ def images_for_pair(
         images = s.scalars(
             select(Image).where(Image.case_id == pair.case_id).order_by(Image.id)
         ).all()
+        keys = _ADMIN_META if actor.is_admin else _PUBLIC_META
         return [
             ImageInfo(
                 image_id=i.id,
@@ -242,7 +244,7 @@ def images_for_pair(
                 format=i.format,
                 width=i.width,
                 height=i.height,
-                meta={k: (i.meta or {}).get(k) for k in _PUBLIC_META if k in (i.meta or {})},
+                meta={k: (i.meta or {}).get(k) for k in keys if k in (i.meta or {})},
             )
             for i in images
         ]

@@ -17,7 +17,7 @@ from backend.services.errors import InvalidInput
 from backend.services.exports import export_study
 from backend.services.imports import import_cases
 from backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
-from db.models import Base, Image, Pair, Study
+from db.models import Assignment, Base, Image, Pair, Study, User
 
 ADMIN = Actor.system()
 HOSTILE = Path(__file__).resolve().parent.parent / "hostile_corpus.py"
@@ -118,8 +118,21 @@ def test_no_planted_identifier_in_stored_files_renders_export_or_database(any_db
     notes = image_service.image_warnings(db, ADMIN, image_ids=list(image_ids))
     assert len(notes) == 1 and set(notes) <= set(burned)
     assert "burned" in notes[next(iter(notes))].lower()
-    rater = Actor(user_id=10**6, username="reader", role="rater")
+    # A rater assigned to every pair sees the images, but neither the note nor the flag.
+    with db.begin() as s:
+        user = User(username="reader", role="rater", password_hash="x")
+        s.add(user)
+        s.flush()
+        study_id = s.scalar(select(Study.id).where(Study.name == "hostile"))
+        s.add_all(Assignment(study_id=study_id, rater_id=user.id, pair_id=pid, order_index=n)
+                  for n, pid in enumerate(pair_ids))
+        rater = Actor(user.id, "reader", "rater")
     assert image_service.image_warnings(db, rater, image_ids=list(image_ids)) == {}
+    for pair_id in pair_ids:
+        for info in image_service.images_for_pair(db, rater, pair_id=pair_id):
+            assert "burned_in_annotation" not in info.meta
+            png = image_service.rendered_image(db, rater, image_id=info.image_id)
+            assert hc.find_planted(png) == []
 
     # Every file of the export.
     out = tmp_path / "export"
