@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.services.errors import InvalidInput
-from backend.util import atomic_write, file_sha256
+from backend.util import MAX_JSON_DEPTH, atomic_write, file_sha256, json_too_deep, json_type
 
 log = logging.getLogger(__name__)
 
@@ -222,13 +222,22 @@ def read_report_file(path: Path) -> Corpus:
         raise InvalidInput(f"{path}: not valid UTF-8 (byte {exc.start})") from None
     rows: list[tuple[str, dict[str, object]]] = []
     if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        for number, line in enumerate(content.splitlines(), start=1):
+        # Lines end at a line feed only: a report may contain U+2028 and other characters
+        # that str.splitlines() would also split on.
+        for number, line in enumerate(content.split("\n"), start=1):
             if not line.strip():
                 continue
+            if json_too_deep(line):
+                raise InvalidInput(
+                    f"{path}: line {number}: nesting deeper than {MAX_JSON_DEPTH} levels")
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InvalidInput(f"{path}: line {number}: invalid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise InvalidInput(
+                    f"{path}: line {number}: nesting deeper than {MAX_JSON_DEPTH} levels"
+                ) from None
             if not isinstance(obj, dict):
                 raise InvalidInput(f"{path}: line {number}: expected a JSON object")
             rows.append((f"line {number}", obj))
@@ -250,6 +259,8 @@ def read_report_file(path: Path) -> Corpus:
             raise InvalidInput(f"{path}: {where}: missing field 'text'")
         if not isinstance(text, str):
             raise InvalidInput(f"{path}: {where}: field 'text' is not a string")
+        if isinstance(rid, bool) or not isinstance(rid, str | int):
+            raise InvalidInput(f"{path}: {where}, field 'id': expected text, got {json_type(rid)}")
         rid = str(rid).strip()
         if rid in seen:
             raise InvalidInput(f"{path}: {where}: field 'id': duplicate id {rid!r}")
