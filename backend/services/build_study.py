@@ -36,6 +36,7 @@ from backend import config
 from backend.datasets import corpus as corpus_mod
 from backend.datasets import oracle
 from backend.datasets.corpus import Corpus, CorpusReport
+from backend.imaging.deid import DEID_PROFILE
 from backend.services import assignment, exports, imports
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
@@ -305,6 +306,7 @@ def export_build(db: Database, actor: Actor, *, study_name: str, out_dir: Path) 
             "exported_at": dt.datetime.now(dt.UTC).isoformat(),
             "exported_by": actor.username,
             "study": info,
+            "deidentification": DEID_PROFILE,
             "pairs": [{"position": p["position"], "pair_id": p["pair_id"],
                        "case_id": p["case_id"], "source": p["source"],
                        "oracle_metrics": hf_export.oracle_metrics(p["source"])}

@@ -155,6 +155,8 @@ def test_export_writes_rexval_jsonl_hf_and_a_manifest(db, files, tmp_path):
     bundle = export_build(db, ADMIN, study_name="exp", out_dir=out)
     assert bundle.n_pairs == summary.n_pairs
     manifest = json.loads((out / "manifest.json").read_text())
+    from backend.imaging.deid import DEID_PROFILE
+    assert manifest["deidentification"] == json.loads(json.dumps(DEID_PROFILE))
     prov = manifest["study"]["provenance"]
     assert prov["seed"] == 11 and manifest["study"]["seed"] == 11
     assert prov["corpus"]["sha256"] == file_sha256(corpus)
