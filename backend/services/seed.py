@@ -1,10 +1,15 @@
 """Demo seeding: accounts, the bundled demo study and its assignment, idempotently.
 
-Demo credentials (documented in the README; change them on any shared deployment)::
+Demo credentials (documented in the README, hence public)::
 
     admin   / radconcord-admin    (admin)
     rater1  / radconcord-rater1   (rater)
     rater2  / radconcord-rater2   (rater)
+
+Because these passwords are published, the web app seeds the demo only for a server that
+listens on loopback alone (``webapp/state.py``: ``server.address`` 127.0.0.1, localhost or
+::1, and ``RADCONCORD_SEED_DEMO`` not 0), and ``backend.services.sessions.login`` refuses
+any of them from a client that is not this machine (:func:`published_passwords`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ DEMO_USERS: tuple[tuple[str, str, str, str], ...] = (
     ("rater2", "radconcord-rater2", "rater", "Demo rater 2"),
 )
 DEMO_RATERS = tuple(u for u, _, role, _ in DEMO_USERS if role == "rater")
+
+
+def published_passwords() -> frozenset[str]:
+    """The demo accounts' passwords: never accepted from another computer."""
+    return frozenset(password for _, password, _, _ in DEMO_USERS)
 
 
 @dataclass(frozen=True)

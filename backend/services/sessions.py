@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from backend.services import auth
@@ -211,9 +212,10 @@ def any_account(db: Database) -> bool:
 
 def known_passwords() -> frozenset[str]:
     """Passwords published with the project (the demo accounts')."""
-    from backend.services.seed import DEMO_USERS
+    # Imported here: the seed module imports the importers, which sessions does not need.
+    from backend.services.seed import published_passwords
 
-    return frozenset(password for _, password, _, _ in DEMO_USERS)
+    return published_passwords()
 
 
 def _lock_for(failures: int) -> dt.timedelta:
@@ -414,11 +416,15 @@ def _live(db: Database, row, now: dt.datetime, *, force_touch: bool = False  # n
     if row.credential_stamp != credential_stamp(row.password_hash):
         return None
     if force_touch or now - (_utc(row.last_seen_at) or now) >= TOUCH_INTERVAL:
-        expires = now + SESSION_TTL
-        with db.begin() as s:
-            s.execute(update(AuthSession).where(
-                AuthSession.id == row.id, AuthSession.revoked_at.is_(None)).values(
-                last_seen_at=now, expires_at=expires))
+        try:
+            with db.begin() as s:
+                s.execute(update(AuthSession).where(
+                    AuthSession.id == row.id, AuthSession.revoked_at.is_(None)).values(
+                    last_seen_at=now, expires_at=now + SESSION_TTL))
+            expires = now + SESSION_TTL
+        except OperationalError:
+            # A busy database must not fail the page: the expiry slides on a later action.
+            log.warning("could not extend session %s now (database busy)", row.id)
     return LiveSession(
         session_id=row.id, actor=Actor(user_id=row.user_id, username=row.username, role=row.role),
         must_change_password=bool(row.must_change_password), expires_at=expires)
