@@ -10,16 +10,21 @@ event per change, and each cell's events chain (old value == previous new value)
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from backend.services import auth, rating
 from backend.services.assignment import assign_raters
 from backend.services.types import Actor
-from db.models import Pair, Rating, RatingEvent, User
+from db.models import Pair, Rating, RatingEvent, Study, User
 
 N_RATERS = 20
 N_TABS = 4  # raters 0..3 also write from a second thread
@@ -126,3 +131,84 @@ def test_twenty_raters_save_at_once(any_db, make_study, fast_password_hashing):
         written = {count for entries in log.values() for *key, count, _ in entries
                    if tuple(key) == cell}
         assert stored.get(cell, 0) in written | {0}, cell
+
+
+IMPORT_PROCESS = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, sys.argv[3])
+    from backend.services.imports import import_cases
+    from backend.services.types import Actor, CandidateInput, CaseInput
+    from db.session import Database
+
+    db = Database(sys.argv[1], migrate=False)
+    n = int(sys.argv[2])
+    cases = [CaseInput(f"bulk{i}", f"Reference {i}: lungs are clear, no effusion.",
+                       [CandidateInput(f"Candidate {i} A: small effusion.", "gen-A"),
+                        CandidateInput(f"Candidate {i} B: clear lungs.", "gen-B")])
+             for i in range(n)]
+    print("start", flush=True)
+    import_cases(db, Actor.system(), study_name="Bulk", cases=cases)
+""")
+
+
+@pytest.mark.slow
+def test_saves_while_another_process_imports(any_db, make_study, fast_password_hashing):
+    """The incident: an import in another process (the CLI) while raters save. Each save
+    is stored, none waits more than a few batches, and the import comes out whole."""
+    db = any_db
+    make_study(db, "Rated", 12)
+    names = [f"p{i:02d}" for i in range(8)]
+    actors = []
+    for name in names:
+        auth.create_user(db, SYSTEM, username=name, password=f"{name}-password", role="rater")
+        actors.append(auth.authenticate(db, username=name, password=f"{name}-password"))
+    assign_raters(db, SYSTEM, study_name="Rated", rater_usernames=names, raters_per_pair=4,
+                  seed=3)
+    queues = {a.username: [q.opaque_id for q in rating.rater_queue(db, a, study_name="Rated")]
+              for a in actors}
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", IMPORT_PROCESS, db.url, "8000", str(root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "start", proc.stderr.read()
+    errors: list[str] = []
+    latencies: list[float] = []
+    last: dict[tuple, int] = {}
+
+    def save(actor: Actor) -> None:
+        rng = random.Random(actor.username)
+        step = 0
+        while proc.poll() is None or step < 3:
+            oid = rng.choice(queues[actor.username])
+            cell = (actor.username, oid, rng.randint(1, 6), rng.random() < 0.5)
+            count = last.get(cell, 0) % 9 + 1
+            t0 = time.perf_counter()
+            try:
+                rating.set_count(db, actor, opaque_id=oid, category=cell[2],
+                                 significant=cell[3], count=count)
+            except Exception as exc:  # every failure is collected and reported
+                errors.append(f"{type(exc).__name__}: {exc}")
+                return
+            latencies.append(time.perf_counter() - t0)
+            last[cell] = count
+            step += 1
+            time.sleep(rng.uniform(0.02, 0.1))
+
+    threads = [threading.Thread(target=save, args=(a,)) for a in actors]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert errors == [], errors[:3]
+    assert len(latencies) >= 40
+    # Bounded by a few import batches (on a loaded 2-core machine), never the whole import.
+    assert max(latencies) < 3.0, sorted(latencies)[-5:]
+    with db.read() as s:
+        stored = {(u, oid, int(c), bool(g)): n for u, oid, c, g, n in s.execute(
+            select(User.username, Pair.opaque_id, Rating.category, Rating.significant,
+                   Rating.count)
+            .join(User, User.id == Rating.rater_id).join(Pair, Pair.id == Rating.pair_id))}
+        n_pairs = s.scalar(select(func.count(Pair.id)).join(Study).where(Study.name == "Bulk"))
+    assert stored == last
+    assert n_pairs == 16000
