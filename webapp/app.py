@@ -1,4 +1,4 @@
-"""RadConcord web app entry point: a router (``streamlit run webapp/app.py``).
+"""RadConcord web app router (served by ``streamlit run webapp/server.py``).
 
 The pages offered depend on the logged-in user's role: nobody logged in sees only the login
 page; a rater sees "Rate" and "My studies"; an admin sees the study pages, the metric

@@ -152,3 +152,17 @@ def test_every_role_has_my_account_and_admins_have_accounts(study_env, make_app)
     assert not admin.exception and admin.title[0].value == "Accounts"
     admin.switch_page("views/account.py").run()
     assert admin.title[0].value == "My account"
+
+
+def test_the_cookie_script_follows_the_base_url_path(study_env, make_app):
+    from streamlit import config as st_config
+
+    before = st_config.get_option("server.baseUrlPath")
+    st_config.set_option("server.baseUrlPath", "/radconcord/")
+    try:
+        at = _log_in(make_app(), "rita", study_env.passwords["rita"])
+    finally:
+        st_config.set_option("server.baseUrlPath", before)
+    [script] = [el.proto.body for el in at.get("html")]
+    assert 'fetch("/radconcord/_rc/session"' in script
+    assert "credentials: 'same-origin'" in script and '"X-RadConcord": \'1\'' in script
