@@ -64,6 +64,7 @@ from pydicom.uid import UID, ExplicitVRLittleEndian, generate_uid
 from backend.imaging.load import (
     MAX_PIXELS_PER_FRAME,
     ImageLoadError,
+    check_dicom_pixel_limit,
     check_pixel_limit,
     raster_header_size,
 )
@@ -571,14 +572,7 @@ def _reencode_pixels(ds: Dataset) -> dict[str, Any]:
     if not tsyntax:
         raise DeidentificationError("DICOM file has no transfer syntax in its file meta")
     try:
-        rows, columns = int(ds.Rows), int(ds.Columns)
-        frames = int(ds.get("NumberOfFrames", 1) or 1)
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise DeidentificationError(
-            f"malformed Rows/Columns/Number of Frames ({exc})"
-        ) from None
-    try:
-        check_pixel_limit("", rows, columns, frames)
+        check_dicom_pixel_limit("", ds)
     except ImageLoadError as exc:
         raise DeidentificationError(str(exc)) from None
     photometric = str(ds.get("PhotometricInterpretation", "")).strip().upper()

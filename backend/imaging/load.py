@@ -12,16 +12,18 @@ Every failure to read a file raises :class:`ImageLoadError` whose message names 
 
 Pixel limit: a frame may have at most :data:`MAX_PIXELS_PER_FRAME` pixels (8192 x 8192, seven
 times a large chest film) and a DICOM file at most :data:`MAX_FRAMES` frames and
-:data:`MAX_TOTAL_PIXELS` pixels in all (four full-size frames). The limit is
-checked from the header (PNG IHDR, JPEG SOF, DICOM Rows/Columns/Number of Frames) before any
-pixel is decoded, so a file claiming 30000 x 30000 pixels costs no memory; Pillow's own
-decompression-bomb limit is set to the same number so that it never disagrees.
+:data:`MAX_TOTAL_PIXELS` pixels in all (four full-size frames). The limit is checked from the
+header (PNG IHDR, JPEG SOF, DICOM Rows/Columns/Number of Frames and the JPEG / JPEG 2000
+header of each compressed frame) before any pixel is decoded, so a file claiming 30000 x 30000
+pixels costs no memory; Pillow's own decompression-bomb limit is set to the same number so
+that it never disagrees.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,8 +92,9 @@ def check_pixel_limit(name: str, rows: int, columns: int, frames: int = 1) -> No
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# Start-of-frame markers (SOF0..SOF15 without DHT C4, JPG C8 and DAC CC).
-_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+# Start-of-frame markers (SOF0..SOF15 without DHT C4, JPG C8 and DAC CC; JPEG-LS SOF55).
+_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF,
+             0xF7}
 
 
 def raster_header_size(data: bytes, fmt: str) -> tuple[int, int]:
@@ -202,6 +205,59 @@ class LoadedImage:
     def width(self) -> int:
         """Columns of the (first) frame."""
         return int(self.pixels.shape[1])
+
+
+def _codestream_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height claimed by a JPEG or JPEG 2000 codestream, None if neither."""
+    if data.startswith(b"\xff\xd8"):
+        try:
+            return raster_header_size(data, "jpeg")
+        except ValueError:
+            return None
+    # SOC followed by SIZ: a raw codestream, or one inside a JP2 box near the start.
+    pos = data.find(b"\xff\x4f\xff\x51", 0, 4096)
+    if pos < 0 or pos + 24 > len(data):
+        return None
+    xsiz, ysiz, x_offset, y_offset = struct.unpack(">IIII", data[pos + 8 : pos + 24])
+    return xsiz - x_offset, ysiz - y_offset
+
+
+def check_dicom_pixel_limit(name: str, ds: Any) -> None:
+    """Refuse a DICOM dataset over the pixel limit, from its header, before decoding.
+
+    Rows, Columns and Number of Frames are checked, and for compressed pixel data also the
+    size each frame's own JPEG / JPEG 2000 header claims (a decoder allocates what the
+    codestream says, whatever Rows and Columns say).
+
+    Args:
+        name: The file, for the message (empty: the caller adds it).
+        ds: The dataset (pixel data read, not decoded).
+
+    Raises:
+        ImageLoadError: Malformed dimensions, or over the limit.
+    """
+    from pydicom.encaps import generate_frames
+    from pydicom.uid import UID
+
+    prefix = f"{name}: " if name else ""
+    try:
+        frames = int(ds.get("NumberOfFrames", 1) or 1)
+        rows, columns = int(ds.get("Rows", 0) or 0), int(ds.get("Columns", 0) or 0)
+    except (TypeError, ValueError) as exc:
+        raise ImageLoadError(f"{prefix}malformed Rows/Columns/Number of Frames ({exc})") from exc
+    check_pixel_limit(name, rows, columns, frames)
+    meta = getattr(ds, "file_meta", None)
+    syntax = UID(str(meta.get("TransferSyntaxUID", "") if meta is not None else ""))
+    if not syntax.is_compressed or "PixelData" not in ds:
+        return
+    try:
+        encoded = list(generate_frames(ds.PixelData, number_of_frames=frames))
+    except Exception:  # malformed encapsulation: the decoder reports it
+        return
+    for frame in encoded:
+        size = _codestream_size(frame)
+        if size is not None:
+            check_pixel_limit(name, size[1], size[0], frames)
 
 
 def sniff_format(path: Path, head: bytes | None = None) -> str | None:
@@ -383,12 +439,8 @@ def _load_dicom(path: Path) -> LoadedImage:
         raise ImageLoadError(f"{path}: not a readable DICOM file ({exc})") from exc
     if "PixelData" not in ds and "FloatPixelData" not in ds and "DoubleFloatPixelData" not in ds:
         raise ImageLoadError(f"{path}: DICOM file has no pixel data")
-    try:
-        n_frames = int(ds.get("NumberOfFrames", 1) or 1)
-        rows, columns = int(ds.get("Rows", 0) or 0), int(ds.get("Columns", 0) or 0)
-    except (TypeError, ValueError) as exc:
-        raise ImageLoadError(f"{path}: malformed Rows/Columns/Number of Frames ({exc})") from exc
-    check_pixel_limit(str(path), rows, columns, n_frames)
+    check_dicom_pixel_limit(str(path), ds)
+    n_frames = int(ds.get("NumberOfFrames", 1) or 1)
     try:
         index = 0 if n_frames > 1 else None
         arr = pixel_array(ds, index=index)

@@ -324,3 +324,68 @@ def test_palette_colour_dicom_shows_the_palette_colours():
     expected = rgb @ np.asarray([0.299, 0.587, 0.114], dtype=np.float32)
     np.testing.assert_allclose(image.pixels, expected, rtol=1e-6)
     assert not np.array_equal(image.pixels, ds.pixel_array.astype(np.float32))
+
+
+def _jpeg_dicom_claiming(tmp_path, width: int | None, height: int | None):
+    """An 8-bit DICOM (48 x 64 in its header) whose JPEG frame claims ``width`` x ``height``
+    (None: an honest 64 x 48 frame)."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.encaps import encapsulate
+    from pydicom.uid import JPEGBaseline8Bit, generate_uid
+
+    if width is None:
+        buf = io.BytesIO()
+        Image.fromarray(np.full((48, 64), 90, np.uint8)).save(buf, format="JPEG")
+        frame = buf.getvalue()
+    else:
+        frame = _jpeg_claiming(width, height)
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = JPEGBaseline8Bit
+    ds.SOPClassUID = "1.2.840.10008.5.1.4.1.1.7"
+    ds.SOPInstanceUID = generate_uid()
+    ds.Rows, ds.Columns = 48, 64
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.BitsAllocated = ds.BitsStored = 8
+    ds.HighBit, ds.PixelRepresentation = 7, 0
+    ds.PixelData = encapsulate([frame])
+    ds["PixelData"].VR = "OB"
+    path = tmp_path / "claims.dcm"
+    ds.save_as(path, enforce_file_format=True)
+    return path
+
+
+def _j2k_dicom_claiming(tmp_path, width: int | None, height: int | None):
+    """RG1_J2KI.dcm with its JPEG 2000 SIZ marker claiming ``width`` x ``height`` (None: as
+    it is)."""
+    import struct
+
+    if width is None:
+        return get_testdata_file("RG1_J2KI.dcm")
+    ds = pydicom.dcmread(get_testdata_file("RG1_J2KI.dcm"))
+    data = bytearray(ds.PixelData)
+    siz = data.index(b"\xff\x4f\xff\x51") + 8
+    data[siz : siz + 16] = struct.pack(">IIII", width, height, 0, 0)
+    ds.PixelData = bytes(data)
+    path = tmp_path / "claims_j2k.dcm"
+    ds.save_as(path)
+    return path
+
+
+@pytest.mark.parametrize("make", [_jpeg_dicom_claiming, _j2k_dicom_claiming])
+def test_compressed_frame_claiming_more_than_its_header_is_refused(tmp_path, make):
+    """The decoder allocates what the codestream says: its header is checked too."""
+    from backend.imaging.deid import DeidentificationError, UidMapper, deidentify_file
+
+    path = make(tmp_path, 9000, 9000)
+    message = "image of 9000 x 9000 pixels exceeds the limit of 67108864 pixels per frame"
+    with pytest.raises(ImageLoadError) as err:
+        load_image(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+    with pytest.raises(DeidentificationError) as err2:
+        deidentify_file(path, UidMapper())
+    assert str(err2.value).startswith(f"{path}: {message}")
+    # With an honest frame header the same kind of file loads and de-identifies.
+    honest = make(tmp_path, None, None)
+    assert load_image(honest).pixels.size > 0
+    deidentify_file(honest, UidMapper())
