@@ -49,7 +49,11 @@ def _cheap_argon2(monkeypatch):
 @pytest.fixture
 def corpus(tmp_path_factory):
     # Outside the data folder, so that a scan of the data folder sees only what was stored.
-    return hc.build(tmp_path_factory.mktemp("hostile-input"))
+    built = hc.build(tmp_path_factory.mktemp("hostile-input"))
+    # File names carry identifiers too (exports from a PACS often do).
+    named = built.folder / f"{hc.FAMILY}_{hc.GIVEN}_{hc.PATIENT_ID}.png"
+    built.png[1] = built.png[1].rename(named)
+    return built
 
 
 def _cases(corpus) -> list[CaseInput]:
@@ -155,7 +159,7 @@ def test_image_over_the_pixel_limit_fails_the_import_with_one_line(any_db, corpu
     import struct
     import zlib
 
-    data = bytearray((corpus.folder / "rgb.png").read_bytes())
+    data = bytearray(corpus.png[0].read_bytes())
     data[16:24] = struct.pack(">II", 30000, 30000)
     data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])) & 0xFFFFFFFF)
     bomb = tmp_path / "bomb.png"
