@@ -530,9 +530,16 @@ def _lut_item(item: Dataset, with_type: bool, little_endian: bool) -> Dataset | 
             value = np.frombuffer(value[: len(value) // 2 * 2], ">u2").astype("<u2").tobytes()
     else:
         value = _values(value)[:n_entries]
+    descriptor_vr, data_vr = descriptor.VR, data.VR
+    # Read without an explicit VR these stay ambiguous ("US or SS"); pin them down, since the
+    # item no longer sits in its original dataset for pydicom to resolve them on writing.
+    if " or " in descriptor_vr:
+        descriptor_vr = "SS" if int(_values(descriptor.value)[1]) < 0 else "US"
+    if " or " in data_vr:
+        data_vr = "OW" if isinstance(value, bytes) else "US"
     out = Dataset()
-    out.add(DataElement(descriptor.tag, descriptor.VR, descriptor.value))
-    out.add(DataElement(data.tag, data.VR, value))
+    out.add(DataElement(descriptor.tag, descriptor_vr, descriptor.value))
+    out.add(DataElement(data.tag, data_vr, value))
     if with_type and "ModalityLUTType" in item:
         lut_type = _coded("RescaleType", item.ModalityLUTType)
         if lut_type is not None:
