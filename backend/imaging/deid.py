@@ -59,7 +59,13 @@ import pydicom
 from pydicom.dataelem import DataElement
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.sequence import Sequence
-from pydicom.uid import UID, ExplicitVRLittleEndian, generate_uid
+from pydicom.uid import (
+    UID,
+    ExplicitVRBigEndian,
+    ExplicitVRLittleEndian,
+    ImplicitVRLittleEndian,
+    generate_uid,
+)
 
 from backend.imaging.load import (
     MAX_PIXELS_PER_FRAME,
@@ -577,7 +583,17 @@ def _reencode_pixels(ds: Dataset) -> dict[str, Any]:
     meta = getattr(ds, "file_meta", None)
     tsyntax = meta.get("TransferSyntaxUID") if meta is not None else None
     if not tsyntax:
-        raise DeidentificationError("DICOM file has no transfer syntax in its file meta")
+        # Old files without a transfer syntax: the encoding pydicom read them in says which
+        # of the uncompressed syntaxes it is.
+        implicit, little = getattr(ds, "original_encoding", (None, None))
+        if implicit is None or little is None:
+            raise DeidentificationError("DICOM file has no transfer syntax in its file meta")
+        tsyntax = {(True, True): ImplicitVRLittleEndian, (False, True): ExplicitVRLittleEndian,
+                   (False, False): ExplicitVRBigEndian}.get((implicit, little))
+        if tsyntax is None:
+            raise DeidentificationError("DICOM file has no transfer syntax in its file meta")
+        if meta is not None:
+            meta.TransferSyntaxUID = tsyntax  # for the decoder
     try:
         check_dicom_pixel_limit("", ds)
     except ImageLoadError as exc:

@@ -298,3 +298,15 @@ def test_non_ascii_pseudonym_is_written_as_utf8(tmp_path):
     cleaned = pydicom.dcmread(io.BytesIO(data))
     assert cleaned.SpecificCharacterSet == "ISO_IR 192"
     assert cleaned.PatientName == "Études-07" and cleaned.PatientID == "Études-07"
+
+
+def test_file_without_transfer_syntax_is_read_in_its_own_encoding(tmp_path):
+    ds = pydicom.dcmread(get_testdata_file("CT_small.dcm"))
+    del ds.file_meta.TransferSyntaxUID
+    src = tmp_path / "no_syntax.dcm"
+    ds.save_as(src, implicit_vr=False, little_endian=True)
+    data, _, _ = deidentify_file(src, UidMapper())
+    stored = tmp_path / "stored.dcm"
+    stored.write_bytes(data)
+    np.testing.assert_array_equal(load_image(stored).pixels,
+                                  load_image(get_testdata_file("CT_small.dcm")).pixels)
