@@ -22,9 +22,10 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 # `streamlit run webapp/server.py` puts webapp/ on sys.path, not the repository root.
 _ROOT = str(Path(__file__).resolve().parent.parent)
@@ -32,6 +33,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import streamlit as st  # noqa: E402
+from starlette.concurrency import run_in_threadpool  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
@@ -45,6 +47,7 @@ log = logging.getLogger(__name__)
 
 APP_SCRIPT = Path(__file__).resolve().parent / "app.py"
 MAX_BODY = 512
+T = TypeVar("T")
 
 _db: Database | None = None
 _db_lock = threading.Lock()
@@ -126,10 +129,8 @@ async def close_session(request: Request) -> Response:
     return response
 
 
-async def _in_thread(fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     # Database work blocks; keep it off the event loop that serves every websocket.
-    from starlette.concurrency import run_in_threadpool
-
     return await run_in_threadpool(fn, *args, **kwargs)
 
 

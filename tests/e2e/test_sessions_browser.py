@@ -257,3 +257,61 @@ def test_a_failing_live_fragment_shows_a_reference_never_a_traceback(browser, tm
             assert f"reference {reference}" in log and "metric_scores" in log
         finally:
             context.close()
+
+
+def _post(url: str, body: str = "", headers: dict[str, str] | None = None
+          ) -> tuple[int, list[str]]:
+    """POST without a browser; (status, Set-Cookie headers)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body.encode(), method="POST",
+                                     headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, resp.headers.get_all("set-cookie") or []
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get_all("set-cookie") or []
+
+
+def test_the_cookie_routes_need_the_app_header_and_a_live_ticket_or_token(server):
+    url, data = server
+    app_header = {"X-RadConcord": "1"}
+    db = _db(data)
+    try:
+        info = auth.create_user(db, Actor.system(), username="routes", role="rater",
+                                password="routes-password-3")
+        actor = Actor(info.user_id, info.username, info.role)
+        ticket = sessions.create_session(db, actor).ticket
+        # A cross-site form cannot add the header: refused before the ticket is looked at.
+        assert _post(f"{url}/_rc/session", ticket) == (403, [])
+        assert _post(f"{url}/_rc/session", "made-up-ticket", app_header) == (400, [])
+        # Behind a TLS proxy: Secure as well.
+        status, cookies = _post(f"{url}/_rc/session", ticket,
+                                {**app_header, "X-Forwarded-Proto": "https"})
+        assert status == 204 and len(cookies) == 1
+        attributes = {part.strip().split("=")[0].lower() for part in cookies[0].split(";")}
+        assert {"httponly", "secure", "samesite", "path", "max-age"} <= attributes
+        assert "SameSite=strict" in cookies[0] and "Path=/" in cookies[0]
+        assert f"Max-Age={int(sessions.SESSION_TTL.total_seconds())}" in cookies[0]
+        token = cookies[0].split(";")[0].split("=", 1)[1]
+        assert sessions.resolve_token(db, token).actor == actor
+        # A ticket works once.
+        assert _post(f"{url}/_rc/session", ticket, app_header) == (400, [])
+        # Refresh re-sets a live cookie with a full lifetime (plain http: not Secure) ...
+        status, cookies = _post(f"{url}/_rc/refresh", "",
+                                {**app_header, "Cookie": f"{COOKIE}={token}"})
+        assert status == 204 and cookies[0].startswith(f"{COOKIE}={token};")
+        assert "Secure" not in cookies[0] and "HttpOnly" in cookies[0]
+        # ... logout revokes it in the database and clears it ...
+        status, cookies = _post(f"{url}/_rc/logout", "",
+                                {**app_header, "Cookie": f"{COOKIE}={token}"})
+        assert status == 204 and "Max-Age=0" in cookies[0]
+        assert sessions.resolve_token(db, token) is None
+        # ... and a refresh of the dead cookie clears it instead of renewing it.
+        status, cookies = _post(f"{url}/_rc/refresh", "",
+                                {**app_header, "Cookie": f"{COOKIE}={token}"})
+        assert status == 204 and not cookies[0].startswith(f"{COOKIE}={token};")
+        assert "Max-Age=0" in cookies[0]
+    finally:
+        db.dispose()
