@@ -139,3 +139,28 @@ def test_probes_page_runs_lexical_probes(rated_env, make_app, all_text):
     assert list(table["Metric"]) == ["bleu1", "bleu2", "bleu3", "bleu4", "rougeL"]
     assert table["Delta"].notna().all()
     assert at.get("plotly_chart")
+
+
+def test_explorer_shows_the_pairs_images_with_the_burned_in_flag(rated_env, make_app):
+    """The study lead sees the case's images in the explorer, flagged when the DICOM header
+    says text is burned in (raters never get this flag: tests/pages/test_image_viewer.py)."""
+    from PIL import Image as PILImage
+
+    from backend.services.images import BURNED_IN_NOTE
+    from db.models import Image
+
+    pair_id = rated_env.pair_ids[0]
+    folder = rated_env.data_dir / "images"
+    folder.mkdir(exist_ok=True)
+    PILImage.new("L", (32, 40), 90).save(folder / "flagged.png")
+    with rated_env.db.begin() as s:
+        case_id = s.get(Pair, pair_id).case_id
+        s.add(Image(case_id=case_id, path="images/flagged.png", format="png", view="PA",
+                    sha256="f" * 64, width=32, height=40,
+                    meta={"burned_in_annotation": "YES"}))
+    at = make_app(rated_env.admin, script=VIEWS / "explorer.py",
+                  params={"study": rated_env.study, "pair": str(pair_id)})
+    assert not at.exception and not at.error
+    assert [w.value for w in at.warning if w.value == BURNED_IN_NOTE] == [BURNED_IN_NOTE]
+    # The case's own image (from the import) and the flagged one; only the latter is flagged.
+    assert at.expander[0].label == "Images (2)"
