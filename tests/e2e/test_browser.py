@@ -120,7 +120,11 @@ def test_a_stolen_cookie_is_dead_after_logout(server, browser):
     page.goto(url)
     log_in(page, "rater2", "radconcord-rater2")
     page.get_by_text("Candidate report").wait_for()
-    page.wait_for_function("() => document.cookie.includes('radconcord_session=')")
+    # HttpOnly: the cookie is invisible to document.cookie; ask the browser context.
+    deadline = time.monotonic() + 30
+    while not any(c["name"] == "radconcord_session" for c in context.cookies()):
+        assert time.monotonic() < deadline, "the server never set the session cookie"
+        time.sleep(0.2)
     stolen = [c for c in context.cookies() if c["name"] == "radconcord_session"]
     log_out(page)
     page.get_by_label("Password", exact=True).wait_for()
