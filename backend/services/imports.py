@@ -55,6 +55,8 @@ from sqlalchemy.orm import Session
 from backend import config
 from backend.datasets import rexval
 from backend.imaging.deid import (
+    BURNED_IN_WARNING,
+    DEID_PROFILE,
     DeidentificationError,
     UidMapper,
     clean_raster,
@@ -233,6 +235,7 @@ class _CleanImage:
     data: bytes
     format: str
     source_sha256: str
+    burned_in: bool = False
 
     @property
     def rel_path(self) -> str:
@@ -244,11 +247,13 @@ def _clean_image(
     case_id: str, src: Path, view: str | None, mapper: UidMapper, warnings: list[str]
 ) -> _CleanImage:
     fmt = sniff_format(src)
+    burned_in = False
     try:
         source_sha = file_sha256(src)
         if fmt == "dicom":
             data, report, _ = deidentify_file(src, mapper)
             warnings.extend(f"case {case_id}: {src.name}: {w}" for w in report.warnings)
+            burned_in = any(BURNED_IN_WARNING in w for w in report.warnings)
         elif fmt in ("png", "jpeg"):
             # Pixels re-encoded alone; a JPEG comes back as PNG, so the stored format (and
             # the file's extension) is the one returned.
@@ -259,7 +264,7 @@ def _clean_image(
         raise InvalidInput(f"case {case_id}: {src}: {exc}") from None
     except OSError as exc:
         raise InvalidInput(f"case {case_id}: {src}: cannot read ({exc.strerror})") from None
-    return _CleanImage(case_id, src, view, data, fmt, source_sha)
+    return _CleanImage(case_id, src, view, data, fmt, source_sha, burned_in)
 
 
 def _store_image(clean: _CleanImage, writer: _FileWriter) -> _PreparedImage:
@@ -651,14 +656,17 @@ def _run_import(
     writer = _FileWriter(config.data_dir())
     mapper = UidMapper()
     warnings: list[str] = []
-    has_dicom = False
+    n_stored = 0
+    # The import report: images whose header says burned-in text (by case and stored file,
+    # never the source file name, which may itself identify the patient).
+    burned_in: list[dict[str, str]] = []
     try:
         for batch in _batches(cases, batch_pairs or BATCH_PAIRS):
             cleaned = [
                 _clean_image(case.case_id, src, view, mapper, warnings)
                 for case in batch for src, view in sources.get(case.case_id, [])
             ]
-            has_dicom = has_dicom or any(c.format == "dicom" for c in cleaned)
+            n_stored += len(cleaned)
             if cleaned:
                 # Named in the staging study before they exist: if this process is killed
                 # while writing them, the cleanup knows which files were its own.
@@ -669,7 +677,10 @@ def _run_import(
             # write lock is held only for the INSERTs.
             prepared: dict[str, list[_PreparedImage]] = {}
             for clean in cleaned:
-                prepared.setdefault(clean.case_id, []).append(_store_image(clean, writer))
+                stored = _store_image(clean, writer)
+                prepared.setdefault(clean.case_id, []).append(stored)
+                if clean.burned_in:
+                    burned_in.append({"case_id": clean.case_id, "image": stored.rel_path})
             t0 = time.monotonic()
             with db.begin() as s:
                 _write_batch(s, staging, batch, prepared)
@@ -679,12 +690,15 @@ def _run_import(
         extra = after(db, staging) if after is not None else None
         final_provenance = dict(provenance)
         final_provenance.setdefault("imported_at", dt.datetime.now(dt.UTC).isoformat())
-        if has_dicom:
+        if n_stored:
             final_provenance["deidentification"] = {
-                "profile": "PS3.15 Annex E basic",
-                "dates": "blanked",
-                # Identifies the salt without revealing it.
+                **DEID_PROFILE,
+                # Identifies this import's UID salt without revealing it.
                 "uid_salt_id": hashlib.sha256(mapper.salt.encode()).hexdigest()[:12],
+            }
+            final_provenance["import_report"] = {
+                "images": n_stored,
+                "burned_in_annotation": burned_in,
             }
         with db.begin() as s:
             # The one moment the study becomes visible, with everything in it.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from sqlalchemy import func, select
 from backend.datasets import rexval
 from backend.datasets.demo import demo_cases, import_demo
 from backend.datasets.pairs import parse_cases
+from backend.imaging.deid import DEID_PROFILE
 from backend.scoring.hashing import input_hash
 from backend.services import images as image_service
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
@@ -97,7 +99,10 @@ def test_import_cases_creates_study_pairs_and_deidentified_images(db, tmp_path, 
         study = s.scalar(select(Study).where(Study.name == "s1"))
         assert (study.raters_per_pair, study.seed) == (2, 5)
         assert study.provenance["file"] == "cases.csv"
-        assert study.provenance["deidentification"]["dates"] == "blanked"
+        deid = study.provenance["deidentification"]
+        assert deid["profile"] == DEID_PROFILE["profile"] and deid["version"] == 2
+        assert len(deid["uid_salt_id"]) == 12
+        assert study.provenance["import_report"] == {"images": 2, "burned_in_annotation": []}
         pairs = s.scalars(select(Pair).order_by(Pair.position)).all()
         assert [p.position for p in pairs] == [0, 1, 2]
         assert [p.source for p in pairs] == ["gen-A", "gen-B", "gen-A"]
@@ -287,3 +292,23 @@ def test_demo_study_imports_with_real_and_synthetic_images(db):
     phantom = by_case["demo-03-synthetic-phantom"]
     assert [(i.format, i.view) for i in phantom] == [("png", "PA"), ("png", "LATERAL")]
     assert sum(1 for images in by_case.values() if not images) == len(cases) - 3
+
+
+def test_burned_in_annotation_is_flagged_in_the_studys_import_report(db, tmp_path):
+    ds = pydicom.dcmread(get_testdata_file("CT_small.dcm"))
+    ds.BurnedInAnnotation = "YES"
+    marked = tmp_path / "in" / "smith_john_burned.dcm"
+    marked.parent.mkdir(parents=True)
+    ds.save_as(marked)
+    clean = _png(tmp_path / "in" / "plain.png")
+    cases = [CaseInput("b1", "R.", [CandidateInput("C.", "g")], [ImageInput(path=marked)]),
+             CaseInput("b2", "R2.", [CandidateInput("C2.", "g")], [ImageInput(path=clean)])]
+    summary = import_cases(db, ADMIN, study_name="burned", cases=cases)
+    assert any("BurnedInAnnotation" in w for w in summary.warnings)
+    with db.read() as s:
+        provenance = s.scalar(select(Study.provenance))
+        path = s.scalar(select(Image.path).where(Image.format == "dicom"))
+    assert provenance["import_report"] == {
+        "images": 2, "burned_in_annotation": [{"case_id": "b1", "image": path}]}
+    # The report names the case and the stored file, never the source file's name.
+    assert "smith" not in json.dumps(provenance).lower()
