@@ -34,7 +34,8 @@ Measured on the 2-core development machine (shared, so +-20 %), SQLite, defaults
 failed saves during the load   16 ("database is locked")   0
 save latency p50 / p95 / max   8 ms / 1076 ms / 268 s      7 ms / 50 ms / 154 ms
 60k-row import under load      272 s (220 rows/s)          14 s (4175 rows/s)
-BLEU+ROUGE-L job, 20k pairs    unfinished when it ended    done in 21 s
+BLEU+ROUGE-L job, 20k pairs    worker exited, job left     done in 21 s
+                               "running" at 544 pairs
 100k-row import alone          257 s (389 rows/s)          22 s (4461 rows/s)
 peak RSS of the 100k import    629 MB                      451 MB (of which ~370 MB is
                                                            ``parse_cases``' parsed rows)
