@@ -45,6 +45,8 @@ from backend.scoring.hashing import input_hash as compute_input_hash
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 32
+# Score rows written per transaction (one corpus-dependent call can return a whole study).
+STORE_CHUNK_ROWS = 2000
 ProgressFn = Callable[[int, int, str], None]
 
 
@@ -448,7 +450,8 @@ def _score_family(
 
     cached: dict[tuple[str, str], float] = {}
     if db is not None and unique_idx:
-        with db.begin() as session:
+        # A read session: on SQLite a large lookup must not hold the write lock.
+        with db.read() as session:
             cached = cache.lookup(
                 session,
                 input_hashes=[hashes[i] for i in unique_idx],
@@ -519,8 +522,12 @@ def _score_family(
                     )
                 )
         if db is not None:
-            with db.begin() as session:
-                cache.store(session, rows)
+            # Short transactions: a corpus-dependent family stores its whole scored set at
+            # once, and raters' saves must not wait behind one long write. Existing cells
+            # are ignored by the insert, so a chunk repeated after a crash is harmless.
+            for start in range(0, len(rows), STORE_CHUNK_ROWS):
+                with db.begin() as session:
+                    cache.store(session, rows[start:start + STORE_CHUNK_ROWS])
         run.computed += len(batch_hashes if not corpus_dependent else missing_hashes)
         resolved += sum(multiplicity[h] for h in batch_hashes if h in missing_hashes)
         tick(resolved, f"{family}: {run.computed} computed, {run.cached} cached")

@@ -19,8 +19,9 @@ from backend import config
 from backend.imaging.load import ImageLoadError, LoadedImage, load_image
 from backend.imaging.render import DEFAULT_MAX_SIDE, THUMBNAIL_SIDE, RenderSettings, render_png
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from backend.services.rating import HIDDEN_STATUSES
 from backend.services.types import Actor
-from db.models import Assignment, Image, Pair
+from db.models import Assignment, Image, Pair, Study
 from db.session import Database
 
 # Header fields a viewer may show (already de-identified on import).
@@ -68,6 +69,9 @@ def _check_access(s: Any, actor: Actor, case_id: int) -> None:
                 Assignment.rater_id == actor.user_id,
                 Assignment.pair_id == Pair.id,
                 Pair.case_id == case_id,
+                Study.id == Pair.study_id,
+                # Draft and still-importing studies are not the rater's yet.
+                Study.status.not_in(HIDDEN_STATUSES),
             )
         )
     )

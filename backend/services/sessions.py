@@ -45,7 +45,7 @@ from backend.services import auth
 from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from db.models import AuthSession, LoginThrottle, User
-from db.session import Database
+from db.session import Database, DatabaseBusy, is_busy_error
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ SESSION_TTL = dt.timedelta(hours=12)
 TICKET_TTL = dt.timedelta(seconds=60)
 # Sliding the expiry costs a write; once a minute keeps reruns read-only.
 TOUCH_INTERVAL = dt.timedelta(minutes=1)
+# How long sliding a session's expiry may wait for other writers before it is left for later.
+TOUCH_BUSY_TIMEOUT_S = 0.5
 MAX_FAILURES = 5
 LOCK_BASE = dt.timedelta(seconds=30)
 LOCK_CAP = dt.timedelta(minutes=15)
@@ -417,13 +419,16 @@ def _live(db: Database, row, now: dt.datetime, *, force_touch: bool = False  # n
         return None
     if force_touch or now - (_utc(row.last_seen_at) or now) >= TOUCH_INTERVAL:
         try:
-            with db.begin() as s:
+            # Best effort and short: a page run must not wait behind a long writer for a
+            # bookkeeping write; the expiry slides on a later action instead.
+            with db.begin(busy_timeout=TOUCH_BUSY_TIMEOUT_S) as s:
                 s.execute(update(AuthSession).where(
                     AuthSession.id == row.id, AuthSession.revoked_at.is_(None)).values(
                     last_seen_at=now, expires_at=now + SESSION_TTL))
             expires = now + SESSION_TTL
-        except OperationalError:
-            # A busy database must not fail the page: the expiry slides on a later action.
+        except (OperationalError, DatabaseBusy) as exc:
+            if not isinstance(exc, DatabaseBusy) and not is_busy_error(exc):
+                raise
             log.warning("could not extend session %s now (database busy)", row.id)
     return LiveSession(
         session_id=row.id, actor=Actor(user_id=row.user_id, username=row.username, role=row.role),

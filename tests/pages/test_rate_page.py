@@ -229,3 +229,21 @@ def test_retry_button_writes_the_kept_count(study_env, make_app, all_text, monke
                            opaque_id=first).counts[(6, False)] == 4
     assert at.number_input(key=cell_key(first, 6, False)).value == 4
     assert "Not saved" not in all_text(at)
+
+
+def test_a_deactivated_raters_open_tab_stores_no_further_count(study_env, make_app):
+    """The grid's save runs in a widget callback, before the router re-checks the account:
+    the callback must re-check it itself, or a deactivated tab could store one more count."""
+    from backend.services import auth
+    from backend.services.types import Actor
+
+    first = _queue(study_env)[0].opaque_id
+    at = make_app(study_env.rater)
+    auth.set_active(study_env.db, Actor.system(), username=study_env.rater.username,
+                    active=False)
+    at.number_input(key=cell_key(first, 1, True)).set_value(2).run()
+    assert not at.exception
+    with study_env.db.read() as s:
+        from db.models import Rating
+        stored = s.query(Rating).filter_by(rater_id=study_env.rater.user_id).count()
+    assert stored == 0

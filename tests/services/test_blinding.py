@@ -147,3 +147,28 @@ def test_admin_services_refuse_raters(world):
     listed = studies.list_studies(db, r1)
     assert all(isinstance(item, rating.RaterStudy) for item in listed)
     assert "SECRET" not in repr(listed)
+
+
+@pytest.mark.parametrize("status", ["draft", "importing"])
+def test_images_of_a_hidden_study_are_refused_to_its_raters(world, status):
+    """A rater's assignment in a draft or still-importing study opens none of its images."""
+    from backend.services import images
+    from db.models import Image, Study
+
+    db, actors = world
+    with db.begin() as s:
+        pair = s.scalar(select(Pair).join(Pair.study).where(Study.name == "Blind")
+                        .order_by(Pair.position).limit(1))
+        image = Image(case_id=pair.case_id, path="images/x.png", format="png",
+                      sha256="e" * 64, meta={})
+        s.add(image)
+        s.flush()
+        image_id = image.id
+        s.get(Study, pair.study_id).status = status
+    with pytest.raises(PermissionDenied):
+        images.rendered_image(db, actors["r1"], image_id=image_id)
+    with db.begin() as s:
+        s.scalar(select(Study).where(Study.name == "Blind")).status = "open"
+    # Open again: access passes the check and fails only on the missing file.
+    with pytest.raises(NotFound, match="missing"):
+        images.rendered_image(db, actors["r1"], image_id=image_id)

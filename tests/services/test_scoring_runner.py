@@ -163,6 +163,31 @@ def test_corpus_dependent_metric_gets_whole_set_in_one_call(d, db):
     assert smaller.columns["dbl_df"] == [1.0, 0.0]
 
 
+def test_a_corpus_call_is_stored_in_short_transactions(d, db, monkeypatch):
+    """One corpus-dependent call returns the whole set; storing it in one transaction would
+    hold the SQLite write lock as long as the insert takes. Chunks store every value."""
+    from backend.scoring import runner
+
+    monkeypatch.setattr(runner, "STORE_CHUNK_ROWS", 2)
+    commits = []
+    real_begin = db.begin
+
+    def counting_begin(*args, **kwargs):
+        commits.append(1)
+        return real_begin(*args, **kwargs)
+
+    monkeypatch.setattr(db, "begin", counting_begin)
+    pairs = [ScorePair(id=str(i), reference=f"effusion {i}", candidate=f"edema {i}")
+             for i in range(5)]
+    table = score(pairs, ["corpus_double"], db=db)
+    assert [len(c) for _, c in d.CALLS] == [5]
+    with db.read() as s:
+        stored = s.scalar(select(func.count()).select_from(MetricScore))
+    keys = len(table.families["corpus_double"].keys)
+    assert stored == 5 * keys
+    assert len(commits) == -(-5 * keys // 2)  # ceil(rows / chunk): one write per chunk
+
+
 def test_empty_reports_get_nan_and_never_reach_the_metric(d, db):
     pairs = [*_pairs(2), ScorePair(id="e", reference="   ", candidate="something")]
     table = score(pairs, ["count_double"], db=db)

@@ -329,3 +329,27 @@ def test_create_session_refuses_a_deactivated_account(any_db):
         s.execute(update(User).where(User.id == rita.user_id).values(active=False))
     with pytest.raises(sessions.LoginRefused):
         sessions.create_session(any_db, rita, now=T0)
+
+
+def test_a_long_writer_does_not_fail_or_hold_up_a_page_run_that_would_slide_the_expiry(db):
+    """Sliding the expiry is bookkeeping: while another process holds the SQLite write lock
+    (an import batch, a worker), the re-check still answers at once and the slide waits."""
+    import sqlite3
+    import time
+
+    rita = _user(db)
+    issued = _logged_in(db, rita)
+    before = _utc(_row(db, issued.session_id).expires_at)
+    holder = sqlite3.connect(db.url.split("///", 1)[1], isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        live = sessions.check_session(db, issued.session_id, actor=rita,
+                                      now=T0 + dt.timedelta(minutes=5))
+        waited = time.monotonic() - started
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert live is not None and live.actor == rita
+    assert waited < 5  # the default busy wait is 15 s; the slide gives up after 0.5 s
+    assert _utc(_row(db, issued.session_id).expires_at) == before

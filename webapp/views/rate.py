@@ -65,6 +65,9 @@ def _save_pending(actor: Actor, opaque_id: str) -> None:
     A cell stays unsaved (and on screen) when the database is busy; a value the service
     refuses for another reason (a closed study) is dropped with that reason shown.
     """
+    # Widget callbacks run before the router re-checks the session: a deactivated or
+    # logged-out tab must not store one more count.
+    state.require_live_session()
     db = state.get_db()
     pending = _unsaved(opaque_id)
     status = None
