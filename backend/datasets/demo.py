@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from backend import config
-from backend.services.errors import InvalidInput
-from backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from backend.errors import InvalidInput
+from backend.types import Actor, CandidateInput, CaseInput, ImageInput
 
 DEMO_STUDY_NAME = "Demo study"
 

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from backend.services.errors import InvalidInput
+from backend.errors import InvalidInput
 from backend.util import MAX_JSON_DEPTH, json_too_deep, json_type
 
 PAIRS_FILE = "pairs.jsonl"

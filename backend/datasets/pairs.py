@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from backend.datasets.rexval import MAX_REPORT_BYTES, read_csv_header
-from backend.services.errors import InvalidInput
-from backend.services.types import CandidateInput, CaseInput, ImageInput
+from backend.errors import InvalidInput
+from backend.types import CandidateInput, CaseInput, ImageInput
 from backend.util import MAX_JSON_DEPTH, json_too_deep, json_type
 
 MAX_FILE_BYTES = 512 * 1024 * 1024

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.services.errors import InvalidInput
+from backend.errors import InvalidInput
 from backend.util import SafeCsvWriter, csv_unescape
 
 GT_FILENAME = "50_samples_gt_and_candidates.csv"

@@ -1,23 +1,8 @@
-"""Errors services raise; pages and the CLI show ``str(exc)`` to the user."""
+"""The service errors, defined in :mod:`backend.errors` (below every package that raises them).
 
+Kept so that ``from backend.services.errors import ...`` keeps working for pages and services.
+"""
 
-class ServiceError(Exception):
-    """Base class for errors a user can act on."""
+from backend.errors import InvalidInput, NotFound, PermissionDenied, ServiceError, require_admin
 
-
-class PermissionDenied(ServiceError):
-    """The actor's role or assignments do not allow this action."""
-
-
-class NotFound(ServiceError):
-    """The requested object does not exist (or is not visible to the actor)."""
-
-
-class InvalidInput(ServiceError):
-    """Input was rejected; the message names the file, row and field where possible."""
-
-
-def require_admin(actor: object) -> None:
-    """Raise ``PermissionDenied`` unless ``actor`` is an admin."""
-    if getattr(actor, "role", None) != "admin":
-        raise PermissionDenied("this action needs an admin account")
+__all__ = ["InvalidInput", "NotFound", "PermissionDenied", "ServiceError", "require_admin"]
