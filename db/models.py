@@ -304,27 +304,53 @@ class MetricScore(Base):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class ScoringJob(Base):
-    """A request to score a study with some metrics, taken by a worker process."""
+class Job(Base):
+    """A long task for a worker process: scoring, probes, an oracle build, training, ...
 
-    __tablename__ = "scoring_jobs"
+    ``kind`` names an entry of the job-kind registry (``backend.jobs``); ``params`` are its
+    JSON inputs and ``result`` its JSON output. A job moves ``queued -> running -> done |
+    failed | cancelled``; ``cancel_requested`` asks the running worker to stop. ``attempts``
+    counts claims, so a job whose workers keep dying is failed instead of retried forever.
+    """
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status_kind", "status", "kind"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
     study_id: Mapped[int | None] = mapped_column(
-        ForeignKey("studies.id", ondelete="CASCADE"), default=None
+        ForeignKey("studies.id", ondelete="CASCADE"), default=None, index=True
     )
-    metrics: Mapped[list[Any]] = mapped_column(default=list)
-    options: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    params: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # Where it may run: "cpu", "cuda" (any GPU) or None (any worker).
+    device: Mapped[str | None] = mapped_column(String(32), default=None)
     status: Mapped[str] = mapped_column(String(16), default="queued")
     progress_done: Mapped[int] = mapped_column(Integer, default=0)
     progress_total: Mapped[int] = mapped_column(Integer, default=0)
     message: Mapped[str] = mapped_column(Text, default="")
+    result: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    created_by: Mapped[str] = mapped_column(String(64), default="")
     worker_id: Mapped[str | None] = mapped_column(String(128), default=None)
-    # Times a worker has taken the job; a job whose workers keep dying (e.g. out of memory)
-    # is failed after a limit instead of being retried forever.
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     heartbeat_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+
+
+class WorkerProcess(Base):
+    """A worker process as it announces itself: shown on the Metrics page while alive."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    host: Mapped[str] = mapped_column(String(128), default="")
+    pid: Mapped[int] = mapped_column(Integer, default=0)
+    device: Mapped[str] = mapped_column(String(32), default="cpu")
+    kinds: Mapped[list[Any]] = mapped_column(default=list)  # job kinds it takes; [] = all
+    current_job_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    stopped_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)

@@ -100,3 +100,38 @@ def test_0003_gives_each_study_its_own_copy_of_a_shared_case(empty_url):
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
     engine.dispose()
+
+
+def test_0004_keeps_every_scoring_job_as_a_score_job(empty_url):
+    """scoring_jobs rows become jobs of kind 'score' with the same id, state and inputs, and
+    new jobs get ids after them (PostgreSQL's sequence follows)."""
+    engine = make_engine(empty_url)
+    upgrade(engine, "0003")
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    old = sa.table("scoring_jobs", *[sa.column(c) for c in (
+        "id", "study_id", "metrics", "options", "status", "progress_done", "progress_total",
+        "message", "error", "worker_id", "attempts", "heartbeat_at", "created_at",
+        "started_at", "finished_at")])
+    with engine.begin() as conn:
+        conn.execute(sa.insert(old), [
+            {"id": 7, "study_id": None, "metrics": '["bleu4", "rougeL"]',
+             "options": '{"bleu": {"smooth": "none"}}', "status": "done", "progress_done": 5,
+             "progress_total": 5, "message": "ok", "error": None, "worker_id": "w1",
+             "attempts": 1, "heartbeat_at": now, "created_at": now, "started_at": now,
+             "finished_at": now}])
+    upgrade(engine)
+    from db.models import Job
+    from db.session import make_sessionmaker
+
+    with make_sessionmaker(engine).begin() as s:
+        job = s.get(Job, 7)
+        assert (job.kind, job.status, job.progress_done, job.attempts, job.worker_id) == (
+            "score", "done", 5, 1, "w1")
+        assert job.params == {"metrics": ["bleu4", "rougeL"],
+                              "options": {"bleu": {"smooth": "none"}}}
+        new = Job(kind="score", params={})
+        s.add(new)
+        s.flush()
+        assert new.id > 7
+    assert "scoring_jobs" not in sa.inspect(engine).get_table_names()
+    engine.dispose()
