@@ -10,12 +10,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from backend.scoring.hashing import input_hash
 from db.session import Database
 from tests.pgserver import PgServer, PgServerError
 
@@ -108,9 +108,7 @@ def make_study() -> Callable[..., list[str]]:
                 cand = Report(case_id=case.id, role="candidate", source=source, text=cand_text)
                 s.add_all([ref, cand])
                 s.flush()
-                digest = hashlib.sha256(
-                    ("v1\x00" + ref_text + "\x00" + cand_text + "\x00").encode()
-                ).hexdigest()
+                digest = input_hash(ref_text, cand_text)
                 oid = uuid.uuid4().hex[:12]
                 s.add(
                     Pair(

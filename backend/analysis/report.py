@@ -64,21 +64,13 @@ from backend.analysis.data import (
 from backend.analysis.failure_modes import DEFAULT_FDR, failure_mode_tests
 from backend.analysis.refit import RADCLIQ_INPUTS, refit
 from backend.analysis.stats import kendall_tau_b, orient
+from backend.types import CATEGORIES
 from db.session import Database
 
 logger = logging.getLogger(__name__)
 
 CLUSTERS = ("pair", "case")
 MIN_REFIT_PAIRS = 10
-
-CATEGORY_NAMES = {
-    1: "False prediction of finding",
-    2: "Omission of finding",
-    3: "Incorrect location/position of finding",
-    4: "Incorrect severity of finding",
-    5: "Mention of comparison that is not in the reference",
-    6: "Omission of comparison describing a change from a previous study",
-}
 
 # Published Kendall tau-b on ReXVal total errors (METRICS.md). ``key`` is our closest output
 # key; the papers do not publish every setting behind their numbers.
@@ -287,7 +279,7 @@ def correlate_study(
     per_category: dict[str, Any] = {}
     for (label, y_c), res in zip(category_means.items(), by_category, strict=True):
         per_category[label] = {
-            "name": CATEGORY_NAMES[int(label)],
+            "name": CATEGORIES[int(label)],
             "mean_errors": _f(y_c[rated].mean()),
             "metrics": _correlation_entries(metric_keys, res),
         }

@@ -13,9 +13,9 @@ from typing import Any
 
 import streamlit as st
 
-from backend.analysis.report import CATEGORY_NAMES
 from backend.services import explore, images, studies
 from backend.services.errors import ServiceError
+from backend.services.types import CATEGORIES
 from webapp import state
 from webapp.components.csv_download import csv_download
 from webapp.components.diff import show_diff
@@ -151,7 +151,7 @@ with right:
                 {
                     "Rater": r.rater,
                     "Status": "counted" if r.counted else "in progress (not counted)",
-                    **{f"{c}. {CATEGORY_NAMES[c]}":
+                    **{f"{c}. {CATEGORIES[c]}":
                        f"{r.counts[(c, True)]} / {r.counts[(c, False)]}" for c in range(1, 7)},
                     "Total": r.total,
                     "Significant": r.significant,
