@@ -1,8 +1,9 @@
 """Small stdlib-only helpers shared across the backend (file hashing, atomic writes, safe
 CSV cells, bounded JSON nesting).
 
-Imports nothing outside the standard library so any module, including the CLI command
-modules, may use it without pulling in heavy dependencies.
+Imports nothing outside the standard library (and ``backend.errors``, itself stdlib-only) so
+any module, including the CLI command modules, may use it without pulling in heavy
+dependencies.
 """
 
 from __future__ import annotations
@@ -11,14 +12,18 @@ import contextlib
 import csv
 import hashlib
 import io
+import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from backend.errors import InvalidInput
 
 _CHUNK = 1 << 20
 
@@ -112,6 +117,88 @@ def staging_dir(parent: str | os.PathLike[str], prefix: str) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+MANIFEST = "manifest.json"
+
+
+def free_output_dir(out_dir: str | os.PathLike[str]) -> Path:
+    """The resolved ``out_dir``, refused unless it is missing or an empty folder.
+
+    Call it before slow work so a taken target fails at once; :func:`publish_dir` checks
+    again before moving its result into place.
+
+    Args:
+        out_dir: Folder an export or dataset is about to be written to.
+
+    Raises:
+        InvalidInput: ``out_dir`` is a file or a folder that is not empty.
+    """
+    target = Path(out_dir).resolve()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise InvalidInput(f"{target}: output folder exists and is not empty")
+    return target
+
+
+def publish_dir(
+    out_dir: str | os.PathLike[str],
+    write: Callable[[Path], Mapping[str, Any] | None],
+    *,
+    manifest: str = MANIFEST,
+) -> list[str]:
+    """Build a folder beside ``out_dir`` and move it into place whole, with a manifest.
+
+    ``write`` fills a fresh staging folder (``.<name>.tmp-<hex>`` in ``out_dir``'s parent,
+    so the final ``os.replace`` is a rename on one file system) and returns the manifest, or
+    ``None`` for none. The manifest's ``"files"`` entry, when given, lists the files to
+    describe (relative paths, in the order wanted); when absent, every file is listed in
+    sorted order. Either way it is replaced by ``{path: {"sha256": ..., "bytes": ...}}``
+    and written as indented UTF-8 JSON under ``manifest``. On any error, or an interrupt,
+    the staging folder is removed: ``out_dir`` is complete or untouched.
+
+    Args:
+        out_dir: Target folder; must be missing or empty (see :func:`free_output_dir`).
+        write: Fills the staging folder it is given; returns the manifest body or ``None``.
+        manifest: File name of the manifest inside the folder.
+
+    Returns:
+        The files described by the manifest followed by the manifest itself; without a
+        manifest, every file of the folder in sorted order. Paths are relative to
+        ``out_dir``, with ``/`` separators.
+
+    Raises:
+        InvalidInput: ``out_dir`` is taken (a file or a non-empty folder).
+    """
+    target = free_output_dir(out_dir)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # A plain mkdir, not mkdtemp: the folder becomes the published one and keeps the
+    # usual permissions (mkdtemp's 0700 would hide an export from its group).
+    tmp = target.parent / f".{target.name}.tmp-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        body = write(tmp)
+        if body is None:
+            files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+        else:
+            body = dict(body)
+            listed = body.get("files")  # replaced where it stands, else added last
+            names = (list(listed) if listed is not None else
+                     sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*")
+                            if p.is_file()))
+            body["files"] = {name: {"sha256": file_sha256(tmp / name),
+                                    "bytes": (tmp / name).stat().st_size} for name in names}
+            with open(tmp / manifest, "w", encoding="utf-8", newline="\n") as fh:
+                json.dump(body, fh, indent=2, ensure_ascii=False, default=str)
+                fh.write("\n")
+            files = [*names, manifest]
+        free_output_dir(target)
+        if target.exists():
+            target.rmdir()  # empty (checked above); os.replace needs the name free
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return files
 
 
 @contextlib.contextmanager

@@ -13,14 +13,11 @@ from the ``oracle:`` source label); other pairs get an empty list.
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import shutil
 from pathlib import Path
 from typing import Any
 
 from backend.errors import InvalidInput
-from backend.util import MAX_JSON_DEPTH, json_too_deep, json_type
+from backend.util import MAX_JSON_DEPTH, free_output_dir, json_too_deep, json_type, publish_dir
 
 PAIRS_FILE = "pairs.jsonl"
 RATINGS_FILE = "ratings.jsonl"
@@ -138,9 +135,7 @@ def write_hf_dataset(jsonl_dir: Path, out_dir: Path) -> list[str]:
     """
     from datasets import Dataset, DatasetDict
 
-    jsonl_dir, out_dir = Path(jsonl_dir), Path(out_dir).resolve()
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise InvalidInput(f"{out_dir}: output folder exists and is not empty")
+    jsonl_dir, out_dir = Path(jsonl_dir), free_output_dir(out_dir)
     pair_features, rating_features = _features()
     pairs = _read_jsonl(jsonl_dir / PAIRS_FILE)
     ratings = _read_jsonl(jsonl_dir / RATINGS_FILE)
@@ -159,16 +154,10 @@ def write_hf_dataset(jsonl_dir: Path, out_dir: Path) -> list[str]:
         "ratings": Dataset.from_dict({k: [r[k] for r in rating_rows] for k in rating_features},
                                      features=rating_features),
     })
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{secrets.token_hex(4)}"
-    try:
+
+    def write(tmp: Path) -> None:
         # One shard per split: with the default, an empty split is saved as zero shards,
         # which load_from_disk cannot read back (datasets 5.2).
         dataset.save_to_disk(str(tmp), num_shards={name: 1 for name in dataset})
-        if out_dir.exists():
-            out_dir.rmdir()
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file())
+
+    return publish_dir(out_dir, write)

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
-import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,12 +46,11 @@ from backend.imaging.deid import DEID_PROFILE
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import CATEGORIES, Actor
-from backend.util import file_sha256
+from backend.util import MANIFEST, free_output_dir, publish_dir
 from db.models import Assignment, Case, Pair, Rating, RatingEvent, User
 from db.session import MIGRATIONS_DIR, Database
 
 FORMATS = ("rexval", "jsonl")
-MANIFEST = "manifest.json"
 _RATER_RE = re.compile(r"^rexval_rater_(\d+)$")
 
 
@@ -352,19 +349,19 @@ def export_study(
     require_admin(actor)
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown export format {fmt!r}; choose rexval or jsonl")
-    out_dir = Path(out_dir).resolve()
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise InvalidInput(f"{out_dir}: output folder exists and is not empty")
+    out_dir = free_output_dir(out_dir)
     info, pairs, cells = _load(db, study_name)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{secrets.token_hex(4)}"
-    tmp.mkdir()
-    try:
+    written: list[str] = []
+    n_rows = 0
+
+    def write(tmp: Path) -> dict[str, Any]:
+        nonlocal n_rows
         if fmt == "rexval":
             files, n_rows = _rexval_files(tmp, info, pairs, cells)
         else:
             files, n_rows = _jsonl_files(tmp, pairs, cells)
-        manifest = {
+        written.extend(files)
+        return {
             "app_version": config.APP_VERSION,
             "schema_version": schema_version(),
             "exported_at": dt.datetime.now(dt.UTC).isoformat(),
@@ -378,25 +375,15 @@ def export_study(
                 "rating_rows": n_rows,
                 "raters": len({c.rater_index for c in cells}),
             },
-            "files": {
-                name: {"sha256": file_sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
-                for name in files
-            },
+            "files": files,
         }
-        with open(tmp / MANIFEST, "w", encoding="utf-8", newline="\n") as fh:
-            json.dump(manifest, fh, indent=2, ensure_ascii=False, default=str)
-            fh.write("\n")
-        if out_dir.exists():
-            out_dir.rmdir()  # empty (checked above); replace needs the name free
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    publish_dir(out_dir, write, manifest=MANIFEST)
     return ExportSummary(
         study_name=study_name,
         format=fmt,
         out_dir=out_dir,
-        files=(*files, MANIFEST),
+        files=(*written, MANIFEST),
         n_pairs=len(pairs),
         n_rating_rows=n_rows,
     )
