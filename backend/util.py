@@ -201,24 +201,6 @@ def publish_dir(
     return files
 
 
-@contextlib.contextmanager
-def user_errors(*types: type[BaseException]) -> Iterator[None]:
-    """Turn the given exceptions raised in the block into ``backend.cli.UserError``.
-
-    For CLI handlers: the error's message becomes the one-line ``error: ...`` the CLI prints.
-
-    Args:
-        types: Exception classes whose message is meant for the user.
-    """
-    # Imported here: backend.cli imports the command modules, which import this module.
-    from backend.cli import UserError
-
-    try:
-        yield
-    except types as exc:
-        raise UserError(str(exc)) from None
-
-
 # OWASP "CSV injection": a spreadsheet runs a cell as a formula when its text starts with one
 # of these; tab and carriage return can hide such a start from a first look at the file.
 CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

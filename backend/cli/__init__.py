@@ -1,7 +1,9 @@
 """``python -m backend``: the stable command line (see DESIGN.md).
 
-Each command lives in the module that owns it; that module exposes ``register(subparsers)``
-which adds its parser and sets ``func``. Command modules import nothing heavy at import time.
+The command line is the layer above the services: each group of commands is one module of
+this package (``metrics``, ``scoring``, ``data``, ``accounts``, ``studies``, ``analysis``,
+``jobs``) exposing ``register(subparsers)``, which adds its parsers and sets ``func``. No
+package below holds command code. Command modules import nothing heavy at import time.
 Errors a user can fix are printed as one line ``error: ...`` with exit status 2.
 """
 
@@ -12,36 +14,47 @@ import importlib
 import logging
 import sys
 
-# Modules that contribute subcommands; each has register(subparsers).
+from backend.cli.common import UserError
+
+__all__ = ["COMMAND_MODULES", "CommandModuleError", "UserError", "build_parser", "main"]
+
+# Every module that contributes subcommands; each has register(subparsers). All of them must
+# import: a family that fails is an error, never a command that silently disappears.
 COMMAND_MODULES = (
-    "backend.metrics.commands",
-    "backend.scoring.commands",
-    "backend.datasets.commands",
-    "backend.services.commands",
-    "backend.services.account_commands",
-    "backend.analysis.commands",
-    "backend.metrics.er2_commands",
-    "backend.datasets.build_commands",
+    "backend.cli.metrics",
+    "backend.cli.scoring",
+    "backend.cli.data",
+    "backend.cli.studies",
+    "backend.cli.accounts",
+    "backend.cli.analysis",
 )
 
 
-class UserError(Exception):
-    """An error caused by the user's input; printed as one line, exit status 2."""
+class CommandModuleError(RuntimeError):
+    """A command module listed in :data:`COMMAND_MODULES` failed to import or register."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every available subcommand."""
+    """The top-level parser with every subcommand of :data:`COMMAND_MODULES`.
+
+    Raises:
+        CommandModuleError: A listed module cannot be imported or has no ``register``; the
+            message names the module and the underlying error.
+    """
     parser = argparse.ArgumentParser(prog="python -m backend", description="RadConcord")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue  # command family not built yet
-            raise
-        module.register(sub)
+        except Exception as exc:
+            raise CommandModuleError(
+                f"command module {name} failed to import: {type(exc).__name__}: {exc}"
+            ) from exc
+        register = getattr(module, "register", None)
+        if not callable(register):
+            raise CommandModuleError(f"command module {name} has no register(subparsers)")
+        register(sub)
     return parser
 
 

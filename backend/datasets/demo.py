@@ -4,6 +4,9 @@ Two cases use a real PA chest CR from the ``pydicom-data`` package (``RG1_UNCR.d
 JPEG 2000 twin ``RG1_J2KI.dcm``), resolved at seed time so the 7 MB files are never committed;
 one case uses a synthetic drawn phantom (PA + lateral PNG, labelled synthetic in its notes);
 the rest are text only. See ``assets/demo/README.md`` for provenance and licences.
+
+This module only reads the assets; importing them as a study is
+``backend.services.seed.import_demo`` (a parser knows nothing of the services).
 """
 
 from __future__ import annotations
@@ -14,9 +17,7 @@ from typing import Any
 
 from backend import config
 from backend.errors import InvalidInput
-from backend.types import Actor, CandidateInput, CaseInput, ImageInput
-
-DEMO_STUDY_NAME = "Demo study"
+from backend.types import CandidateInput, CaseInput, ImageInput
 
 
 def demo_dir() -> Path:
@@ -90,28 +91,3 @@ def demo_cases() -> list[CaseInput]:
         )
     return cases
 
-
-def import_demo(db: Any, actor: Actor, *, study_name: str = DEMO_STUDY_NAME,
-                raters_per_pair: int = 1, seed: int = 0) -> Any:
-    """Import the demo study (admin only); returns the ``ImportSummary``.
-
-    Args:
-        db: ``db.session.Database``.
-        actor: Must be an admin.
-        study_name: Name of the new study.
-        raters_per_pair: Raters each pair should get.
-        seed: Assignment seed recorded on the study.
-    """
-    from backend.services.imports import import_cases
-
-    return import_cases(
-        db,
-        actor,
-        study_name=study_name,
-        cases=demo_cases(),
-        description=demo_description(),
-        raters_per_pair=raters_per_pair,
-        seed=seed,
-        provenance={"kind": "demo", "source": "assets/demo/cases.json",
-                    "notes": demo_notes()},
-    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 
@@ -51,6 +52,37 @@ class SeedResult:
     study_created: bool
     n_pairs: int
     assignments_created: int
+
+
+def import_demo(db: Database, actor: Actor, *, study_name: str = DEMO_STUDY,
+                raters_per_pair: int = 1, seed: int = 0) -> Any:
+    """Import the bundled demo study (admin only); returns the ``ImportSummary``.
+
+    Unlike :func:`seed_demo` it creates no accounts and no assignments, and it records the
+    demo assets' description and case notes as the study's provenance.
+
+    Args:
+        db: The study database.
+        actor: Must be an admin.
+        study_name: Name of the new study.
+        raters_per_pair: Raters each pair should get.
+        seed: Assignment seed recorded on the study.
+    """
+    # Imported lazily: the importer and the demo assets are only needed when importing.
+    from backend.datasets.demo import demo_cases, demo_description, demo_notes
+    from backend.services.imports import import_cases
+
+    return import_cases(
+        db,
+        actor,
+        study_name=study_name,
+        cases=demo_cases(),
+        description=demo_description(),
+        raters_per_pair=raters_per_pair,
+        seed=seed,
+        provenance={"kind": "demo", "source": "assets/demo/cases.json",
+                    "notes": demo_notes()},
+    )
 
 
 def ensure_database(db: Database) -> str | None:

@@ -230,13 +230,13 @@ def test_train_rejects_bad_requests(db, tmp_path) -> None:
 
 
 def test_command_prints_both_taus(db, tmp_path, capsys, monkeypatch) -> None:
-    from backend.metrics import er2_commands
+    from backend.cli import metrics as metric_commands
 
     monkeypatch.setenv("DATABASE_URL", db.url)
     _insert_study(db, "cli", 6)
     base = build_tiny_llama(tmp_path)
     parser = argparse.ArgumentParser()
-    er2_commands.register(parser.add_subparsers(dest="command"))
+    metric_commands.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args([
         "train-er2score", "--study", "cli", "--base", str(base), "--output",
         str(tmp_path / "ad"), "--epochs", "1", "--lr", "1e-3", "--heldout", "0.34",

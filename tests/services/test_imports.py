@@ -15,13 +15,14 @@ from pydicom.data import get_testdata_file
 from sqlalchemy import func, select
 
 from backend.datasets import rexval
-from backend.datasets.demo import demo_cases, import_demo
+from backend.datasets.demo import demo_cases
 from backend.datasets.pairs import parse_cases
 from backend.imaging.deid import DEID_PROFILE
 from backend.scoring.hashing import input_hash
 from backend.services import images as image_service
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from backend.services.imports import import_cases, import_rexval
+from backend.services.seed import import_demo
 from backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
 from db.models import (
     Assignment,

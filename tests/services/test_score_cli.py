@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from backend import cli
+from backend import cli, jobs
 from backend.metrics import registry
-from backend.scoring import jobs
 from db.models import Case, MetricScore, Pair, Report, Study
 from db.session import Database
 
@@ -281,8 +280,10 @@ def test_score_study_inline_and_enqueue(env, capsys):
     assert code == 0, err
     queued = jobs.list_jobs(db)
     assert len(queued) == 1 and queued[0].status == "queued"
-    assert queued[0].metrics == ["dbl_ratio"] and queued[0].options == {
-        "count_double": {"scale": 2}
+    assert (queued[0].kind, queued[0].study_name) == ("score", "demo")
+    assert queued[0].params == {
+        "metrics": ["dbl_ratio"],
+        "options": {"count_double": {"scale": 2}},
     }
     assert f"queued scoring job {queued[0].id}" in stdout
     code, _, err = _run(["score", "--study", "nope", "--metrics", "count_double"], capsys)

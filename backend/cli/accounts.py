@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from backend.cli import UserError
+from backend.cli.common import database, service_errors
 
 T = TypeVar("T")
 
@@ -23,17 +23,10 @@ def _run(fn: Callable[..., T], **kwargs: object) -> T:
 
     Service errors become one-line user errors.
     """
-    from backend.services.errors import ServiceError
-    from backend.services.types import Actor
-    from db.session import Database
+    from backend.types import Actor
 
-    db = Database()
-    try:
+    with database() as db, service_errors():
         return fn(db, Actor.system(), **kwargs)
-    except ServiceError as exc:
-        raise UserError(str(exc)) from exc
-    finally:
-        db.dispose()
 
 
 def _print_one_time_password(username: str, password: str) -> None:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from backend.cli.common import UserError, database, user_errors
 from backend.util import atomic_write
 
 
@@ -65,8 +66,6 @@ def run_correlate(args: argparse.Namespace) -> int:
     """
     from backend.analysis.data import AnalysisInputError
     from backend.analysis.report import correlate_study
-    from backend.cli import UserError
-    from db.session import Database
 
     if args.bootstrap < 0:
         raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
@@ -77,8 +76,7 @@ def run_correlate(args: argparse.Namespace) -> int:
         raise UserError(f"{output}: folder {output.parent} does not exist")
     if output.is_dir():
         raise UserError(f"{output}: is a folder, expected a file name")
-    db = Database(args.database_url)
-    try:
+    with database(args.database_url) as db, user_errors(AnalysisInputError):
         result = correlate_study(
             db,
             study_name=args.study,
@@ -89,10 +87,6 @@ def run_correlate(args: argparse.Namespace) -> int:
             cluster=args.cluster,
             fdr=args.fdr,
         )
-    except AnalysisInputError as exc:
-        raise UserError(str(exc)) from exc
-    finally:
-        db.dispose()
     write_json_atomic(output, result)
     m = result["metrics"]
     print(f"{result['study']}: {result['n_pairs']} pairs, {len(m)} metric keys,"

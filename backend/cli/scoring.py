@@ -1,4 +1,4 @@
-"""``python -m backend score ...`` and ``python -m backend worker ...``.
+"""``python -m backend score ...``.
 
 ``score --input PAIRS --metrics KEYS --output SCORES.csv`` scores a file (through the score
 cache in the database unless ``--no-cache``) and writes ``id`` then one column per requested
@@ -15,17 +15,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from backend.cli import UserError
+from backend.cli.common import UserError, database, user_errors
 from backend.metrics.base import MetricInputError, MetricUnavailable
-from backend.util import user_errors
 
 log = logging.getLogger(__name__)
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``score`` and ``worker`` subcommands."""
-    from backend.scoring import worker
+def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
+    """Add the ``score`` subcommand (the worker that runs queued jobs is ``backend.cli.jobs``).
 
+    Args:
+        subparsers: The object returned by ``ArgumentParser.add_subparsers``.
+    """
     p = subparsers.add_parser(
         "score",
         help="score pairs (a file or a study) with metrics",
@@ -64,21 +65,6 @@ def register(subparsers: Any) -> None:
     )
     p.set_defaults(func=cmd_score)
 
-    w = subparsers.add_parser(
-        "worker",
-        help="run the scoring worker (takes jobs from the database)",
-        description="Take scoring jobs from the database and run them with warm models.",
-    )
-    worker.add_arguments(w)
-    w.set_defaults(func=cmd_worker)
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    """Run the worker."""
-    from backend.scoring import worker
-
-    return worker.run_from_args(args)
-
 
 def _split_metrics(text: str) -> list[str]:
     names = [m.strip() for m in text.split(",") if m.strip()]
@@ -101,12 +87,6 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.input is not None:
         return _score_file(args, metrics, options)
     return _score_study(args, metrics, options)
-
-
-def _database() -> Any:
-    from db.session import Database
-
-    return Database()
 
 
 def _run(
@@ -181,12 +161,11 @@ def _score_file(args: argparse.Namespace, metrics: list[str], options: dict[str,
         raise UserError(f"--image-root: not a folder: {args.image_root}")
     with user_errors(ScoreInputError):
         pair_file = read_pairs(args.input, image_base=args.image_root)
-    db = None if args.no_cache else _database()
-    try:
-        table = _run(pair_file.pairs, metrics, options, args, db)
-    finally:
-        if db is not None:
-            db.dispose()
+    if args.no_cache:
+        table = _run(pair_file.pairs, metrics, options, args, None)
+    else:
+        with database() as db:
+            table = _run(pair_file.pairs, metrics, options, args, db)
     _report(table)
     try:
         write_scores_csv(out, table.ids, table.columns)
@@ -197,6 +176,8 @@ def _score_file(args: argparse.Namespace, metrics: list[str], options: dict[str,
 
 
 def _score_study(args: argparse.Namespace, metrics: list[str], options: dict[str, Any]) -> int:
+    from backend import jobs as job_queue
+    from backend.errors import ServiceError
     from backend.scoring import jobs
     from backend.scoring.runner import ScoringError
 
@@ -206,23 +187,22 @@ def _score_study(args: argparse.Namespace, metrics: list[str], options: dict[str
         raise UserError("--no-cache works with --input; study scores are stored in the database")
     if args.image_root is not None:
         raise UserError("--image-root works with --input; study images live in the data folder")
-    db = _database()
-    try:
+    with database() as db:
         with db.begin() as s:
             study_id = jobs.study_id_by_name(s, args.study)
         if study_id is None:
             raise UserError(f"--study: no study named '{args.study}'")
         if args.enqueue:
-            with user_errors(ScoringError):
-                job = jobs.enqueue(db, study_id=study_id, metrics=metrics, options=options)
-            print(f"queued scoring job {job.id} for study '{args.study}'")
+            with user_errors(ScoringError, ServiceError):
+                job_id = job_queue.enqueue(
+                    db, "score", {"metrics": metrics, "options": options}, study_id=study_id
+                )
+            print(f"queued scoring job {job_id} for study '{args.study}'")
             return 0
         pairs = jobs.study_pairs(db, study_id)
         if not pairs:
             raise UserError(f"--study: study '{args.study}' has no pairs")
         table = _run(pairs, metrics, options, args, db)
-        _report(table)
-        print(f"scored {len(table.ids)} pairs of study '{args.study}' into the database")
-        return 0
-    finally:
-        db.dispose()
+    _report(table)
+    print(f"scored {len(table.ids)} pairs of study '{args.study}' into the database")
+    return 0

@@ -1,14 +1,28 @@
-"""``python -m backend metrics [--json]``: every metric, available here or why not."""
+"""Metric commands: ``metrics``, ``uncertainty`` and ``train-er2score``.
+
+``metrics [--json]`` lists every metric, available here or why not; ``uncertainty`` writes SMAS
+variance per case; ``train-er2score`` trains an ER2Score adapter on a study's ratings. Torch,
+transformers and peft are imported only when a command runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
+from pathlib import Path
 from typing import Any
 
+from backend.cli.common import UserError, database, service_errors, user_errors
 
-def register(subparsers: Any) -> None:
-    """Add the ``metrics`` subcommand."""
+
+def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
+    """Add the ``metrics``, ``uncertainty`` and ``train-er2score`` subcommands.
+
+    Args:
+        subparsers: The object returned by ``ArgumentParser.add_subparsers``.
+    """
     p = subparsers.add_parser(
         "metrics",
         help="list every metric family and output key, available here or why not",
@@ -30,6 +44,32 @@ def register(subparsers: Any) -> None:
     u.add_argument("--set", action="append", default=[], metavar="smas.OPTION=VALUE",
                    help="encoder options, e.g. smas.model=/path/to/encoder")
     u.set_defaults(func=cmd_uncertainty)
+
+
+    p = subparsers.add_parser(
+        "train-er2score",
+        help="train an ER2Score LoRA adapter + reward head on a study's radiologist ratings",
+        description="Build (accepted, rejected) candidate pairs per reference from the study's"
+        " error counts, train LoRA + a 6-way reward head on a causal LM, save the adapter, and"
+        " print the held-out Kendall tau before and after training.",
+    )
+    p.add_argument("--study", required=True, help="study whose ratings are the training signal")
+    p.add_argument(
+        "--base", required=True, help="backbone causal LM: hub id, model folder or .gguf file"
+    )
+    p.add_argument("--base-revision", default=None, help="hub revision (commit) of --base")
+    p.add_argument("--output", required=True, type=Path, help="new folder for the adapter")
+    p.add_argument("--epochs", type=int, default=3, help="passes over the pairs (default 3)")
+    p.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate (default 1e-4)")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument(
+        "--heldout", type=float, default=0.3,
+        help="fraction of references held out for evaluation (default 0.3)",
+    )
+    p.add_argument("--batch-size", type=int, default=8, help="preference pairs per step")
+    p.add_argument("--max-steps", type=int, default=None, help="cap on optimiser steps")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
+    p.set_defaults(func=cmd_train_er2score)
 
 
 def _direction(value: bool | None) -> str:
@@ -89,21 +129,15 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 def cmd_uncertainty(args: argparse.Namespace) -> int:
     """Score SMAS variance per case and write JSON atomically."""
-    import os
-    import tempfile
-    from pathlib import Path
-
-    from backend.cli import UserError
     from backend.metrics.base import MetricInputError
     from backend.metrics.smas import SmasVar
     from backend.scoring.io import ScoreInputError, read_pairs
     from backend.scoring.runner import ScoringError, parse_set_options
+    from backend.util import atomic_write
 
-    try:
+    with user_errors(ScoreInputError, ScoringError):
         pf = read_pairs(args.input)
         sets = parse_set_options(args.set)
-    except (ScoreInputError, ScoringError) as exc:
-        raise UserError(str(exc)) from None
     unknown = set(sets) - {"smas", "smas_var"}
     if unknown:
         raise UserError(f"--set: only smas.* options apply here (got {', '.join(sorted(unknown))})")
@@ -114,10 +148,8 @@ def cmd_uncertainty(args: argparse.Namespace) -> int:
             raise UserError(f"{args.input}:{rec.row}: field 'case_id' is required here")
         if rec.candidate.strip():
             groups.setdefault(rec.case_id, []).append(rec.candidate)
-    try:
+    with user_errors(ValueError):
         metric = SmasVar(**options)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
     reason = metric.availability()
     if reason is not None:
         raise UserError(f"smas_var is unavailable: {reason}")
@@ -130,14 +162,56 @@ def cmd_uncertainty(args: argparse.Namespace) -> int:
             cases[case_id] = {"error": str(exc)}
     payload = {"signature": metric.signature(), "input": str(args.input), "cases": cases}
     out = Path(args.output)
-    fd, tmp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2, allow_nan=True)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(out) as fh:
+        json.dump(payload, fh, indent=2, allow_nan=True)
     n_bad = sum("error" in c for c in cases.values())
     print(f"wrote {out}: {len(cases) - n_bad} cases scored, {n_bad} with fewer than 2 samples")
+    return 0
+
+
+def _fmt(x: float) -> str:
+    return "nan" if math.isnan(x) else f"{x:.4f}"
+
+
+def cmd_train_er2score(args: argparse.Namespace) -> int:
+    """Train an ER2Score adapter on a study's ratings and print both held-out taus."""
+    from backend.metrics import hf
+    from backend.services.er2train import train_from_study
+    from backend.types import Actor
+
+    with user_errors(ValueError):
+        device = hf.pick_device(args.device)
+
+    def progress(step: int, total: int, loss: float) -> None:
+        if step == total or step % 10 == 0:
+            print(f"step {step}/{total} loss {loss:.4f}", file=sys.stderr)
+
+    with database() as db, service_errors():
+        summary = train_from_study(
+            db,
+            Actor.system(),
+            study=args.study,
+            base=args.base,
+            base_revision=args.base_revision,
+            output=args.output,
+            epochs=args.epochs,
+            lr=args.lr,
+            seed=args.seed,
+            heldout=args.heldout,
+            batch_size=args.batch_size,
+            max_steps=args.max_steps,
+            device=device,
+            progress=progress,
+        )
+    print(f"adapter written to {summary.output}")
+    print(
+        f"trained on {summary.n_train_pairs} preference pairs from {summary.n_train_items}"
+        f" rated candidates; {summary.steps} steps in {summary.seconds:.1f} s;"
+        f" final loss {_fmt(summary.final_loss)}"
+    )
+    print(
+        f"held-out Kendall tau (ER2Score vs -total errors, {summary.n_heldout_items} pairs):"
+        f" untrained {_fmt(summary.tau_untrained)}, trained {_fmt(summary.tau_trained)}"
+    )
+    print(f"score with: --set er2score.adapter={summary.output}")
     return 0

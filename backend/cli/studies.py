@@ -1,45 +1,29 @@
 """Database and study commands: ``init-db``, ``seed-demo``, ``assign``.
 
-Account commands (``create-user``, ``reset-password``, ...) are in
-``backend.services.account_commands``.
+Account commands (``create-user``, ``reset-password``, ...) are in ``backend.cli.accounts``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from backend.cli import UserError
-
-
-def _db():  # noqa: ANN202 - db.session.Database
-    from db.session import Database
-
-    return Database()
+from backend.cli.common import database, service_errors
 
 
 def _init_db(args: argparse.Namespace) -> int:
     from backend.services.seed import ensure_database
 
-    db = _db()
-    try:
+    with database() as db:
         revision = ensure_database(db)
-    finally:
-        db.dispose()
     print(f"database ready at {_redact(db.url)} (revision {revision})")
     return 0
 
 
 def _seed_demo(args: argparse.Namespace) -> int:
-    from backend.services.errors import ServiceError
     from backend.services.seed import DEMO_USERS, seed_demo
 
-    db = _db()
-    try:
+    with database() as db, service_errors():
         result = seed_demo(db)
-    except ServiceError as exc:
-        raise UserError(str(exc)) from exc
-    finally:
-        db.dispose()
     print(
         f"{result.study_name}: {result.n_pairs} pairs, "
         f"{'imported' if result.study_created else 'already present'}; "
@@ -55,12 +39,10 @@ def _seed_demo(args: argparse.Namespace) -> int:
 
 def _assign(args: argparse.Namespace) -> int:
     from backend.services import assignment
-    from backend.services.errors import ServiceError
-    from backend.services.types import Actor
+    from backend.types import Actor
 
     raters = [r.strip() for r in args.raters.split(",") if r.strip()]
-    db = _db()
-    try:
+    with database() as db, service_errors():
         summary = assignment.assign_raters(
             db,
             Actor.system(),
@@ -69,10 +51,6 @@ def _assign(args: argparse.Namespace) -> int:
             raters_per_pair=args.per_pair,
             seed=args.seed,
         )
-    except ServiceError as exc:
-        raise UserError(str(exc)) from exc
-    finally:
-        db.dispose()
     print(
         f"{summary.study_name}: {summary.created} new assignments "
         f"({summary.n_pairs} pairs, k={summary.raters_per_pair}, seed={summary.seed})"

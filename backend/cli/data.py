@@ -1,0 +1,229 @@
+"""Data commands: ``import-pairs``, ``import-rexval``, ``export``, ``import-demo`` and
+``build-study``.
+
+Heavy modules (pydicom, SQLAlchemy models, metrics) are imported inside the handlers so that
+``python -m backend --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from backend.cli.common import UserError, database, service_errors, user_errors
+from backend.util import file_sha256
+
+
+def cmd_import_pairs(args: argparse.Namespace) -> int:
+    """Import a CSV/JSONL file of cases as a new study."""
+    from backend.datasets.pairs import parse_cases
+    from backend.services.imports import import_cases
+    from backend.types import Actor
+
+    path = Path(args.input)
+    with service_errors():
+        cases = parse_cases(path, images_dir=Path(args.images) if args.images else None)
+    with database() as db, service_errors():
+        summary = import_cases(
+            db,
+            Actor.system(),
+            study_name=args.study,
+            cases=cases,
+            raters_per_pair=args.raters_per_pair,
+            seed=args.seed,
+            provenance={"kind": "pairs-file", "file": path.name, "sha256": file_sha256(path)},
+            image_base=None,
+        )
+    print(
+        f"study {summary.study_name!r}: {summary.n_pairs} pairs, {summary.n_cases} cases "
+        f"({summary.n_cases_reused} reused), {summary.n_images} images"
+    )
+    for warning in summary.warnings:
+        print(f"warning: {warning}")
+    return 0
+
+
+def cmd_import_rexval(args: argparse.Namespace) -> int:
+    """Import ReXVal's two files as a new study with its raters and ratings."""
+    from backend.services.imports import import_rexval
+    from backend.types import Actor
+
+    with database() as db, service_errors():
+        summary = import_rexval(
+            db,
+            Actor.system(),
+            gt_path=Path(args.gt),
+            ratings_path=Path(args.ratings),
+            study_name=args.study,
+        )
+    print(
+        f"study {summary.study_name!r}: {summary.n_pairs} pairs, {summary.n_raters} raters, "
+        f"{summary.n_ratings} ratings"
+    )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export a study as ReXVal files or JSONL with a manifest."""
+    from backend.services.exports import export_study
+    from backend.types import Actor
+
+    with database() as db, service_errors():
+        summary = export_study(
+            db, Actor.system(), study_name=args.study, fmt=args.format,
+            out_dir=Path(args.output),
+        )
+    print(f"wrote {len(summary.files)} files to {summary.out_dir}")
+    return 0
+
+
+def cmd_import_demo(args: argparse.Namespace) -> int:
+    """Import the bundled demo study."""
+    from backend.services.seed import import_demo
+    from backend.types import Actor
+
+    with database() as db, service_errors():
+        summary = import_demo(db, Actor.system(), study_name=args.study)
+    print(f"study {summary.study_name!r}: {summary.n_pairs} pairs, {summary.n_images} images")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
+    """Add ``import-pairs``, ``import-rexval``, ``export``, ``import-demo``, ``build-study``.
+
+    Args:
+        subparsers: The object returned by ``ArgumentParser.add_subparsers``.
+    """
+    p = subparsers.add_parser("import-pairs", help="import a CSV/JSONL file of cases")
+    p.add_argument("--input", required=True, help="CSV or JSONL file of cases")
+    p.add_argument("--study", required=True, help="name of the new study")
+    p.add_argument(
+        "--images",
+        help="folder that image paths are relative to; a case with no image paths takes"
+        " DIR/<case_id>/* or DIR/<case_id>[_*].dcm/png/jpg",
+    )
+    p.add_argument("--raters-per-pair", type=_positive_int, default=1)
+    p.add_argument("--seed", type=int, default=0, help="assignment seed recorded on the study")
+    p.set_defaults(func=cmd_import_pairs)
+
+    p = subparsers.add_parser("import-rexval", help="import ReXVal's two CSV files")
+    p.add_argument("--gt", required=True, help="50_samples_gt_and_candidates.csv")
+    p.add_argument("--ratings", required=True,
+                   help="6_valid_raters_per_rater_error_categories.csv")
+    p.add_argument("--study", required=True, help="name of the new study")
+    p.set_defaults(func=cmd_import_rexval)
+
+    p = subparsers.add_parser("export", help="export a study (ReXVal files or JSONL)")
+    p.add_argument("--study", required=True)
+    p.add_argument("--format", required=True, choices=("rexval", "jsonl"))
+    p.add_argument("--output", required=True, help="output folder (new or empty)")
+    p.set_defaults(func=cmd_export)
+
+    p = subparsers.add_parser("import-demo", help="import the bundled demo study")
+    p.add_argument("--study", default="Demo study", help="name of the new study")
+    p.set_defaults(func=cmd_import_demo)
+
+    p = subparsers.add_parser(
+        "build-study",
+        help="create a ReXVal-style study from metric-oracle candidates of a report corpus",
+        description="For each test report, pick the corpus report(s) each metric scores best "
+                    "(TF-IDF candidate stage, exact re-ranking), deduplicate and create a "
+                    "study open for rating.",
+    )
+    p.add_argument("--tests", required=True, help="CSV/JSONL of test reports (id, text) or 'iu'")
+    p.add_argument("--corpus", required=True, help="CSV/JSONL of candidate reports or 'iu'")
+    p.add_argument("--metrics", required=True, help="comma-separated metric keys or families")
+    p.add_argument("--name", required=True, help="name of the new study")
+    p.add_argument("--per-metric", type=_positive, default=1,
+                   help="best candidates per metric and test report (default 1)")
+    p.add_argument("--top-k", type=_top_k, default=50,
+                   help="candidate-stage size, or 'all' for exhaustive search (default 50)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local")
+    p.add_argument("--seed", type=int, default=0,
+                   help="test sampling (iu), study seed and rater order (default 0)")
+    p.add_argument("--limit-tests", type=_positive, default=None,
+                   help="use at most N test reports (a seeded sample for --tests iu)")
+    p.add_argument("--raters", default="", help="comma-separated rater usernames to assign")
+    p.add_argument("--raters-per-pair", type=_positive, default=1)
+    p.add_argument("--set", action="append", metavar="METRIC.OPTION=VALUE",
+                   help="metric option (repeatable)")
+    p.add_argument("--export", default=None, metavar="DIR",
+                   help="also write rexval/, jsonl/, hf/ and manifest.json into DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_build_study)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def _top_k(text: str) -> int | None:
+    if text.strip().lower() in ("all", "none", "exhaustive"):
+        return None
+    return _positive(text)
+
+
+def cmd_build_study(args: argparse.Namespace) -> int:
+    """Build the study, optionally assign raters and export it."""
+    from backend.scoring.runner import ScoringError, parse_set_options
+    from backend.services import build_study
+    from backend.types import Actor
+
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    raters = [r.strip() for r in (args.raters or "").split(",") if r.strip()]
+    with user_errors(ScoringError):
+        options = parse_set_options(args.set or [])
+    if args.export and Path(args.export).exists() and any(Path(args.export).iterdir()):
+        raise UserError(f"{args.export}: output folder exists and is not empty")
+    last = [-1]
+
+    def progress(done: int, total: int, message: str) -> None:
+        # One line per 10 % on stderr: enough to see it move, quiet in logs.
+        step = int(10 * done / total) if total else 10
+        if step != last[0]:
+            last[0] = step
+            print(f"[{done}/{total}] {message}", file=sys.stderr)
+
+    actor = Actor.system()
+    with database() as db, service_errors():
+        summary = build_study.build_study(
+            db, actor, study_name=args.name, tests=args.tests, corpus=args.corpus,
+            metrics=metrics, per_metric=args.per_metric, top_k=args.top_k, engine=args.engine,
+            seed=args.seed, limit_tests=args.limit_tests, raters=raters,
+            raters_per_pair=args.raters_per_pair, options=options,
+            progress=None if args.quiet else progress,
+        )
+        print(f"study {summary.study_name!r}: {summary.n_pairs} pairs for {summary.n_cases} "
+              f"test reports ({summary.n_picks_before_dedup} metric picks before dedup), "
+              f"metrics {', '.join(summary.metrics)}, engine {summary.engine}, "
+              f"{summary.seconds:.1f} s")
+        for source, n in sorted(summary.sources.items()):
+            print(f"  {source}: {n}")
+        if summary.tests_without_candidate:
+            print(f"warning: {len(summary.tests_without_candidate)} test report(s) got no "
+                  f"candidate: {', '.join(summary.tests_without_candidate[:5])}")
+        if summary.n_assigned:
+            print(f"assigned {summary.n_assigned} pairs to {len(raters)} rater(s)")
+        if args.export:
+            bundle = build_study.export_build(db, actor, study_name=summary.study_name,
+                                              out_dir=Path(args.export))
+            print(f"exported {len(bundle.files)} files to {bundle.out_dir}")
+    return 0
