@@ -1,13 +1,13 @@
-"""Scoring use cases for the UI: metric catalogue, job queue, a study's scores.
+"""Scoring use cases for the UI: metric catalogue, scoring jobs, a study's scores.
 
 Pages call these functions and render the plain dataclasses they return. Scoring itself runs
-in the worker process (``python -m backend worker``); the UI only queues jobs and reads
-results, so it never loads a model.
+in the worker process (``python -m backend worker``, job kind ``score``); the UI only
+queues jobs and reads results, so it never loads a model. A job is a
+:class:`~backend.services.jobs.JobView` like every other kind's.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -17,8 +17,9 @@ from typing import Any
 from sqlalchemy import func, select
 
 from backend.metrics import registry
-from backend.services.errors import InvalidInput, NotFound, require_admin
-from backend.services.repo import get_study
+from backend.services import jobs as jobs_service
+from backend.services.errors import InvalidInput, require_admin
+from backend.services.jobs import JobView, enqueue_job, study_id
 from backend.services.types import Actor
 from db.models import MetricScore, Pair
 
@@ -106,56 +107,6 @@ def metric_catalog() -> list[MetricInfo]:
     return [describe_family(f) for f in registry.ENTRIES]
 
 
-@dataclass(frozen=True)
-class JobView:
-    """A scoring job for the admin pages."""
-
-    id: int
-    study_name: str | None
-    metrics: tuple[str, ...]
-    options: dict[str, dict[str, Any]]
-    status: str
-    progress_done: int
-    progress_total: int
-    message: str
-    error: str | None
-    worker_id: str | None
-    heartbeat_at: dt.datetime | None
-    created_at: dt.datetime | None
-    started_at: dt.datetime | None
-    finished_at: dt.datetime | None
-
-    @property
-    def fraction(self) -> float:
-        """Progress between 0 and 1."""
-        return self.progress_done / self.progress_total if self.progress_total else 0.0
-
-
-def _view(info: Any) -> JobView:
-    return JobView(
-        id=info.id,
-        study_name=info.study_name,
-        metrics=tuple(info.metrics),
-        options=info.options,
-        status=info.status,
-        progress_done=info.progress_done,
-        progress_total=info.progress_total,
-        message=info.message,
-        error=info.error,
-        worker_id=info.worker_id,
-        heartbeat_at=info.heartbeat_at,
-        created_at=info.created_at,
-        started_at=info.started_at,
-        finished_at=info.finished_at,
-    )
-
-
-def _study_id(db: Any, study_name: str) -> int:
-    with db.read() as s:
-        sid = get_study(s, study_name).id
-    return sid
-
-
 def enqueue_scoring(
     db: Any,
     actor: Actor,
@@ -163,7 +114,7 @@ def enqueue_scoring(
     metrics: Sequence[str],
     options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> JobView:
-    """Queue a job scoring ``study_name`` with ``metrics`` (admin only).
+    """Queue a job scoring ``study_name`` with ``metrics`` (admin only; kind ``score``).
 
     Options are checked against each family's known options now, so a typo fails here and
     not later in the worker.
@@ -173,13 +124,13 @@ def enqueue_scoring(
         NotFound: no such study.
         InvalidInput: unknown metric or option.
     """
-    from backend.scoring import jobs
+    from backend.scoring.jobs import validate_request
     from backend.scoring.runner import ScoringError
 
     require_admin(actor)
-    sid = _study_id(db, study_name)
+    study_id(db, study_name)  # NotFound before any metric name is looked at
     try:
-        names, opts = jobs.validate_request(metrics, options)
+        names, opts = validate_request(metrics, options)
     except ScoringError as exc:
         raise InvalidInput(str(exc)) from None
     for family, values in opts.items():
@@ -189,16 +140,15 @@ def enqueue_scoring(
             raise InvalidInput(f"metric '{family}': {exc}") from None
         except ImportError:
             pass  # the worker reports the family as unavailable, with its reason
-    return _view(jobs.enqueue(db, study_id=sid, metrics=names, options=opts))
+    return enqueue_job(
+        db, actor, kind="score", params={"metrics": names, "options": opts},
+        study_name=study_name,
+    )
 
 
 def list_jobs(db: Any, actor: Actor, study_name: str | None = None) -> list[JobView]:
     """Scoring jobs, newest first, optionally of one study (admin only)."""
-    from backend.scoring import jobs
-
-    require_admin(actor)
-    sid = _study_id(db, study_name) if study_name is not None else None
-    return [_view(j) for j in jobs.list_jobs(db, study_id=sid)]
+    return jobs_service.list_jobs(db, actor, kind="score", study_name=study_name)
 
 
 def job_status(db: Any, actor: Actor, job_id: int) -> JobView:
@@ -207,13 +157,7 @@ def job_status(db: Any, actor: Actor, job_id: int) -> JobView:
     Raises:
         NotFound: no such job.
     """
-    from backend.scoring import jobs
-
-    require_admin(actor)
-    info = jobs.get(db, job_id)
-    if info is None:
-        raise NotFound(f"no scoring job {job_id}")
-    return _view(info)
+    return jobs_service.job_status(db, actor, job_id=job_id)
 
 
 @dataclass(frozen=True)
@@ -247,7 +191,7 @@ def study_scores(db: Any, actor: Actor, study_name: str) -> StudyScores:
         NotFound: no such study.
     """
     require_admin(actor)
-    sid = _study_id(db, study_name)
+    sid = study_id(db, study_name)
     with db.begin() as s:
         hashes = select(Pair.input_hash).where(Pair.study_id == sid).scalar_subquery()
         latest: dict[str, tuple[Any, str, str]] = {}

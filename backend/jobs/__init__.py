@@ -1,0 +1,53 @@
+"""One job system: every long task runs in a worker process, pages only queue and watch.
+
+``backend.jobs`` holds the queue (the ``jobs`` table), the registry of job kinds, the
+context a kind runs with and the worker. Importing it loads no model code: the web app
+queues jobs through it and the worker imports a kind's module only to run one.
+
+A new kind: a module under ``backend/jobs/kinds/`` with ``run(ctx, params) -> dict | None``
+and one line in :data:`backend.jobs.registry.KINDS`.
+"""
+
+from backend.jobs.context import JobCancelled, JobContext
+from backend.jobs.queue import (
+    CANCELLED,
+    DEFAULT_STALE_AFTER,
+    DONE,
+    FAILED,
+    MAX_ATTEMPTS,
+    QUEUED,
+    RUNNING,
+    JobInfo,
+    WorkerInfo,
+    cancel,
+    enqueue,
+    get,
+    list_jobs,
+    list_workers,
+    wait,
+)
+from backend.jobs.registry import KINDS, UnknownJobKind, kind_names, load_kind
+
+__all__ = [
+    "CANCELLED",
+    "DEFAULT_STALE_AFTER",
+    "DONE",
+    "FAILED",
+    "KINDS",
+    "MAX_ATTEMPTS",
+    "QUEUED",
+    "RUNNING",
+    "JobCancelled",
+    "JobContext",
+    "JobInfo",
+    "UnknownJobKind",
+    "WorkerInfo",
+    "cancel",
+    "enqueue",
+    "get",
+    "kind_names",
+    "list_jobs",
+    "list_workers",
+    "load_kind",
+    "wait",
+]

@@ -1,0 +1,126 @@
+"""Job use cases for the admin pages: queue a job, watch it, cancel it, see the workers.
+
+Long tasks never run in the web app: a page validates its inputs through its own service,
+queues a job here (or through a kind-specific service such as
+:func:`backend.services.scoring.enqueue_scoring`) and polls :func:`job_status`. Every
+function re-checks that the actor is an admin.
+
+:class:`JobView` is the queue's own frozen record (:class:`backend.jobs.JobInfo`): the pages
+see one shape of a job, built in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backend import jobs
+from backend.errors import InvalidInput, NotFound, require_admin
+from backend.jobs.queue import JobInfo, WorkerInfo, can_take
+from backend.services.repo import get_study
+from backend.types import Actor
+
+#: A job as the pages see it.
+JobView = JobInfo
+#: A worker process as the pages see it (``alive``: heartbeating recently).
+WorkerView = WorkerInfo
+
+
+def study_id(db: Any, study_name: str) -> int:
+    """The id of the study called ``study_name``.
+
+    Raises:
+        NotFound: no such study.
+    """
+    with db.read() as s:
+        return get_study(s, study_name).id
+
+
+def enqueue_job(
+    db: Any,
+    actor: Actor,
+    *,
+    kind: str,
+    params: dict[str, Any],
+    study_name: str | None = None,
+    device: str | None = None,
+) -> JobView:
+    """Queue a job of ``kind`` (admin only); the kind's own service validates ``params``.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no study called ``study_name``.
+        InvalidInput: unknown kind or device, params that are not a JSON object.
+    """
+    require_admin(actor)
+    sid = study_id(db, study_name) if study_name is not None else None
+    job_id = jobs.enqueue(
+        db, kind, params, study_id=sid, device=device, created_by=actor.username
+    )
+    info = jobs.get(db, job_id)
+    if info is None:  # deleted with its study between the two statements
+        raise NotFound(f"job {job_id} vanished (was its study deleted?)")
+    return info
+
+
+def job_status(db: Any, actor: Actor, *, job_id: int) -> JobView:
+    """One job's state (admin only).
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such job.
+    """
+    require_admin(actor)
+    info = jobs.get(db, job_id)
+    if info is None:
+        raise NotFound(f"no job {job_id}")
+    return info
+
+
+def list_jobs(
+    db: Any, actor: Actor, *, kind: str | None = None, study_name: str | None = None
+) -> list[JobView]:
+    """Jobs, newest first, optionally of one kind and/or one study (admin only).
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no study called ``study_name``.
+        InvalidInput: unknown kind.
+    """
+    require_admin(actor)
+    if kind is not None and kind not in jobs.KINDS:
+        raise InvalidInput(f"unknown job kind {kind!r} (known: {', '.join(jobs.KINDS)})")
+    sid = study_id(db, study_name) if study_name is not None else None
+    return jobs.list_jobs(db, kind=kind, study_id=sid)
+
+
+def cancel_job(db: Any, actor: Actor, *, job_id: int) -> JobView:
+    """Cancel a job (admin only): a queued one now, a running one at its next step.
+
+    A finished job is returned unchanged.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such job.
+    """
+    require_admin(actor)
+    return jobs.cancel(db, job_id)
+
+
+def list_workers(db: Any, actor: Actor, *, include_gone: bool = False) -> list[WorkerView]:
+    """The worker processes alive now (and, with ``include_gone``, those that stopped).
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+    """
+    require_admin(actor)
+    return jobs.list_workers(db, include_gone=include_gone)
+
+
+def unserved(jobs_: list[JobView], workers: list[WorkerView]) -> list[JobView]:
+    """The queued jobs that no alive worker may take (no worker at all, or none with the
+    job's device or kind): the pages say so instead of showing a job that waits forever."""
+    alive = [w for w in workers if w.alive]
+    return [
+        j for j in jobs_
+        if j.status == jobs.QUEUED and not any(can_take(w, j) for w in alive)
+    ]
