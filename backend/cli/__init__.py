@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "backend.cli.studies",
     "backend.cli.accounts",
     "backend.cli.analysis",
+    "backend.cli.jobs",
 )
 
 
