@@ -147,12 +147,12 @@ def test_allowed_exceptions_still_occur():
 
 
 def test_lower_packages_hold_no_command_code():
-    """Commands live in backend.cli only: no register(subparsers) and no command modules
-    anywhere else."""
+    """Commands live in backend.cli only: no ``*commands.py``, no module-level
+    ``register(subparsers)`` and no argparse anywhere else."""
     offenders = []
     for path in project_modules():
         rel = path.relative_to(REPO).as_posix()
-        if rel.startswith("backend/cli/"):
+        if rel.startswith("backend/cli/") or rel == "backend/__main__.py":
             continue
         if path.name.endswith("commands.py"):
             offenders.append(rel)
@@ -163,7 +163,23 @@ def test_lower_packages_hold_no_command_code():
             for node in tree.body
             if isinstance(node, ast.FunctionDef) and node.name == "register"
         )
+        offenders.extend(
+            f"{rel}:{line}: imports argparse"
+            for line, module in _all_imports(tree)
+            if module == "argparse"
+        )
     assert offenders == []
+
+
+def _all_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, top-level module name) of every import in ``tree``, third-party included."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name.split(".")[0]) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.lineno, node.module.split(".")[0]))
+    return found
 
 
 @pytest.mark.parametrize(
