@@ -1,4 +1,4 @@
-"""Parse CSV or JSONL files of cases into :class:`backend.services.types.CaseInput`.
+"""Parse CSV or JSONL files of cases into :class:`backend.types.CaseInput`.
 
 Accepted layouts (one file, UTF-8, optional BOM):
 
@@ -11,311 +11,107 @@ Accepted layouts (one file, UTF-8, optional BOM):
 
 Optional ``images`` (or ``image``): paths separated by ``;`` (a list in JSONL, whose items
 may be ``{"path": ..., "view": ...}`` objects), relative to the images folder if one is given,
-else to the file's folder. A path that resolves outside that folder is rejected. Errors raise
-:class:`backend.services.errors.InvalidInput` naming the file, the row (1 = first data row; CSV
-errors also give the line) and the field.
+else to the file's folder. A path that resolves outside that folder is rejected.
 
-Limits and types: a report may hold at most ``MAX_REPORT_BYTES`` bytes of UTF-8; a JSONL line
-may nest arrays/objects at most ``MAX_JSON_DEPTH`` (32) levels deep. Text fields (reports,
-sources, image paths and views) must be JSON strings; ids may be strings or integers. No text
-may contain a NUL character (PostgreSQL cannot store it). With an images folder, a case whose
-rows name no image is looked up by its id, so that id must be a plain name: not absolute,
-without path separators, not ``.``/``..`` and not resolving outside the folder.
+The file is read by the one PAIRS reader, :mod:`backend.scoring.pairs_reader`, which the
+``score`` command uses too: the same numbering (``row N (line L)`` in CSV, ``line L`` in
+JSONL), the same :class:`backend.errors.InvalidInput` messages naming file, row and field, and
+the same limits and types: a report holds at most ``MAX_REPORT_BYTES`` bytes of UTF-8, ids
+and sources at most 128 characters; a JSONL line nests at most ``MAX_JSON_DEPTH`` (32) levels;
+text fields (reports, sources, image paths and views) must be JSON strings, ids may be strings
+or integers; no text may contain a NUL character. Here reports are also stripped and must not
+be empty, and a file may hold at most ``MAX_FILE_BYTES`` bytes. With an images folder, a case
+whose rows name no image is looked up by its id, so that id must be a plain name: not
+absolute, without path separators, not ``.``/``..`` and not resolving outside the folder.
 """
 
 from __future__ import annotations
 
-import csv
 import glob
-import io
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.datasets.rexval import MAX_REPORT_BYTES, read_csv_header
 from backend.errors import InvalidInput
+from backend.scoring.pairs_reader import (
+    MAX_FILE_BYTES,
+    MAX_LABEL_CHARS,
+    MAX_REPORT_BYTES,
+    Record,
+    check_label,
+    check_report,
+    field_error,
+    read_records,
+    record_images,
+    require_columns,
+)
 from backend.types import CandidateInput, CaseInput, ImageInput
-from backend.util import MAX_JSON_DEPTH, json_too_deep, json_type
+from backend.util import json_type
 
-MAX_FILE_BYTES = 512 * 1024 * 1024
+__all__ = ["MAX_FILE_BYTES", "MAX_REPORT_BYTES", "images_in_folder", "parse_cases",
+           "unusable_lookup_id"]
+
 ID_FIELDS = ("case_id", "id")
-IMAGE_FIELDS = ("images", "image")
 RESERVED_FIELDS = {"case_id", "id", "reference", "candidate", "source", "images", "image",
                    "notes", "view", "views", "candidates"}
 DEFAULT_SOURCE = "unspecified"
 
 
-@dataclass(frozen=True)
-class _Row:
-    number: int  # 1-based data row
-    where: str  # "row 3 (line 4)" or "line 3"
-    fields: dict[str, Any]
-
-
-def _decode(path: Path, data: bytes, *, jsonl: bool) -> str:
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        prefix = data[: exc.start].decode("utf-8", errors="replace")
-        line = prefix.count("\n") + 1
-        if jsonl:
-            where = f"line {line}"
-        else:
-            # The number of records started before the bad byte, minus the header.
-            records = len(list(csv.reader(io.StringIO(prefix)))) if prefix else 1
-            where = f"row {max(records - 1, 1)} (line {line})"
-        raise InvalidInput(
-            f"{path}: {where}: not valid UTF-8 (byte {exc.start}); save the file as UTF-8"
-        ) from None
-
-
-def _read_rows(path: Path) -> list[_Row]:
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise InvalidInput(f"{path}: cannot read file ({exc.strerror})") from None
-    if size > MAX_FILE_BYTES:
-        raise InvalidInput(f"{path}: file is {size} bytes; the limit is {MAX_FILE_BYTES}")
-    data = path.read_bytes()
-    jsonl = path.suffix.lower() in (".jsonl", ".ndjson", ".json")
-    text = _decode(path, data, jsonl=jsonl)
-    if jsonl:
-        return _read_jsonl(path, text)
-    return _read_csv(path, text)
-
-
-def _read_jsonl(path: Path, text: str) -> list[_Row]:
-    rows = []
-    number = 0
-    # Only LF ends a JSONL line: str.splitlines would also split at U+2028, U+0085 and other
-    # characters that JSON strings may hold unescaped (our own export writes them raw).
-    for line_no, line in enumerate(text.split("\n"), start=1):
-        line = line.removesuffix("\r")
-        if not line.strip():
-            continue
-        number += 1
-        where = f"line {line_no}"
-        too_deep = f"{path}: {where}: nesting deeper than {MAX_JSON_DEPTH} levels"
-        if json_too_deep(line):
-            raise InvalidInput(too_deep)
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"{path}: {where}: invalid JSON ({exc.msg})") from None
-        except RecursionError:  # the scan above should have caught it; never a traceback
-            raise InvalidInput(too_deep) from None
-        if not isinstance(obj, dict):
-            raise InvalidInput(f"{path}: {where}: expected a JSON object")
-        rows.append(_Row(number, where, obj))
-    return rows
-
-
-def _read_csv(path: Path, text: str) -> list[_Row]:
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header = read_csv_header(reader, path)
-    header = [h.strip() for h in header]
-    if len(set(header)) != len(header):
-        dup = next(h for h in header if header.count(h) > 1)
-        raise InvalidInput(f"{path}: header: duplicate column {dup!r}")
-    rows = []
-    number = 0
-    while True:
-        start_line = reader.line_num + 1
-        try:
-            values = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            where = f"row {number + 1} (line {start_line})"
-            if "field larger than field limit" in str(exc):
-                raise InvalidInput(
-                    f"{path}: {where}: a field is larger than the CSV field limit; reports "
-                    f"are limited to {MAX_REPORT_BYTES} bytes"
-                ) from None
-            raise InvalidInput(f"{path}: {where}: malformed CSV ({exc})") from None
-        if not any(v.strip() for v in values):
-            continue
-        number += 1
-        where = f"row {number} (line {start_line})"
-        if len(values) != len(header):
-            raise InvalidInput(
-                f"{path}: {where}: {len(values)} fields, the header has {len(header)}"
-            )
-        rows.append(_Row(number, where, dict(zip(header, values, strict=True))))
-    return rows
-
-
-def check_report(path: Path, where: str, field: str, value: Any) -> str:
-    """Validate one report text (non-empty string within the size limit).
-
-    Args:
-        path: The file, for the message.
-        where: Row description, for the message.
-        field: Field name, for the message.
-        value: The raw value.
-
-    Returns:
-        The text, stripped of surrounding whitespace.
-
-    Raises:
-        InvalidInput: Not a string, empty, or larger than ``MAX_REPORT_BYTES``.
-    """
-    value = check_text(path, where, field, value)
-    size = len(value.encode("utf-8"))
-    if size > MAX_REPORT_BYTES:
-        raise InvalidInput(
-            f"{path}: {where}, field {field!r}: report is {size} bytes; the limit is "
-            f"{MAX_REPORT_BYTES} bytes"
-        )
-    text = value.strip()
+def _report(path: Path, where: str, field: str, value: Any) -> str:
+    """A report for a study: checked, stripped, and not empty."""
+    text = check_report(path, where, field, value).strip()
     if not text:
-        raise InvalidInput(f"{path}: {where}, field {field!r}: empty report")
+        raise field_error(path, where, field, "empty report")
     return text
 
 
-def check_text(path: Path, where: str, field: str, value: Any) -> str:
-    """Refuse a non-text value (object, array, number, boolean, null) or text with NUL.
-
-    Args:
-        path: The file, for the message.
-        where: Row description, for the message.
-        field: Field name, for the message.
-        value: The raw value.
-
-    Returns:
-        ``value`` unchanged.
-
-    Raises:
-        InvalidInput: ``value`` is not a string or contains a NUL character.
-    """
-    if not isinstance(value, str):
-        raise InvalidInput(f"{path}: {where}, field {field!r}: expected text, got "
-                           f"{json_type(value)}")
-    if "\x00" in value:
-        raise InvalidInput(f"{path}: {where}, field {field!r}: contains a NUL character")
-    return value
-
-
-def _optional_text(path: Path, where: str, field: str, value: Any) -> str | None:
-    """A stripped optional text (source, view): ``None`` when absent or blank."""
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)  # a numeric label, as the score command accepts for ids
-    text = check_text(path, where, field, value).strip()
-    if len(text) > 128:
-        raise InvalidInput(f"{path}: {where}, field {field!r}: longer than 128 characters")
-    return text or None
-
-
-def resolve_image_path(path: Path, where: str, raw: str, base: Path) -> Path:
-    """Resolve an image path inside ``base``; reject anything that escapes it.
-
-    Args:
-        path: The input file, for the message.
-        where: Row description, for the message.
-        raw: The path as written in the file.
-        base: The folder images must lie in.
-
-    Returns:
-        The absolute, resolved path of an existing file.
-
-    Raises:
-        InvalidInput: The path escapes ``base`` or the file does not exist.
-    """
-    base = base.resolve()
-    candidate = (base / raw).resolve()
-    if not candidate.is_relative_to(base):
-        raise InvalidInput(
-            f"{path}: {where}, field 'images': {raw!r} lies outside the allowed folder {base}"
-        )
-    if not candidate.is_file():
-        raise InvalidInput(f"{path}: {where}, field 'images': no such file {raw!r}")
-    return candidate
-
-
-def _image_list(path: Path, row: _Row, base: Path) -> list[ImageInput]:
-    raw: Any = None
-    for name in IMAGE_FIELDS:
-        if name in row.fields and row.fields[name] not in (None, ""):
-            raw = row.fields[name]
-            break
-    if raw is None:
-        return []
-    items: list[tuple[str, str | None]] = []
-    if isinstance(raw, str):
-        check_text(path, row.where, "images", raw)
-        items = [(p.strip(), None) for p in raw.split(";")]
-    elif isinstance(raw, list):
-        for i, item in enumerate(raw):
-            view = None
-            if isinstance(item, dict):
-                view = _optional_text(path, row.where, f"images[{i}].view", item.get("view"))
-                item = check_text(path, row.where, f"images[{i}].path", item.get("path"))
-            else:
-                item = check_text(path, row.where, f"images[{i}]", item)
-            items.append((item.strip(), view))
-    else:
-        raise InvalidInput(f"{path}: {row.where}, field 'images': expected ';'-separated paths "
-                           f"or a list, got {json_type(raw)}")
-    return [ImageInput(path=resolve_image_path(path, row.where, p, base), view=view)
-            for p, view in items if p]
-
-
-def _case_id(path: Path, row: _Row) -> str:
+def _case_id(path: Path, row: Record) -> str:
     for name in ID_FIELDS:
         value = row.fields.get(name)
         if value not in (None, ""):
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = str(value)  # JSONL ids may be integers, as for the score command
-            text = check_text(path, row.where, name, value).strip()
-            if len(text) > 128:
-                raise InvalidInput(f"{path}: {row.where}, field {name!r}: longer than 128")
+            text = check_label(path, row.where, name, value)
             if text:
                 return text
-    raise InvalidInput(f"{path}: {row.where}, field 'case_id': missing case id")
+    raise field_error(path, row.where, "case_id", "missing case id")
 
 
-def _candidates(path: Path, row: _Row, wide_columns: list[str]) -> list[CandidateInput]:
+def _candidates(path: Path, row: Record, wide_columns: list[str]) -> list[CandidateInput]:
     f = row.fields
     out: list[CandidateInput] = []
     if "candidates" in f and f["candidates"] not in (None, ""):
         cands = f["candidates"]
         if isinstance(cands, dict):
             for source, text in cands.items():
-                label = _optional_text(path, row.where, f"candidates.{source}", source)
+                label = check_label(path, row.where, f"candidates.{source}", source)
                 out.append(CandidateInput(
-                    check_report(path, row.where, f"candidates.{source}", text),
+                    _report(path, row.where, f"candidates.{source}", text),
                     label or DEFAULT_SOURCE,
                 ))
         elif isinstance(cands, list):
             for i, item in enumerate(cands):
                 if not isinstance(item, dict):
-                    raise InvalidInput(
-                        f"{path}: {row.where}, field 'candidates[{i}]': expected an object"
-                    )
-                text = check_report(path, row.where, f"candidates[{i}].text", item.get("text"))
-                source = _optional_text(path, row.where, f"candidates[{i}].source",
-                                        item.get("source"))
+                    raise field_error(path, row.where, f"candidates[{i}]", "expected an object")
+                text = _report(path, row.where, f"candidates[{i}].text", item.get("text"))
+                source = check_label(path, row.where, f"candidates[{i}].source",
+                                     item.get("source"))
                 out.append(CandidateInput(text, source or DEFAULT_SOURCE))
         else:
-            raise InvalidInput(f"{path}: {row.where}, field 'candidates': expected an object "
-                               f"or a list, got {json_type(cands)}")
+            raise field_error(path, row.where, "candidates",
+                              f"expected an object or a list, got {json_type(cands)}")
         return out
     if "candidate" in f:
-        text = check_report(path, row.where, "candidate", f["candidate"])
-        source = _optional_text(path, row.where, "source", f.get("source"))
+        text = _report(path, row.where, "candidate", f["candidate"])
+        source = check_label(path, row.where, "source", f.get("source"))
         return [CandidateInput(text, source or DEFAULT_SOURCE)]
     for column in wide_columns:
         value = f.get(column)
         if value in (None, ""):
             continue
-        if len(column) > 128 or "\x00" in column:
+        if len(column) > MAX_LABEL_CHARS or "\x00" in column:
             # The column name becomes the candidate's source, stored in 128 characters.
             raise InvalidInput(f"{path}: {row.where}, field {column[:40]!r}...: a source "
-                               "column name must be at most 128 characters, without NUL")
-        out.append(CandidateInput(check_report(path, row.where, column, value), column))
+                               f"column name must be at most {MAX_LABEL_CHARS} characters, "
+                               "without NUL")
+        out.append(CandidateInput(_report(path, row.where, column, value), column))
     return out
 
 
@@ -396,30 +192,28 @@ def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> li
     base = Path(images_dir) if images_dir is not None else path.resolve().parent
     if images_dir is not None and not base.is_dir():
         raise InvalidInput(f"{base}: images folder does not exist")
-    rows = _read_rows(path)
-    if not rows:
-        raise InvalidInput(f"{path}: no data rows")
-    columns = list(rows[0].fields) if path.suffix.lower() == ".csv" else []
-    if columns:
-        if not any(c in columns for c in ID_FIELDS):
-            raise InvalidInput(f"{path}: header: missing column 'case_id' (or 'id')")
-        if "reference" not in columns:
-            raise InvalidInput(f"{path}: header: missing column 'reference'")
+    parsed = read_records(path)
+    rows = parsed.records
+    columns = list(parsed.header or ())
+    if parsed.header is not None:
+        require_columns(path, columns, [ID_FIELDS, "reference"])
         if "candidate" not in columns and not (set(columns) - RESERVED_FIELDS):
             raise InvalidInput(
                 f"{path}: header: no candidate column ('candidate', or one column per source)"
             )
+    if not rows:
+        raise InvalidInput(f"{path}: no data rows")
     cases: dict[str, CaseInput] = {}
     seen_images: dict[str, set[Path]] = {}
-    first_row: dict[str, _Row] = {}
+    first_row: dict[str, Record] = {}
     for row in rows:
         wide = [c for c in row.fields if c not in RESERVED_FIELDS]
         case_id = _case_id(path, row)
         if "reference" not in row.fields:
-            raise InvalidInput(f"{path}: {row.where}, field 'reference': missing")
-        reference = check_report(path, row.where, "reference", row.fields["reference"])
+            raise field_error(path, row.where, "reference", "missing")
+        reference = _report(path, row.where, "reference", row.fields["reference"])
         candidates = _candidates(path, row, wide)
-        images = _image_list(path, row, base)
+        images = record_images(path, row, base)
         case = cases.get(case_id)
         if case is None:
             case = CaseInput(case_id=case_id, reference=reference, candidates=[], images=[])

@@ -137,9 +137,11 @@ def _huge_field(f: Path) -> list[str]:
 
 
 CASES: list[tuple[str, Writer, str]] = [
-    ("unclosed.csv", _unclosed_quote, "row 1 (line 2): 2 fields, the header has 3"),
+    ("unclosed.csv", _unclosed_quote,
+     "row 1 (line 2): malformed CSV (unexpected end of data: a quoted field is not closed)"),
     ("nul.csv", _nul_byte, "row 2 (line 3), field 'reference': contains a NUL character"),
-    ("missing.csv", _missing_column, "header: missing column 'reference'"),
+    ("missing.csv", _missing_column,
+     "header: missing column 'reference' (found: 'case_id', 'candidate')"),
     ("deep.jsonl", _deep_jsonl, "line 2: nesting deeper than 32 levels"),
     ("object.jsonl", _object_case_id, "line 1, field 'case_id': expected text, got object"),
     ("list.jsonl", _list_candidate, "line 1, field 'candidate': expected text, got array"),
@@ -221,5 +223,5 @@ def test_score_refuses_deep_jsonl_with_one_line(env, capsys):
     out = env / "scores.csv"
     code, err = _run(capsys, "score", "--input", str(f), "--metrics", "bleu4",
                      "--output", str(out))
-    assert (code, err) == (2, f"error: {f}:2: nesting deeper than 32 levels\n")
+    assert (code, err) == (2, f"error: {f}: line 2: nesting deeper than 32 levels\n")
     assert not out.exists()

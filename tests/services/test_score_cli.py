@@ -128,15 +128,15 @@ def test_set_option_changes_values_and_unknown_option_is_one_error(env, capsys):
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ('{"id": "a", "reference": "r"}\n', "pairs.jsonl:1: field 'candidate' is missing"),
+        ('{"id": "a", "reference": "r"}\n', "pairs.jsonl: line 1, field 'candidate': missing"),
         (
             '{"id": "a", "reference": "r", "candidate": "c"}\n{"id": "a", "reference": "r", '
             '"candidate": "d"}\n',
-            "pairs.jsonl:2: field 'id' duplicates id 'a' of row 1",
+            "pairs.jsonl: line 2, field 'id': duplicates id 'a' of line 1",
         ),
         (
             '{"id": "a", "reference": "r", "candidate": "c"}\n{oops\n',
-            "pairs.jsonl:2: malformed JSON",
+            "pairs.jsonl: line 2: invalid JSON",
         ),
     ],
 )
@@ -353,7 +353,7 @@ def test_subprocess_user_error_has_no_traceback(tmp_path):
     res = _subprocess(["score", "--input", bad, "--metrics", "bleu4", "--output", out], tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip().startswith("error: ") and "Traceback" not in res.stderr
-    assert "bad.csv:3: invalid UTF-8 byte 0xe9 at byte offset 38" in res.stderr
+    assert "bad.csv: row 2 (line 3): not valid UTF-8 (byte 0xe9 at offset 38)" in res.stderr
     assert not out.exists()
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from backend.errors import InvalidInput
 from backend.scoring.hashing import input_hash
 from backend.scoring.io import (
-    MAX_REPORT_CHARS,
+    MAX_REPORT_BYTES,
     ScoreInputError,
     read_pairs,
     write_scores_csv,
@@ -75,6 +76,8 @@ def test_csv_and_jsonl_read_the_same_pairs(tmp_path):
         )
         assert a.input_hash == b.input_hash == input_hash(a.reference, a.candidate)
     assert [p.row for p in c.pairs] == [2, 4]  # the quoted newline makes record 1 two lines
+    assert [p.where for p in c.pairs] == ["row 1 (line 2)", "row 2 (line 4)"]
+    assert [p.where for p in j.pairs] == ["line 1", "line 2"]
 
 
 def test_format_is_detected_from_content(tmp_path):
@@ -98,8 +101,8 @@ def _error(path: Path, **kw) -> str:
 def test_missing_file_and_missing_column(tmp_path):
     assert _error(tmp_path / "none.csv").endswith("none.csv: file not found")
     p = _csv(tmp_path / "p.csv", [["id", "reference", "cand"], ["1", "r", "c"]])
-    msg = _error(p)
-    assert "p.csv:1: missing column(s) 'candidate'" in msg and "'cand'" in msg
+    assert _error(p) == (f"{p}: header: missing column 'candidate' (found: 'id', "
+                         "'reference', 'cand')")
 
 
 def test_jsonl_errors_name_row_and_field(tmp_path):
@@ -109,21 +112,26 @@ def test_jsonl_errors_name_row_and_field(tmp_path):
         ' "candidate": "c"}\n',
         encoding="utf-8",
     )
-    assert "p.jsonl:3: field 'reference' must be a string, got number" in _error(p)
+    assert _error(p) == f"{p}: line 3, field 'reference': expected text, got number"
     p.write_text('{"id": "a", "reference": "r", "candidate": "c"}\n{"id": "b", "refer', "utf-8")
-    assert "p.jsonl:2: malformed JSON" in _error(p)
+    assert _error(p).startswith(f"{p}: line 2: invalid JSON (Unterminated string")
     p.write_text('["a", "b"]\n', encoding="utf-8")
-    assert "p.jsonl:1: expected a JSON object, got array" in _error(p)
+    assert _error(p) == f"{p}: line 1: expected a JSON object, got array"
     p.write_text('{"id": "", "reference": "r", "candidate": "c"}\n', encoding="utf-8")
-    assert "p.jsonl:1: field 'id' is empty" in _error(p)
+    assert _error(p) == f"{p}: line 1, field 'id': missing pair id"
+    p.write_text('{"id": "a", "reference": "r"}\n', encoding="utf-8")
+    assert _error(p) == f"{p}: line 1, field 'candidate': missing"
 
 
 def test_malformed_csv_and_field_count(tmp_path):
     p = tmp_path / "p.csv"
     p.write_text('id,reference,candidate\n1,"r"x,c\n', encoding="utf-8")
-    assert "p.csv:2: malformed CSV" in _error(p)
+    assert _error(p) == f"{p}: row 1 (line 2): malformed CSV (',' expected after '\"')"
     p.write_text("id,reference,candidate\n1,r\n", encoding="utf-8")
-    assert "p.csv:2: row has 2 fields but the header has 3" in _error(p)
+    assert _error(p) == f"{p}: row 1 (line 2): 2 fields, the header has 3"
+    p.write_text('id,reference,candidate\n1,r,c\n2,"unclosed,c\n', encoding="utf-8")
+    assert _error(p) == (f"{p}: row 2 (line 3): malformed CSV (unexpected end of data: a "
+                         "quoted field is not closed)")
 
 
 def test_duplicate_ids_name_both_rows(tmp_path):
@@ -131,7 +139,7 @@ def test_duplicate_ids_name_both_rows(tmp_path):
         tmp_path / "p.csv",
         [["id", "reference", "candidate"], ["a", "r", "c"], ["b", "r", "c"], ["a", "r2", "c2"]],
     )
-    assert "p.csv:4: field 'id' duplicates id 'a' of row 2" in _error(p)
+    assert _error(p) == f"{p}: row 3 (line 4), field 'id': duplicates id 'a' of row 1 (line 2)"
 
 
 def test_non_utf8_names_row_and_byte_offset(tmp_path):
@@ -141,12 +149,13 @@ def test_non_utf8_names_row_and_byte_offset(tmp_path):
     msg = _error(p)
     offset = data.index(b"\xe9")
     assert offset == 38
-    assert f"p.csv:3: invalid UTF-8 byte 0xe9 at byte offset {offset}" in msg
+    assert msg == (f"{p}: row 2 (line 3): not valid UTF-8 (byte 0xe9 at offset {offset}); "
+                   "save the file as UTF-8")
     q = tmp_path / "p.jsonl"
-    raw = b'{"id": "a", "reference": "r", "candidate": "\xff"}\n'
+    raw = b'\xef\xbb\xbf{"id": "a", "reference": "r", "candidate": "\xff"}\n'
     q.write_bytes(raw)
-    at = raw.index(b"\xff")
-    assert f"p.jsonl:1: invalid UTF-8 byte 0xff at byte offset {at}" in _error(q)
+    at = raw.index(b"\xff")  # offsets count the BOM: they are the file's bytes
+    assert f"{q}: line 1: not valid UTF-8 (byte 0xff at offset {at})" in _error(q)
 
 
 def test_a_10_mb_report_fails_fast_with_a_clear_message(tmp_path):
@@ -164,15 +173,20 @@ def test_a_10_mb_report_fails_fast_with_a_clear_message(tmp_path):
     t0 = time.perf_counter()
     msg_j, msg_c = _error(j), _error(c)
     assert time.perf_counter() - t0 < 30  # generous: the point is no hang/OOM, not speed
-    assert f"p.jsonl:2: field 'reference' has {len(huge):,} characters" in msg_j
-    assert f"limit of {MAX_REPORT_CHARS:,}" in msg_j
-    assert "p.csv:3: field 'candidate' is over the limit" in msg_c
+    assert msg_j == (f"{j}: line 2, field 'reference': report is {len(huge)} bytes; the limit "
+                     f"is {MAX_REPORT_BYTES} bytes")
+    assert msg_c == (f"{c}: row 2 (line 3), field 'candidate': larger than the CSV field limit; "
+                     f"reports are limited to {MAX_REPORT_BYTES} bytes")
     # Just over our limit but under the csv module's own limit: our check names it too.
     mid = _csv(
         tmp_path / "m.csv",
-        [["id", "reference", "candidate"], ["a", "x" * (MAX_REPORT_CHARS + 1), "c"]],
+        [["id", "reference", "candidate"], ["a", "x" * (MAX_REPORT_BYTES + 1), "c"]],
     )
-    assert "m.csv:2: field 'reference' has 100,001 characters" in _error(mid)
+    assert _error(mid) == (f"{mid}: row 1 (line 2), field 'reference': report is 100001 bytes; "
+                           "the limit is 100000 bytes")
+    # The limit is in UTF-8 bytes, as for import-pairs: 50,001 two-byte characters are over.
+    wide = _jsonl(tmp_path / "w.jsonl", [{"id": "a", "reference": "é" * 50_001, "candidate": "c"}])
+    assert "field 'reference': report is 100002 bytes" in _error(wide)
 
 
 def test_images_resolve_inside_the_base_folder_only(tmp_path):
@@ -204,21 +218,22 @@ def test_images_resolve_inside_the_base_folder_only(tmp_path):
         base / "e.jsonl",
         [{"id": "1", "reference": "r", "candidate": "c", "image": "../secret.png"}],
     )
-    assert "e.jsonl:1: field 'image' path '../secret.png' is outside the allowed" in _error(esc)
+    assert _error(esc) == (f"{esc}: line 1, field 'image': '../secret.png' lies outside the "
+                           f"allowed folder {base.resolve()}")
     absolute = _jsonl(
         base / "abs.jsonl",
         [{"id": "1", "reference": "r", "candidate": "c", "image": str(tmp_path / "secret.png")}],
     )
-    assert "is outside the allowed image folder" in _error(absolute)
+    assert "lies outside the allowed folder" in _error(absolute)
     os.symlink(tmp_path / "secret.png", base / "img" / "link.png")
     link = _jsonl(
         base / "l.jsonl", [{"id": "1", "reference": "r", "candidate": "c", "image": "img/link.png"}]
     )
-    assert "is outside the allowed image folder" in _error(link)
+    assert "lies outside the allowed folder" in _error(link)
     missing = _jsonl(
         base / "m.jsonl", [{"id": "1", "reference": "r", "candidate": "c", "image": "img/none.png"}]
     )
-    assert "m.jsonl:1: field 'image' file not found: 'img/none.png'" in _error(missing)
+    assert _error(missing) == f"{missing}: line 1, field 'image': no such file 'img/none.png'"
     # An explicit base widens or narrows what is allowed.
     assert read_pairs(absolute, image_base=tmp_path).pairs[0].images == (
         (tmp_path / "secret.png").resolve(),
@@ -242,10 +257,12 @@ def test_empty_reports_are_listed(tmp_path):
 def test_empty_files(tmp_path):
     p = tmp_path / "p.csv"
     p.write_text("", encoding="utf-8")
-    assert "empty file" in _error(p)
+    assert _error(p) == f"{p}: empty file (no header row)"
+    p.write_text("id,reference,candidate\n\n", encoding="utf-8")
+    assert _error(p) == f"{p}: no data rows"
     q = tmp_path / "p.jsonl"
     q.write_text("\n\n", encoding="utf-8")
-    assert "no pairs" in _error(q)
+    assert _error(q) == f"{q}: no data rows"
 
 
 def test_write_scores_csv_round_trips_full_precision(tmp_path):
@@ -307,7 +324,7 @@ def test_deeply_nested_jsonl_is_refused_before_parsing(tmp_path):
                  + "[" * 100_000 + "]" * 100_000 + "}\n", encoding="utf-8")
     with pytest.raises(ScoreInputError) as info:
         read_pairs(f)
-    assert str(info.value) == f"{f}:2: nesting deeper than 32 levels"
+    assert str(info.value) == f"{f}: line 2: nesting deeper than 32 levels"
     # 32 levels (brackets inside strings do not count) are accepted.
     f.write_text(json.dumps({**ok, "x": json.loads("[" * 31 + "]" * 31), "y": "[" * 40})
                  + "\n", encoding="utf-8")
@@ -317,14 +334,21 @@ def test_deeply_nested_jsonl_is_refused_before_parsing(tmp_path):
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
-        ("reference", {"text": "R."}, "field 'reference' must be a string, got object"),
-        ("candidate", ["C."], "field 'candidate' must be a string, got array"),
-        ("candidate", 3, "field 'candidate' must be a string, got number"),
-        ("reference", True, "field 'reference' must be a string, got boolean"),
-        ("id", 1.5, "field 'id' must be a string or integer, got number"),
-        ("source", ["a"], "field 'source' must be a string or integer, got array"),
-        ("case_id", {"a": 1}, "field 'case_id' must be a string or integer, got object"),
-        ("image", 7, "field 'image' must be a path or a list of paths, got number"),
+        ("reference", {"text": "R."}, "field 'reference': expected text, got object"),
+        ("candidate", ["C."], "field 'candidate': expected text, got array"),
+        ("candidate", 3, "field 'candidate': expected text, got number"),
+        ("reference", True, "field 'reference': expected text, got boolean"),
+        ("reference", None, "field 'reference': expected text, got null"),
+        ("id", 1.5, "field 'id': expected text, got number"),
+        ("source", ["a"], "field 'source': expected text, got array"),
+        ("case_id", {"a": 1}, "field 'case_id': expected text, got object"),
+        ("image", 7, "field 'image': expected ';'-separated paths or a list, got number"),
+        ("image", ["a.png", 3], "field 'image[1]': expected text, got number"),
+        # The checks import-pairs makes hold here too (one reader).
+        ("reference", "No\x00 effusion.", "field 'reference': contains a NUL character"),
+        ("source", "g" * 129, "field 'source': longer than 128 characters"),
+        ("id", "i" * 129, "field 'id': longer than 128 characters"),
+        ("case_id", "c" * 129, "field 'case_id': longer than 128 characters"),
     ],
 )
 def test_non_text_values_are_refused(tmp_path, field, value, expected):
@@ -333,4 +357,5 @@ def test_non_text_values_are_refused(tmp_path, field, value, expected):
     f.write_text(json.dumps(rec) + "\n", encoding="utf-8")
     with pytest.raises(ScoreInputError) as info:
         read_pairs(f)
-    assert str(info.value) == f"{f}:1: {expected}"
+    assert str(info.value) == f"{f}: line 1, {expected}"
+    assert isinstance(info.value, InvalidInput)
