@@ -12,8 +12,14 @@ study seed. :func:`export_build` writes ReXVal files, JSONL and a Hugging Face d
 plus one ``manifest.json`` (which metric picked which candidate, metric signatures, seeds,
 corpus sha256, candidate-stage settings).
 
-Everything that can fail on user input (name taken, unknown rater, unknown metric) is checked
-before the scoring work, and the study is created in one transaction.
+Everything that can fail on user input (name taken, unknown rater, unknown metric, unreadable
+corpus file) is checked before the scoring work. Pages call :func:`enqueue_build`, which runs
+those checks and queues a ``build_oracle`` job: the metrics run on the worker
+(``backend.jobs.kinds.build_oracle``), never in the web process. The study is written by the
+staged import (invisible until complete), and a job's build records the job id in the
+study's provenance, so a build retried after a kill -9 either starts over (the killed run's
+staging study is removed) or, when the killed run had already finished the study, completes
+the rater assignment and reports that study: never a second study, never a half one.
 """
 
 from __future__ import annotations
@@ -26,30 +32,38 @@ import random
 import secrets
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from backend import config
 from backend.datasets import corpus as corpus_mod
 from backend.datasets import oracle
 from backend.datasets.corpus import Corpus, CorpusReport
 from backend.imaging.deid import DEID_PROFILE
-from backend.services import assignment, exports, imports
+from backend.services import assignment, exports, imports, job_inputs
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import Actor, CandidateInput, CaseInput
 from backend.util import file_sha256
-from db.models import Study, User
+from db.models import STUDY_STAGING, Case, Pair, Study, User
 from db.session import Database
+
+if TYPE_CHECKING:
+    from backend.services.jobs import JobView
 
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int, str], None]
 MANIFEST = "manifest.json"
 PROVENANCE_KIND = "metric-oracle"
+#: The job kind that runs :func:`build_study` on the worker.
+KIND = "build_oracle"
+#: Provenance key of the job that built the study (a retried job finds its own study).
+JOB_KEY = "job_id"
+ENGINES = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,8 @@ def _check_name(db: Database, study_name: str) -> str:
     name = (study_name or "").strip()
     if not name:
         raise InvalidInput("study name is empty")
+    if len(name) > 128:
+        raise InvalidInput("study name is longer than 128 characters")
     with db.begin() as s:
         if s.scalar(select(Study.id).where(Study.name == name)) is not None:
             raise InvalidInput(f"study {name!r} already exists; choose another name")
@@ -131,6 +147,174 @@ def _check_raters(db: Database, raters: Sequence[str], raters_per_pair: int) -> 
             raise InvalidInput(f"{name!r} is not an active rater account")
 
 
+def _check_options(
+    metrics: Sequence[str], *, per_metric: int, top_k: int | None, engine: str | oracle.Engine,
+    limit_tests: int | None, chunk_size: int,
+) -> None:
+    """The oracle settings that can be checked without a metric or a corpus."""
+    try:
+        oracle.resolve_keys(metrics)
+    except oracle.OracleError as exc:
+        raise InvalidInput(str(exc)) from None
+    if per_metric < 1:
+        raise InvalidInput(f"per metric must be at least 1 (got {per_metric})")
+    if top_k is not None and top_k < per_metric:
+        raise InvalidInput(f"candidate stage k ({top_k}) must be at least per metric "
+                           f"({per_metric})")
+    if isinstance(engine, str) and engine not in ENGINES:
+        raise InvalidInput(f"unknown engine {engine!r} (expected {' or '.join(ENGINES)})")
+    if limit_tests is not None and limit_tests < 1:
+        raise InvalidInput(f"--limit-tests must be at least 1 (got {limit_tests})")
+    if chunk_size < 1:
+        raise InvalidInput(f"chunk size must be at least 1 (got {chunk_size})")
+
+
+def _corpus_spec(spec: str | Path, what: str) -> str:
+    """``"iu"`` or the absolute path of a corpus file that parses (checked now, named)."""
+    text = str(spec).strip()
+    if not text:
+        raise InvalidInput(f"no {what} given")
+    if text == "iu":
+        # The IU reports come from a package fetched on first use: the worker loads them.
+        return text
+    path = Path(text).expanduser().resolve()
+    corpus_mod.load_corpus(path)
+    return str(path)
+
+
+def enqueue_build(
+    db: Database,
+    actor: Actor,
+    *,
+    study_name: str,
+    tests: str | Path,
+    corpus: str | Path,
+    metrics: Sequence[str],
+    per_metric: int = 1,
+    top_k: int | None = oracle.DEFAULT_TOP_K,
+    engine: str = "local",
+    seed: int = 0,
+    limit_tests: int | None = None,
+    raters: Sequence[str] = (),
+    raters_per_pair: int = 1,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    description: str = "",
+    chunk_size: int = oracle.DEFAULT_CHUNK,
+    upload_dir: Path | None = None,
+    device: str | None = None,
+) -> JobView:
+    """Check a build request and queue it as a ``build_oracle`` job for the worker.
+
+    Everything :func:`build_study` would refuse before scoring is refused here, files
+    included (a corpus file is parsed now, so its errors name the file and line); only the
+    metrics' own run is left to the worker.
+
+    Args:
+        db: The database.
+        actor: Must be an admin.
+        study_name: Name of the new study (must be free, and not claimed by a queued job).
+        tests: ``"iu"`` or a CSV/JSONL file of test reports on the server.
+        corpus: ``"iu"`` or a CSV/JSONL file of candidate reports on the server.
+        metrics: Families or output keys.
+        per_metric: Best candidates per key and test report.
+        top_k: Candidate-stage size (``None``: exhaustive search).
+        engine: ``"local"`` or ``"ray"``.
+        seed: Test sampling (IU), study seed and rater shuffles.
+        limit_tests: Use at most this many test reports.
+        raters: Rater usernames to assign once the study exists.
+        raters_per_pair: Raters each pair should get.
+        options: ``family -> {option: value}`` for the metrics.
+        description: Study description (a default one is written when empty).
+        chunk_size: Pairs per scoring call / Ray task.
+        upload_dir: A folder from :func:`job_inputs.new_upload_dir` holding uploaded files;
+            the job removes it when it ends.
+        device: Only a worker on this device may run it (``None``: any worker).
+
+    Returns:
+        The queued job.
+
+    Raises:
+        PermissionDenied: The actor is not an admin.
+        InvalidInput: Bad name, files, metrics, k or raters; nothing is queued.
+    """
+    from backend.services import jobs
+
+    require_admin(actor)
+    name = _check_name(db, study_name)
+    job_inputs.check_name_not_pending(db, name)
+    _check_raters(db, list(raters), raters_per_pair)
+    _check_options(metrics, per_metric=per_metric, top_k=top_k, engine=engine,
+                   limit_tests=limit_tests, chunk_size=chunk_size)
+    params = {
+        "study_name": name,
+        "tests": _corpus_spec(tests, "test reports"),
+        "corpus": _corpus_spec(corpus, "corpus"),
+        "metrics": list(metrics),
+        "per_metric": int(per_metric),
+        "top_k": None if top_k is None else int(top_k),
+        "engine": engine,
+        "seed": int(seed),
+        "limit_tests": None if limit_tests is None else int(limit_tests),
+        "raters": list(raters),
+        "raters_per_pair": int(raters_per_pair),
+        "options": {k: dict(v) for k, v in (options or {}).items()},
+        "description": description,
+        "chunk_size": int(chunk_size),
+        "upload_dir": job_inputs.data_relative(upload_dir) if upload_dir is not None else None,
+    }
+    return jobs.enqueue_job(db, actor, kind=KIND, params=params, device=device)
+
+
+def _study_of_job(db: Database, study_name: str, job_id: int) -> dict[str, Any] | None:
+    """The provenance of the visible study ``study_name`` if job ``job_id`` built it."""
+    with db.read() as s:
+        row = s.execute(select(Study.status, Study.provenance)
+                        .where(Study.name == study_name)).first()
+    if row is None or row.status == STUDY_STAGING:
+        return None
+    provenance = dict(row.provenance or {})
+    return provenance if provenance.get(JOB_KEY) == job_id else None
+
+
+def _summary_of_built(db: Database, study_name: str, provenance: Mapping[str, Any],
+                      n_assigned: int) -> BuildSummary:
+    """The summary of a study a previous run of the same job had finished (from its
+    provenance and its rows)."""
+    with db.read() as s:
+        study_id = get_study(s, study_name).id
+        n_cases = s.scalar(select(func.count()).select_from(Case)
+                           .where(Case.study_id == study_id)) or 0
+        n_pairs = s.scalar(select(func.count()).select_from(Pair)
+                           .where(Pair.study_id == study_id)) or 0
+    manifest = provenance.get("oracle", {})
+    counts = manifest.get("counts", {})
+    sources: dict[str, int] = {}
+    for pick in manifest.get("picks", []):
+        sources[pick["source"]] = sources.get(pick["source"], 0) + 1
+    seconds = {k: float(v) for k, v in manifest.get("seconds", {}).items()}
+    return BuildSummary(
+        study_name=study_name, n_tests=int(provenance.get("tests", {}).get("n_used", 0)),
+        n_cases=int(n_cases), n_pairs=int(n_pairs),
+        n_picks_before_dedup=int(counts.get("picks_before_dedup", 0)),
+        metrics=tuple(manifest.get("metrics", [])), sources=sources,
+        engine=str(manifest.get("engine", "")), seconds=seconds.get("total", 0.0),
+        corpus_sha256=str(provenance.get("corpus", {}).get("sha256", "")),
+        n_assigned=n_assigned,
+        tests_without_candidate=tuple(provenance.get("tests", {}).get("without_candidate", [])),
+        timings=seconds,
+    )
+
+
+def _assign(db: Database, actor: Actor, name: str, raters: Sequence[str],
+            raters_per_pair: int, seed: int) -> int:
+    if not raters:
+        return 0
+    assigned = assignment.assign_raters(db, actor, study_name=name,
+                                        rater_usernames=list(raters),
+                                        raters_per_pair=raters_per_pair, seed=seed)
+    return assigned.created
+
+
 def build_study(
     db: Database,
     actor: Actor,
@@ -150,8 +334,12 @@ def build_study(
     description: str = "",
     chunk_size: int = oracle.DEFAULT_CHUNK,
     progress: ProgressFn | None = None,
+    job_id: int | None = None,
 ) -> BuildSummary:
     """Create a study whose pairs are the metric-oracle candidates of the test reports.
+
+    Runs the metrics in the calling process: the worker's ``build_oracle`` kind and the
+    command line call it; pages call :func:`enqueue_build`.
 
     Args:
         db: The database.
@@ -170,7 +358,12 @@ def build_study(
         options: ``family -> {option: value}`` for the metrics.
         description: Study description (a default one is written when empty).
         chunk_size: Pairs per scoring call / Ray task.
-        progress: ``progress(done, total, message)`` while scoring.
+        progress: ``progress(done, total, message)`` while scoring; it may raise to stop
+            (nothing is created then).
+        job_id: The job running this build, recorded in the study's provenance: when a
+            visible study of that name already carries it (the job ran before and was
+            killed after the study appeared), the build only completes the assignment and
+            returns that study's summary.
 
     Returns:
         Counts, sources and timings of the new study.
@@ -180,12 +373,22 @@ def build_study(
         InvalidInput: Bad name, files, metrics, k or raters; nothing is created.
     """
     require_admin(actor)
+    if job_id is not None:
+        built = _study_of_job(db, (study_name or "").strip(), job_id)
+        if built is not None:
+            name = study_name.strip()
+            n_assigned = _assign(db, actor, name, raters, raters_per_pair, seed)
+            log.info("job %d: study %s was already built; assignment completed", job_id, name)
+            return _summary_of_built(db, name, built, n_assigned)
+    try:
+        # A build killed while importing left an invisible staging study holding the name.
+        imports.cleanup_stale_imports(db)
+    except Exception:  # housekeeping must never block a build (the import retries it)
+        log.exception("cleanup of unfinished imports failed")
     name = _check_name(db, study_name)
     _check_raters(db, list(raters), raters_per_pair)
-    try:
-        oracle.resolve_keys(metrics)
-    except oracle.OracleError as exc:
-        raise InvalidInput(str(exc)) from None
+    _check_options(metrics, per_metric=per_metric, top_k=top_k, engine=engine,
+                   limit_tests=limit_tests, chunk_size=chunk_size)
     test_corpus = _load(tests, "test reports")
     cand_corpus = _load(corpus, "corpus")
     chosen = select_tests(test_corpus, limit=limit_tests, seed=seed)
@@ -212,7 +415,7 @@ def build_study(
     sources: dict[str, int] = {}
     for p in result.picks:
         sources[p.source] = sources.get(p.source, 0) + 1
-    provenance = {
+    provenance: dict[str, Any] = {
         "kind": PROVENANCE_KIND,
         "built_by": actor.username,
         "built_at": dt.datetime.now(dt.UTC).isoformat(),
@@ -239,6 +442,8 @@ def build_study(
         "options": {k: dict(v) for k, v in (options or {}).items()},
         "oracle": result.manifest(),
     }
+    if job_id is not None:
+        provenance[JOB_KEY] = job_id
     desc = description or (
         f"Metric-oracle candidates ({', '.join(result.keys)}, top {per_metric} each) for "
         f"{len(cases)} test reports from {test_corpus.name}, corpus {cand_corpus.name}."
@@ -247,12 +452,7 @@ def build_study(
         db, actor, study_name=name, cases=cases, description=desc,
         raters_per_pair=raters_per_pair, seed=seed, provenance=provenance,
     )
-    n_assigned = 0
-    if raters:
-        assigned = assignment.assign_raters(db, actor, study_name=name,
-                                            rater_usernames=list(raters),
-                                            raters_per_pair=raters_per_pair, seed=seed)
-        n_assigned = assigned.created
+    n_assigned = _assign(db, actor, name, raters, raters_per_pair, seed)
     log.info("built study %s: %d pairs for %d test reports in %.1f s", name, summary.n_pairs,
              len(cases), result.seconds.get("total", 0.0))
     return BuildSummary(
@@ -262,6 +462,26 @@ def build_study(
         corpus_sha256=cand_corpus.sha256, n_assigned=n_assigned,
         tests_without_candidate=missing, timings=dict(result.seconds),
     )
+
+
+def summary_to_json(summary: BuildSummary) -> dict[str, Any]:
+    """A build summary as plain JSON data (the ``build_oracle`` job's result)."""
+    return asdict(summary)
+
+
+def summary_from_json(data: Mapping[str, Any]) -> BuildSummary:
+    """The :class:`BuildSummary` stored by :func:`summary_to_json` (for the page).
+
+    Raises:
+        InvalidInput: the data is not a build summary.
+    """
+    try:
+        fields = {k: data[k] for k in BuildSummary.__dataclass_fields__ if k in data}
+        fields["metrics"] = tuple(fields.get("metrics", ()))
+        fields["tests_without_candidate"] = tuple(fields.get("tests_without_candidate", ()))
+        return BuildSummary(**fields)
+    except TypeError as exc:
+        raise InvalidInput(f"the job's result is not a build summary ({exc})") from None
 
 
 def export_build(db: Database, actor: Actor, *, study_name: str, out_dir: Path) -> BundleSummary:

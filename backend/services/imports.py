@@ -63,6 +63,7 @@ from backend.imaging.deid import (
     deidentify_file,
 )
 from backend.imaging.load import ImageLoadError, file_sha256, load_image, sniff_format
+from backend.scoring.hashing import input_hash
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.types import Actor, CandidateInput, CaseInput
 from db.models import (
@@ -110,27 +111,6 @@ _VIEW_ALIASES = {
     "LATERAL": "LATERAL",
     "FRONTAL": "FRONTAL",
 }
-
-
-def input_hash(reference: str, candidate: str, image_sha256s: Sequence[str] = ()) -> str:
-    """The pair cache key (handbook): ``backend.scoring.hashing.input_hash`` when present.
-
-    Args:
-        reference: Reference report text.
-        candidate: Candidate report text.
-        image_sha256s: Hex digests of the pair's images, in display order.
-
-    Returns:
-        Hex sha256 of ``"v1\\x00" + reference + "\\x00" + candidate + "\\x00" + shas``.
-    """
-    try:
-        from backend.scoring.hashing import input_hash as shared
-    except ImportError:
-        shared = None
-    if shared is not None:
-        return shared(reference, candidate, image_sha256s)
-    payload = "v1\x00" + reference + "\x00" + candidate + "\x00" + ",".join(image_sha256s)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -620,6 +600,7 @@ def cleanup_stale_imports(
 
 
 _After = Callable[[Database, _Staging], Any]
+ProgressFn = Callable[[int, int, str], None]
 
 
 def _run_import(
@@ -635,6 +616,7 @@ def _run_import(
     status: str = "open",
     after: _After | None = None,
     batch_pairs: int | None = None,
+    progress: ProgressFn | None = None,
 ) -> tuple[ImportSummary, Any]:
     study_name = (study_name or "").strip()
     if not study_name:
@@ -660,7 +642,11 @@ def _run_import(
     # The import report: images whose header says burned-in text (by case and stored file,
     # never the source file name, which may itself identify the patient).
     burned_in: list[dict[str, str]] = []
+    n_pairs_total = sum(len(case.candidates) for case in cases)
+    n_pairs_done = 0
     try:
+        if progress is not None:
+            progress(0, n_pairs_total, f"importing {n_pairs_total} pairs")
         for batch in _batches(cases, batch_pairs or BATCH_PAIRS):
             cleaned = [
                 _clean_image(case.case_id, src, view, mapper, warnings)
@@ -687,6 +673,10 @@ def _run_import(
                 staging.state["pending_files"] = []
                 staging.beat(s)
             _yield_lock(db, time.monotonic() - t0)
+            n_pairs_done += sum(len(case.candidates) for case in batch)
+            if progress is not None:
+                # May raise to stop the import: the staging study is discarded below.
+                progress(n_pairs_done, n_pairs_total, f"imported {n_pairs_done} pairs")
         extra = after(db, staging) if after is not None else None
         final_provenance = dict(provenance)
         final_provenance.setdefault("imported_at", dt.datetime.now(dt.UTC).isoformat())
@@ -743,6 +733,7 @@ def import_cases(
     provenance: dict[str, Any] | None = None,
     image_base: Path | None = None,
     status: str = "open",
+    progress: ProgressFn | None = None,
 ) -> ImportSummary:
     """Create a study from cases: its own cases, images, reports and pairs.
 
@@ -760,6 +751,8 @@ def import_cases(
         provenance: Extra provenance (e.g. input file and its sha256), stored on the study.
         image_base: If given, relative image paths are resolved against it and must stay in it.
         status: What the study is once imported: ``open`` (raters can rate) or ``draft``.
+        progress: ``progress(pairs done, pairs in all, message)`` after each batch; it may
+            raise to stop the import (nothing is left then).
 
     Returns:
         Counts of what was created, and warnings (e.g. burned-in annotations).
@@ -782,6 +775,7 @@ def import_cases(
         provenance=base,
         image_base=image_base,
         status=status,
+        progress=progress,
     )
     return summary
 
@@ -837,6 +831,8 @@ def import_rexval(
     gt_path: Path,
     ratings_path: Path,
     study_name: str,
+    provenance: dict[str, Any] | None = None,
+    progress: ProgressFn | None = None,
 ) -> ImportSummary:
     """Import ReXVal's two files: pairs, rater accounts, assignments and ratings.
 
@@ -852,6 +848,9 @@ def import_rexval(
         gt_path: ``50_samples_gt_and_candidates.csv``.
         ratings_path: ``6_valid_raters_per_rater_error_categories.csv``.
         study_name: Name of the new study.
+        provenance: Extra provenance stored on the study (e.g. the job that imported it).
+        progress: ``progress(pairs done, pairs in all, message)`` after each batch of
+            pairs; it may raise to stop the import (nothing is left then).
 
     Returns:
         Counts, including raters and ratings.
@@ -874,6 +873,7 @@ def import_rexval(
         cases.append(CaseInput(case_id=row.study_id, reference=row.gt_report,
                                candidates=candidates))
     provenance = {
+        **(provenance or {}),
         "kind": "rexval",
         "imported_by": actor.username,
         "candidate_types": list(gt.candidate_types),
@@ -944,5 +944,115 @@ def import_rexval(
         provenance=provenance,
         image_base=None,
         after=add_ratings,
+        progress=progress,
     )
     return dataclasses.replace(summary, n_raters=n_raters, n_ratings=n_ratings)
+
+
+# ----------------------------------------------------------------- imports on the worker
+
+#: The job kind that runs an import on the worker (``backend.jobs.kinds.imports``).
+KIND = "import"
+#: An import with more pairs than this goes to the worker (pages); smaller ones run inline.
+WORKER_MIN_PAIRS = 2000
+#: An import with more images than this goes to the worker: each image is de-identified and
+#: decoded, which takes far longer than writing rows.
+WORKER_MIN_IMAGES = 50
+IMPORT_FORMATS = ("cases", "rexval")
+
+
+def needs_worker(n_pairs: int, n_images: int = 0) -> bool:
+    """Whether the pages send an import of this size to the worker (see the thresholds)."""
+    return n_pairs > WORKER_MIN_PAIRS or n_images > WORKER_MIN_IMAGES
+
+
+def cases_size(cases: Sequence[CaseInput]) -> tuple[int, int]:
+    """``(pairs, images)`` an import of ``cases`` would create."""
+    return (sum(len(c.candidates) for c in cases), sum(len(c.images) for c in cases))
+
+
+def enqueue_import(
+    db: Database,
+    actor: Actor,
+    *,
+    fmt: str,
+    study_name: str,
+    upload_dir: Path,
+    cases_file: Path | None = None,
+    images_dir: Path | None = None,
+    description: str = "",
+    provenance: dict[str, Any] | None = None,
+    gt_file: Path | None = None,
+    ratings_file: Path | None = None,
+    device: str | None = None,
+) -> Any:  # noqa: ANN401 - backend.services.jobs.JobView (imported lazily)
+    """Check an import of files already saved under the data folder and queue it.
+
+    The files are parsed now, so a bad file is refused with its file, row and field before
+    anything is queued; the worker parses them again and imports (staged: the study appears
+    only when complete). The job's params name the files relative to the data folder.
+
+    Args:
+        db: The database.
+        actor: Must be an admin.
+        fmt: ``"cases"`` (a cases file, optional images) or ``"rexval"`` (ReXVal's files).
+        study_name: Name of the new study (free, and not claimed by a queued job).
+        upload_dir: The folder under the data folder that holds the files
+            (``job_inputs.new_upload_dir``); the job removes it when it ends.
+        cases_file: The cases file (``fmt="cases"``), inside ``upload_dir``.
+        images_dir: Folder the cases file's image paths are relative to (default:
+            ``upload_dir``); it must lie in the data folder.
+        description: Study description (``fmt="cases"``).
+        provenance: Extra provenance (e.g. the uploaded file's name and sha256).
+        gt_file: ReXVal's pairs file (``fmt="rexval"``), inside ``upload_dir``.
+        ratings_file: ReXVal's ratings file (``fmt="rexval"``), inside ``upload_dir``.
+        device: Only a worker on this device may run it (``None``: any worker).
+
+    Returns:
+        The queued job (a ``backend.services.jobs.JobView``).
+
+    Raises:
+        PermissionDenied: The actor is not an admin.
+        InvalidInput: Bad name, format or files (named); nothing is queued.
+    """
+    from backend.datasets.pairs import parse_cases
+    from backend.services import jobs
+    from backend.services.job_inputs import check_name_not_pending, data_relative
+
+    require_admin(actor)
+    if fmt not in IMPORT_FORMATS:
+        raise InvalidInput(f"import format must be one of {', '.join(IMPORT_FORMATS)}, "
+                           f"got {fmt!r}")
+    name = (study_name or "").strip()
+    if not name:
+        raise InvalidInput("study name is empty")
+    if len(name) > 128:
+        raise InvalidInput("study name is longer than 128 characters")
+    with db.read() as s:
+        if s.scalar(select(Study.id).where(Study.name == name)) is not None:
+            raise InvalidInput(f"study {name!r} already exists; choose another name")
+    check_name_not_pending(db, name)
+    params: dict[str, Any] = {"format": fmt, "study_name": name,
+                              "upload_dir": data_relative(upload_dir),
+                              "provenance": dict(provenance or {})}
+    if fmt == "cases":
+        if cases_file is None:
+            raise InvalidInput("cases file: none given")
+        images = images_dir if images_dir is not None else upload_dir
+        try:
+            images_rel = data_relative(images)
+        except InvalidInput:
+            raise InvalidInput(
+                f"images folder {images}: an import of this size runs on the worker, which "
+                f"reads files only inside the data folder {config.data_dir()}; put the "
+                "images in a folder there and name that folder") from None
+        parse_cases(cases_file, images_dir=images)
+        params.update(cases_file=data_relative(cases_file), images_dir=images_rel,
+                      description=description)
+    else:
+        if gt_file is None or ratings_file is None:
+            raise InvalidInput("ReXVal import: give both the pairs file and the ratings file")
+        gt = rexval.read_gt(Path(gt_file))
+        rexval.read_ratings(Path(ratings_file), gt)
+        params.update(gt_file=data_relative(gt_file), ratings_file=data_relative(ratings_file))
+    return jobs.enqueue_job(db, actor, kind=KIND, params=params, device=device)

@@ -13,9 +13,12 @@ metric key:
 * ``delta = mean_insignificant - mean_significant``. A metric that follows radiologists
   penalises the significant edits more, so a good metric has a positive delta.
 
-Metrics run in this process, so the probes are meant for the fast metrics (lexical ones, or
-model metrics where a GPU is at hand); families that cannot run here are reported with their
-reason instead of failing the whole run.
+Pages never run the metrics: :func:`enqueue_probes` checks the request (admin, study, metric
+names, sample size) and queues a ``probes`` job; the worker runs :func:`run_probes`
+(``backend.jobs.kinds.probes``) with its warm metric pool and stores
+:func:`result_to_json` as the job's result, which the page turns back into a
+:class:`ProbeResult` with :func:`result_from_json`. Families that cannot run on the worker
+are reported with their reason instead of failing the whole run.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
@@ -36,9 +40,16 @@ from backend.services.types import Actor
 from db.models import Pair, Report
 from db.session import Database
 
+if TYPE_CHECKING:
+    from backend.scoring.runner import MetricPool
+    from backend.services.jobs import JobView
+
 log = logging.getLogger(__name__)
 
 MAX_REPORTS_LIMIT = 5000
+#: The job kind that runs :func:`run_probes` on the worker.
+KIND = "probes"
+ProgressFn = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
@@ -136,6 +147,73 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(finite) / len(finite) if finite else None
 
 
+def _check_request(
+    db: Database, actor: Actor, *, study_name: str, metrics: Sequence[str], max_reports: int
+) -> tuple[list[str], list[str]]:
+    """Everything that can be checked without a metric: ``(metric names, reference reports)``.
+
+    Raises:
+        PermissionDenied: for a non-admin.
+        NotFound: unknown study.
+        InvalidInput: no or unknown metric, bad ``max_reports``, no reference report.
+    """
+    from backend.scoring.runner import ScoringError, requested_keys
+
+    require_admin(actor)
+    names = [m.strip() for m in metrics if m and m.strip()]
+    if not names:
+        raise InvalidInput("choose at least one metric")
+    if not isinstance(max_reports, int) or not 1 <= max_reports <= MAX_REPORTS_LIMIT:
+        raise InvalidInput(f"max_reports must be 1..{MAX_REPORTS_LIMIT}, got {max_reports}")
+    try:
+        requested_keys(names)
+    except ScoringError as exc:
+        raise InvalidInput(str(exc)) from None
+    reports = _reference_reports(db, study_name)
+    if not reports:
+        raise InvalidInput(f"study '{study_name}' has no reference report")
+    return names, reports
+
+
+def enqueue_probes(
+    db: Database,
+    actor: Actor,
+    *,
+    study_name: str,
+    metrics: Sequence[str],
+    seed: int = 0,
+    max_reports: int = 100,
+    device: str | None = None,
+) -> JobView:
+    """Check a probe request and queue it as a ``probes`` job for the worker.
+
+    Args:
+        db: The database.
+        actor: Must be an admin.
+        study_name: Study name.
+        metrics: Families or output keys.
+        seed: Seed of the perturbations and of the sample of reports.
+        max_reports: Most distinct reference reports to probe.
+        device: Only a worker on this device may run it (``None``: any worker).
+
+    Returns:
+        The queued job.
+
+    Raises:
+        PermissionDenied: for a non-admin.
+        NotFound: unknown study.
+        InvalidInput: no or unknown metric, bad ``max_reports``, no reference report.
+    """
+    from backend.services import jobs
+
+    names, _ = _check_request(db, actor, study_name=study_name, metrics=metrics,
+                              max_reports=max_reports)
+    params = {"study": study_name, "metrics": names, "seed": int(seed),
+              "max_reports": int(max_reports)}
+    return jobs.enqueue_job(db, actor, kind=KIND, params=params, study_name=study_name,
+                            device=device)
+
+
 def run_probes(
     db: Database,
     actor: Actor,
@@ -145,8 +223,13 @@ def run_probes(
     seed: int = 0,
     max_reports: int = 100,
     device: str = "auto",
+    progress: ProgressFn | None = None,
+    pool: MetricPool | None = None,
 ) -> ProbeResult:
     """Perturb the study's references, score each against its original, summarise per key.
+
+    Runs the metrics in the calling process: the worker's ``probes`` kind calls it (pages
+    call :func:`enqueue_probes`).
 
     Args:
         db: The database (also the score cache).
@@ -157,6 +240,9 @@ def run_probes(
         max_reports: Most distinct reference reports to probe; a larger study is sampled
             with ``seed`` (kept in study order).
         device: Device for metrics that load models.
+        progress: ``progress(done, total, message)`` after each scored batch; it may raise
+            to stop (scores already stored stay in the cache).
+        pool: Warm metric instances to reuse (the worker's).
 
     Raises:
         PermissionDenied: for a non-admin.
@@ -167,14 +253,8 @@ def run_probes(
     """
     from backend.scoring.runner import MetricFailed, ScorePair, ScoringError, requested_keys, score
 
-    require_admin(actor)
-    if not metrics:
-        raise InvalidInput("choose at least one metric")
-    if not 1 <= max_reports <= MAX_REPORTS_LIMIT:
-        raise InvalidInput(f"max_reports must be 1..{MAX_REPORTS_LIMIT}, got {max_reports}")
-    reports = _reference_reports(db, study_name)
-    if not reports:
-        raise InvalidInput(f"study '{study_name}' has no reference report")
+    names, reports = _check_request(db, actor, study_name=study_name, metrics=metrics,
+                                    max_reports=max_reports)
     if len(reports) > max_reports:
         keep = sorted(random.Random(f"probes:{seed}").sample(range(len(reports)), max_reports))
         reports = [reports[i] for i in keep]
@@ -188,8 +268,9 @@ def run_probes(
         for p in perturbations
     ]
     try:
-        keys = requested_keys(list(metrics))
-        table = score(pairs, list(metrics), db=db, device=device, skip_unavailable=True)
+        keys = requested_keys(names)
+        table = score(pairs, names, db=db, device=device, skip_unavailable=True,
+                      progress=progress, pool=pool)
     except ScoringError as exc:
         raise InvalidInput(str(exc)) from None
     except MetricFailed as exc:
@@ -236,3 +317,33 @@ def run_probes(
              len(perturbations), ", ".join(scored_keys))
     return ProbeResult(study=study_name, seed=seed, n_reports=len(reports), kinds=kinds,
                        rows=tuple(rows), unavailable=dict(unavailable), examples=examples)
+
+
+def result_to_json(result: ProbeResult) -> dict[str, Any]:
+    """A probe result as plain JSON data (the ``probes`` job's result).
+
+    Args:
+        result: What :func:`run_probes` returned.
+    """
+    return asdict(result)
+
+
+def result_from_json(data: Mapping[str, Any]) -> ProbeResult:
+    """The :class:`ProbeResult` stored by :func:`result_to_json` (for the page).
+
+    Args:
+        data: A finished ``probes`` job's result.
+
+    Raises:
+        InvalidInput: the data is not a probe result (a field is missing).
+    """
+    try:
+        return ProbeResult(
+            study=data["study"], seed=int(data["seed"]), n_reports=int(data["n_reports"]),
+            kinds=tuple(KindSummary(**k) for k in data["kinds"]),
+            rows=tuple(ProbeRow(**r) for r in data["rows"]),
+            unavailable=dict(data["unavailable"]),
+            examples=tuple(ProbeExample(**e) for e in data["examples"]),
+        )
+    except (KeyError, TypeError) as exc:
+        raise InvalidInput(f"the job's result is not a probe result ({exc})") from None

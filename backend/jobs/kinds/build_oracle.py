@@ -60,7 +60,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         if exc.reason == CANCELLED_BY_USER:
             job_inputs.remove_upload_dir(upload_dir)
         raise
-    except BaseException:
+    except Exception:
         job_inputs.remove_upload_dir(upload_dir)
         raise
     job_inputs.remove_upload_dir(upload_dir)

@@ -1,0 +1,118 @@
+"""Kind ``import``: a large import (cases file with images, or ReXVal's files) on the worker.
+
+Params (written by :func:`backend.services.imports.enqueue_import`): ``format`` (``cases`` or
+``rexval``), ``study_name``, ``upload_dir`` and the files, all relative to the data folder
+(:func:`backend.services.job_inputs.resolve_data_path` refuses anything outside it):
+``cases_file`` and ``images_dir`` with ``description``, or ``gt_file`` and
+``ratings_file``; ``provenance`` is stored on the study.
+
+Safe to run again after a kill -9: the import writes an invisible staging study that the
+retry's import removes (its process is dead) before writing its own, and the study records
+the job id, so a retry that finds its own finished study reports it instead of importing a
+second copy. The result holds the import's counts and warnings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy import func, select
+
+from backend.errors import InvalidInput
+from backend.jobs.context import CANCELLED_BY_USER, JobCancelled, JobContext
+from backend.jobs.kinds._common import job_actor, param
+from db.models import STUDY_STAGING, Case, Image, Pair, Rating, Report, Study
+
+#: Provenance key of the job that imported the study.
+JOB_KEY = "job_id"
+
+
+def _already_imported(ctx: JobContext, study_name: str) -> dict[str, Any] | None:
+    """The counts of the study this job imported in a run that was killed before it ended."""
+    with ctx.db.read() as s:
+        study = s.execute(select(Study.id, Study.status, Study.provenance)
+                          .where(Study.name == study_name)).first()
+        if study is None or study.status == STUDY_STAGING:
+            return None
+        if (study.provenance or {}).get(JOB_KEY) != ctx.job_id:
+            return None
+        n_cases = s.scalar(select(func.count()).select_from(Case)
+                           .where(Case.study_id == study.id))
+        n_pairs = s.scalar(select(func.count()).select_from(Pair)
+                           .where(Pair.study_id == study.id))
+        n_reports = s.scalar(select(func.count()).select_from(Report).join(Case)
+                             .where(Case.study_id == study.id))
+        n_images = s.scalar(select(func.count()).select_from(Image).join(Case)
+                            .where(Case.study_id == study.id))
+        n_ratings = s.scalar(select(func.count()).select_from(Rating).join(Pair)
+                             .where(Pair.study_id == study.id))
+        n_raters = s.scalar(select(func.count(func.distinct(Rating.rater_id)))
+                            .select_from(Rating).join(Pair).where(Pair.study_id == study.id))
+    return {"study_id": study.id, "study_name": study_name, "n_cases": n_cases,
+            "n_cases_reused": 0, "n_reports": n_reports, "n_images": n_images,
+            "n_pairs": n_pairs, "n_raters": n_raters, "n_ratings": n_ratings,
+            "warnings": [], "resumed": True}
+
+
+def _import(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
+    from backend.datasets.pairs import parse_cases
+    from backend.services import imports
+    from backend.services.job_inputs import resolve_data_path
+
+    fmt = param(params, "format", str)
+    name = param(params, "study_name", str).strip()
+    done = _already_imported(ctx, name)
+    if done is not None:
+        return done
+    provenance = {**param(params, "provenance", dict, {}), JOB_KEY: ctx.job_id}
+    actor = job_actor(ctx)
+    if fmt == "cases":
+        images = resolve_data_path(param(params, "images_dir", str), "images folder")
+        ctx.progress(0, 0, "reading the cases file")
+        cases = parse_cases(resolve_data_path(param(params, "cases_file", str), "cases file"),
+                            images_dir=images)
+        summary = imports.import_cases(
+            ctx.db, actor, study_name=name, cases=cases,
+            description=param(params, "description", str, ""), provenance=provenance,
+            image_base=images, progress=ctx.progress,
+        )
+    elif fmt == "rexval":
+        summary = imports.import_rexval(
+            ctx.db, actor, study_name=name,
+            gt_path=resolve_data_path(param(params, "gt_file", str), "ReXVal pairs file"),
+            ratings_path=resolve_data_path(param(params, "ratings_file", str),
+                                           "ReXVal ratings file"),
+            provenance=provenance, progress=ctx.progress,
+        )
+    else:
+        raise InvalidInput(f"job params: unknown import format {fmt!r}")
+    out = dataclasses.asdict(summary)
+    out["warnings"] = list(summary.warnings)
+    out["resumed"] = False
+    return out
+
+
+def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Import the saved files; remove the upload folder once the job is over.
+
+    Raises:
+        InvalidInput: bad params or files (file, row and field named); nothing is created.
+        JobCancelled: cancelled, claim lost or worker stopping (nothing is created).
+    """
+    from backend.services.job_inputs import remove_upload_dir
+
+    upload_dir = param(params, "upload_dir", str, None)
+    try:
+        out = _import(ctx, params)
+    except JobCancelled as exc:
+        # A lost claim or a stopping worker leaves the job to another run: keep the files.
+        if exc.reason == CANCELLED_BY_USER:
+            remove_upload_dir(upload_dir)
+        raise
+    except Exception:
+        remove_upload_dir(upload_dir)
+        raise
+    remove_upload_dir(upload_dir)
+    out["summary"] = f"study {out['study_name']}: {out['n_pairs']} pairs, {out['n_images']} images"
+    return out
