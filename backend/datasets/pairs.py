@@ -192,7 +192,7 @@ def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> li
     base = Path(images_dir) if images_dir is not None else path.resolve().parent
     if images_dir is not None and not base.is_dir():
         raise InvalidInput(f"{base}: images folder does not exist")
-    parsed = read_records(path)
+    parsed = read_records(path, max_bytes=MAX_FILE_BYTES)
     rows = parsed.records
     columns = list(parsed.header or ())
     if parsed.header is not None:
