@@ -12,12 +12,12 @@ from the ``oracle:`` source label); other pairs get an empty list.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from backend.errors import InvalidInput
-from backend.util import MAX_JSON_DEPTH, free_output_dir, json_too_deep, json_type, publish_dir
+from backend.scoring.pairs_reader import read_records
+from backend.util import free_output_dir, json_type, publish_dir
 
 PAIRS_FILE = "pairs.jsonl"
 RATINGS_FILE = "ratings.jsonl"
@@ -61,28 +61,14 @@ def oracle_metrics(source: str) -> list[str]:
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line of a JSONL file."""
+    """(line number, object) for each non-blank line of a JSONL file.
+
+    Read by the one PAIRS reader (``pairs.jsonl`` is re-importable PAIRS), so lines, nesting
+    depth, JSON and UTF-8 errors are refused as ``import-pairs`` and ``score`` refuse them.
+    """
     if not path.is_file():
         raise InvalidInput(f"{path}: missing (expected a JSONL export of a study)")
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            too_deep = f"{path}: line {number}: nesting deeper than {MAX_JSON_DEPTH} levels"
-            if json_too_deep(line):
-                raise InvalidInput(too_deep)
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(f"{path}: line {number}: invalid JSON ({exc.msg})") from None
-            except RecursionError:  # the scan above should have caught it
-                raise InvalidInput(too_deep) from None
-            if not isinstance(row, dict):
-                raise InvalidInput(f"{path}: line {number}: expected a JSON object, got "
-                                   f"{json_type(row)}")
-            rows.append((number, row))
-    return rows
+    return [(r.line, r.fields) for r in read_records(path, fmt="jsonl", max_bytes=None).records]
 
 
 def _expected(feature: Any) -> str:

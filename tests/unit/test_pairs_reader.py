@@ -179,3 +179,22 @@ def test_the_format_comes_from_the_content_without_a_known_suffix(tmp_path):
     g.write_text(HEADER + "b,R.,C.\n", encoding="utf-8")
     assert read_records(g).format == "csv"
     assert [c.case_id for c in parse_cases(g)] == [p.id for p in read_pairs(g).pairs] == ["b"]
+
+
+def test_the_hugging_face_export_reads_its_jsonl_through_the_same_reader(tmp_path):
+    """A damaged export (a byte that is not UTF-8) is one clear error, not a traceback."""
+    from backend.datasets.hf_export import PAIRS_FILE, RATINGS_FILE, write_hf_dataset
+
+    src = tmp_path / "jsonl"
+    src.mkdir()
+    pair = {"position": 0, "pair_id": "p0", "case_id": "c0", "reference": "R.",
+            "candidate": "C.", "source": "gen", "images": [], "input_hash": "h"}
+    raw = (json.dumps(pair) + "\n").encode() + b'{"position": 1, "reference": "\xe9"}\n'
+    (src / PAIRS_FILE).write_bytes(raw)
+    (src / RATINGS_FILE).write_text("", encoding="utf-8")
+    offset = raw.index(b"\xe9")
+    with pytest.raises(InvalidInput) as info:
+        write_hf_dataset(src, tmp_path / "hf")
+    assert str(info.value) == (f"{src / PAIRS_FILE}: line 2: not valid UTF-8 (byte 0xe9 at "
+                               f"offset {offset}); save the file as UTF-8")
+    assert not (tmp_path / "hf").exists()
