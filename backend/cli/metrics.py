@@ -132,6 +132,7 @@ def cmd_uncertainty(args: argparse.Namespace) -> int:
     from backend.metrics.base import MetricInputError
     from backend.metrics.smas import SmasVar
     from backend.scoring.io import ScoreInputError, read_pairs
+    from backend.scoring.pairs_reader import field_error
     from backend.scoring.runner import ScoringError, parse_set_options
     from backend.util import atomic_write
 
@@ -145,7 +146,8 @@ def cmd_uncertainty(args: argparse.Namespace) -> int:
     groups: dict[str, list[str]] = {}
     for rec in pf.pairs:
         if rec.case_id is None:
-            raise UserError(f"{args.input}:{rec.row}: field 'case_id' is required here")
+            # The PAIRS reader's own wording and numbering ("row N (line L)" / "line L").
+            raise UserError(str(field_error(args.input, rec.where, "case_id", "required here")))
         if rec.candidate.strip():
             groups.setdefault(rec.case_id, []).append(rec.candidate)
     with user_errors(ValueError):
