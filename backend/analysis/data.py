@@ -15,14 +15,13 @@ pairs of the study is used, ties going to the most recently written one, and the
 signature is recorded with the values. A ``NULL`` value is a pair where the metric is
 undefined (NaN).
 
-Metric directions come from each family's ``spec`` (importing the class loads no weights);
-when a family's module cannot be imported here, a fixed table of the lower-is-better keys of
-METRICS.md is used.
+Metric directions come from the metric registry (:func:`backend.metrics.registry.higher_is_better`,
+declared per key, no metric code imported); a stored key the registry does not know is an
+error that names it, never a guess.
 """
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,20 +31,12 @@ import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy import select
 
+from backend.metrics import registry
 from db.models import STUDY_STAGING, Assignment, Case, MetricScore, Pair, Rating, Study, User
 from db.session import Database
 
-logger = logging.getLogger(__name__)
-
 N_CATEGORIES = 6
 TARGETS = ("total", "significant")
-
-# Lower-is-better keys of METRICS.md, used when a family's class cannot be imported.
-LOWER_IS_BETTER: frozenset[str] = frozenset(
-    {"radcliq_v0", "radcliq_v1", "radcliq_refit", "vl_sphere", "smas_var"}
-    | {f"green_sig_{c}" for c in "abcdef"}
-)
-
 
 class AnalysisInputError(ValueError):
     """The requested analysis cannot run on this data (message names what is missing)."""
@@ -155,22 +146,24 @@ class MetricColumn:
 
 
 def metric_direction(key: str, family: str | None = None) -> bool:
-    """``higher_is_better`` of an output key.
+    """``higher_is_better`` of an output key, from the metric registry.
 
     Args:
         key: Output key (``bleu4``, ``radcliq_v1``, ...).
-        family: Family name when known (from the score rows); else looked up in the registry.
-    """
-    from backend.metrics import registry
+        family: The family recorded on the score rows, named in the error only (the key
+            alone decides: a key belongs to one family).
 
-    fam = family if family in registry.ENTRIES else registry.KEY_TO_FAMILY.get(key)
-    if fam is not None:
-        try:
-            spec = registry.load_class(fam).spec
-            return bool(spec.direction(key))
-        except Exception as exc:  # noqa: BLE001 - any import problem falls back to the table
-            logger.debug("direction of %s from the fallback table (%s)", key, exc)
-    return key not in LOWER_IS_BETTER
+    Raises:
+        AnalysisInputError: for a key the registry does not know.
+    """
+    try:
+        return registry.higher_is_better(key)
+    except registry.UnknownMetric:
+        recorded = f" (scored as family '{family}')" if family else ""
+        raise AnalysisInputError(
+            f"metric key '{key}'{recorded} is not in the metric registry, so its direction"
+            " is unknown; known keys: see `python -m backend metrics`"
+        ) from None
 
 
 def load_ratings(db: Database, study_name: str) -> StudyRatings:

@@ -11,7 +11,7 @@ Two stages keep this tractable on large corpora:
    3-grams (scipy sparse; 3 beat 1 and 2 on BLEU-4 recall on IU), top ``k`` per test report.
    Deterministic: ties are broken by corpus order.
 2. **Exact re-ranking**: every requested metric scores the ``k`` candidates of each test
-   report through the metric registry (``registry.create(family).score``); the best
+   report with the metric's instance from the scoring pool; the best
    ``per_metric`` per key are picked. With ``top_k=None`` the whole pool is scored
    (exhaustive search), which :func:`candidate_recall` uses to measure stage 1.
 
@@ -20,11 +20,13 @@ first corpus id that carries it and lists the others. Picks of several metrics t
 the same text for the same test report are merged into one :class:`OraclePick` whose
 ``metrics`` name every key that picked it (source label ``oracle:bleu4+rougeL``).
 
-Scoring runs on an engine: ``local`` (batched loop in this process) or ``ray`` (chunks of
-(test, candidate) index pairs as Ray tasks; the pool texts go to the object store once). Both
-call the same metric code on the same chunks, so their values are identical. Metrics whose
-values depend on the scored set (``corpus_dependent``, e.g. CIDEr) are scored in ONE call
-over every (test, candidate) pair on either engine, as the scoring runner does.
+Scoring runs on an engine of the scoring runner (:mod:`backend.scoring.engines`): ``local``
+(batched loop in this process, with the caller's :class:`~backend.scoring.runner.MetricPool`)
+or ``ray`` (chunks of (test, candidate) index pairs as tasks of Ray actors that each hold a
+pool; the pool texts go to the object store once). Both call the same metric code on the same
+chunks, so their values are identical. Metrics whose values depend on the scored set (the
+registry's ``corpus_dependent``, e.g. CIDEr) are scored in ONE call over every (test,
+candidate) pair on either engine, as the scoring runner does.
 """
 
 from __future__ import annotations
@@ -36,14 +38,19 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from scipy import sparse
 
 from backend.datasets.corpus import CorpusReport, normalise
 from backend.metrics import registry
-from backend.metrics.base import Metric, MetricUnavailable, signature_hash
+from backend.metrics.base import MetricUnavailable, signature_hash
+from backend.scoring import engines
+from backend.scoring.engines import Engine
+from backend.scoring.engines import LocalEngine as LocalEngine  # re-exported for callers
+from backend.scoring.engines import RayEngine as RayEngine  # re-exported for callers
+from backend.scoring.runner import MetricPool, ScoringError
 
 log = logging.getLogger(__name__)
 
@@ -247,162 +254,17 @@ class Pool:
 # ---------------------------------------------------------------------------------- engines
 
 
-class Engine(Protocol):
-    """Scores chunks of (test index, pool index) pairs with one metric family."""
+def make_engine(name: str | Engine, *, pool: MetricPool | None = None, device: str = "cpu",
+                **kwargs: Any) -> Engine:
+    """``"local"`` (scoring with ``pool``) or ``"ray"``; an engine object is returned unchanged.
 
-    name: str
-
-    def score(
-        self,
-        family: str,
-        options: Mapping[str, Any],
-        test_texts: Sequence[str],
-        pool_texts: Sequence[str],
-        pairs: np.ndarray,
-        *,
-        chunk_size: int,
-        single_call: bool,
-        progress: Callable[[int], None] | None = None,
-    ) -> dict[str, np.ndarray]:
-        """Values per output key, aligned with ``pairs`` (an ``(n, 2)`` int array)."""
-        ...  # pragma: no cover - protocol
-
-    def close(self) -> None:
-        """Release what the engine started."""
-        ...  # pragma: no cover - protocol
-
-
-_WORKER_METRICS: dict[tuple[str, str], Metric] = {}
-
-
-def _metric_for(family: str, options: Mapping[str, Any]) -> Metric:
-    """One loaded instance per family/options and process (Ray workers reuse theirs)."""
-    ident = (family, repr(sorted(options.items())))
-    metric = _WORKER_METRICS.get(ident)
-    if metric is None:
-        metric = registry.create(family, **dict(options))
-        metric.load("cpu")
-        _WORKER_METRICS[ident] = metric
-    return metric
-
-
-def score_chunk(
-    family: str,
-    options: Mapping[str, Any],
-    test_texts: Sequence[str],
-    pool_texts: Sequence[str],
-    pairs: np.ndarray,
-) -> dict[str, list[float]]:
-    """Score one chunk of (test, pool) index pairs; the unit of work of every engine."""
-    metric = _metric_for(family, options)
-    refs = [test_texts[int(t)] for t in pairs[:, 0]]
-    cands = [pool_texts[int(c)] for c in pairs[:, 1]]
-    result = metric.score(references=refs, candidates=cands)
-    return {k: [math.nan if v is None else float(v) for v in vals]
-            for k, vals in result.values.items()}
-
-
-def _chunks(n: int, size: int, single: bool) -> list[tuple[int, int]]:
-    if single or n == 0:
-        return [(0, n)]
-    return [(s, min(s + size, n)) for s in range(0, n, size)]
-
-
-def _assemble(parts: list[dict[str, list[float]]]) -> dict[str, np.ndarray]:
-    keys = parts[0].keys() if parts else []
-    return {k: np.asarray([v for p in parts for v in p[k]], dtype=np.float64) for k in keys}
-
-
-class LocalEngine:
-    """Batched scoring in this process."""
-
-    name = "local"
-
-    def score(self, family: str, options: Mapping[str, Any], test_texts: Sequence[str],
-              pool_texts: Sequence[str], pairs: np.ndarray, *, chunk_size: int,
-              single_call: bool, progress: Callable[[int], None] | None = None,
-              ) -> dict[str, np.ndarray]:
-        """Score ``pairs`` chunk by chunk (see :class:`Engine`)."""
-        parts = []
-        for start, stop in _chunks(len(pairs), chunk_size, single_call):
-            parts.append(score_chunk(family, options, test_texts, pool_texts,
-                                     pairs[start:stop]))
-            if progress is not None:
-                progress(stop - start)
-        return _assemble(parts)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-class RayEngine:
-    """Chunks as Ray tasks on the connected cluster (a local one is started if none is).
-
-    The texts are put in the object store once; each task receives index pairs and returns
-    plain lists. Results are gathered in chunk order, so values line up with the local
-    engine's exactly.
+    Raises:
+        OracleError: an unknown engine name, or Ray missing.
     """
-
-    name = "ray"
-
-    def __init__(self, *, num_cpus: int | None = None, address: str | None = None) -> None:
-        """Connect to Ray (``address``), or start a local instance if none is running."""
-        try:
-            import ray
-        except ImportError as exc:
-            raise OracleError(f"engine 'ray' needs the 'ray' package ({exc})") from None
-        self._ray = ray
-        self._started = False
-        if not ray.is_initialized():
-            from backend.datasets.corpus import REPO_ROOT
-
-            # Workers must import `backend` the way this process does.
-            ray.init(address=address, num_cpus=num_cpus, include_dashboard=False,
-                     log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
-            self._started = True
-        self._remote = ray.remote(score_chunk)
-
-    def score(self, family: str, options: Mapping[str, Any], test_texts: Sequence[str],
-              pool_texts: Sequence[str], pairs: np.ndarray, *, chunk_size: int,
-              single_call: bool, progress: Callable[[int], None] | None = None,
-              ) -> dict[str, np.ndarray]:
-        """Score ``pairs`` as Ray tasks (see :class:`Engine`)."""
-        ray = self._ray
-        tests_ref = ray.put(list(test_texts))
-        pool_ref = ray.put(list(pool_texts))
-        opts = dict(options)
-        spans = _chunks(len(pairs), chunk_size, single_call)
-        futures = [self._remote.remote(family, opts, tests_ref, pool_ref, pairs[a:b])
-                   for a, b in spans]
-        index = {f: i for i, f in enumerate(futures)}
-        parts: list[dict[str, list[float]] | None] = [None] * len(futures)
-        pending = list(futures)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            for ref in ready:
-                i = index[ref]
-                parts[i] = ray.get(ref)
-                if progress is not None:
-                    progress(spans[i][1] - spans[i][0])
-        return _assemble([p for p in parts if p is not None])
-
-    def close(self) -> None:
-        """Shut Ray down if this engine started it."""
-        if self._started and self._ray.is_initialized():
-            self._ray.shutdown()
-        self._started = False
-
-
-def make_engine(name: str | Engine, **kwargs: Any) -> Engine:
-    """``"local"`` or ``"ray"`` (an engine object is returned unchanged)."""
-    if not isinstance(name, str):
-        return name
-    if name == "local":
-        return LocalEngine()
-    if name == "ray":
-        return RayEngine(**kwargs)
-    raise OracleError(f"unknown engine {name!r} (expected local or ray)")
+    try:
+        return engines.make_engine(name, pool=pool, device=device, **kwargs)
+    except ScoringError as exc:
+        raise OracleError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------- the oracle
@@ -541,6 +403,8 @@ def build_oracle(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     progress: ProgressFn | None = None,
+    metric_pool: MetricPool | None = None,
+    device: str = "cpu",
 ) -> OracleResult:
     """Pick the metric-oracle candidates of each test report from ``corpus``.
 
@@ -555,6 +419,9 @@ def build_oracle(
         options: ``family -> {option: value}`` for the metric constructors.
         chunk_size: Pairs per scoring call / Ray task.
         progress: ``progress(done, total, message)`` over scored pairs x families.
+        metric_pool: Warm metric instances (a worker's); a new one when ``None``. The local engine
+            scores with it; a Ray engine's actors hold their own.
+        device: Device the local engine loads models on (``cpu`` by default, as before).
 
     Returns:
         The deduplicated picks (test order, then first picking key, then rank) and metadata.
@@ -583,24 +450,24 @@ def build_oracle(
     stage = CandidateStage(**{**asdict(stage or CandidateStage()), "top_k": top_k})
 
     # Create and check every family before any work.
-    metric_objs: dict[str, Metric] = {}
+    metric_pool = metric_pool if metric_pool is not None else MetricPool()
+    family_sigs: dict[str, str] = {}
     signatures: dict[str, str] = {}
     directions: dict[str, bool] = {}
     for family, keys in resolved.items():
         try:
-            m = registry.create(family, **options.get(family, {}))
-        except (TypeError, ValueError) as exc:
-            raise OracleError(f"metric '{family}': {exc}") from None
-        except ImportError as exc:
+            m = metric_pool.get(family, options.get(family, {}))
+        except ScoringError as exc:
+            raise OracleError(str(exc)) from None
+        except MetricUnavailable as exc:
             raise OracleError(f"metric '{family}' is unavailable: {exc}") from None
         reason = m.availability()
         if reason is not None:
             raise OracleError(f"metric '{family}' is unavailable: {reason}")
         if getattr(m.spec, "needs_image", False):
             raise OracleError(f"metric '{family}' needs images; a report corpus has none")
-        metric_objs[family] = m
-        for k in keys:
-            directions[k] = m.spec.direction(k)
+        family_sigs[family] = m.signature()
+        directions.update(registry.directions(keys))
     all_keys = [k for keys in resolved.values() for k in keys]
 
     seconds: dict[str, float] = {}
@@ -625,12 +492,11 @@ def build_oracle(
     test_texts = [t.text for t in tests]
     values: dict[str, np.ndarray] = {}
     own_engine = isinstance(engine, str)
-    eng = make_engine(engine)
+    eng = make_engine(engine, pool=metric_pool, device=device)
     try:
         for family, keys in resolved.items():
-            m = metric_objs[family]
-            corpus_dependent = bool(getattr(m, "corpus_dependent", False))
-            sig = m.signature()
+            corpus_dependent = registry.corpus_dependent(family, options.get(family, {}))
+            sig = family_sigs[family]
             t1 = time.perf_counter()
 
             def tick(n: int, family: str = family) -> None:
@@ -640,11 +506,12 @@ def build_oracle(
                     progress(done, total, f"{family}: {done}/{total} pairs scored")
 
             try:
-                out = eng.score(family, options.get(family, {}), test_texts, pool.texts, pairs,
-                                chunk_size=chunk_size, single_call=corpus_dependent,
-                                progress=tick)
+                out = eng.score(family, options.get(family, {}), test_texts, pool.texts,
+                                pairs, chunk_size=chunk_size, progress=tick)
             except MetricUnavailable as exc:
                 raise OracleError(f"metric '{family}' is unavailable: {exc}") from None
+            except ScoringError as exc:
+                raise OracleError(str(exc)) from None
             seconds[f"score:{family}"] = time.perf_counter() - t1
             for k in keys:
                 if k not in out and len(pairs):

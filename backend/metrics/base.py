@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+import threading
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+
+T = TypeVar("T")
 
 
 class MetricUnavailable(RuntimeError):
@@ -102,6 +106,51 @@ class MetricResult:
         return 0
 
 
+class Resources:
+    """Loaded heavy objects (models, tokenizers, metric instances) shared inside one owner.
+
+    A metric never keeps a module-level cache: it asks its ``resources`` for what it needs,
+    keyed by everything that defines the object (loader name, resolved path or revision,
+    device, dtype). The scoring runner's :class:`~backend.scoring.runner.MetricPool` owns one
+    ``Resources`` and hands it to every instance it creates, so two families on the same
+    checkpoint (CheXbert labels and s_emb; RadCliQ and its inputs) load it once per pool, and
+    dropping the pool frees it. A metric used on its own gets a private ``Resources``.
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[Hashable, ...], Any] = {}
+        # Reentrant: a loader may itself ask for a resource (a metric instance its model).
+        self._lock = threading.RLock()
+        self.loads: Counter[Hashable] = Counter()  # loader name -> objects built, for tests
+
+    def get(self, key: tuple[Hashable, ...], load: Callable[[], T]) -> T:
+        """The object under ``key``, built by ``load()`` the first time it is asked for.
+
+        Args:
+            key: ``(loader name, ...what defines the object)``; the first element counts the
+                loads in :attr:`loads`.
+            load: Builds the object; called at most once per key while it is held.
+        """
+        with self._lock:
+            if key in self._items:
+                return self._items[key]
+            obj = load()
+            self._items[key] = obj
+            self.loads[key[0]] += 1
+            return obj
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        """Forget every object (their memory goes once no instance refers to them)."""
+        with self._lock:
+            self._items.clear()
+
+
 @runtime_checkable
 class Metric(Protocol):
     """What the scoring runner needs from a metric family."""
@@ -151,6 +200,19 @@ class BaseMetric:
         self.options: dict[str, Any] = {**self.defaults, **options}
         self.device = "cpu"
         self._loaded = False
+        self._resources: Resources | None = None
+
+    @property
+    def resources(self) -> Resources:
+        """Where this instance gets its models (the pool's, else a private one)."""
+        res = getattr(self, "_resources", None)
+        if res is None:
+            res = self._resources = Resources()
+        return res
+
+    def use_resources(self, resources: Resources) -> None:
+        """Share models with the other instances of ``resources`` (call before ``load``)."""
+        self._resources = resources
 
     def availability(self) -> str | None:
         return None

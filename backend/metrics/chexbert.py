@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from backend.metrics import hf, labels
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec, Resources
 from backend.util import cached_file_sha256
 
 logger = logging.getLogger(__name__)
@@ -210,21 +210,21 @@ class ChexbertModel:
         return self._batched(texts, batch_size, run)
 
 
-_MODELS: dict[tuple[str, str, str, str], ChexbertModel] = {}
-_MODELS_LOCK = threading.Lock()
+def shared_model(
+    resources: Resources, *, encoder_dir: Path, checkpoint: Path, device: str, dtype: Any
+) -> ChexbertModel:
+    """The model of ``resources`` for these settings (loaded on first use).
 
-
-def shared_model(*, encoder_dir: Path, checkpoint: Path, device: str, dtype: Any) -> ChexbertModel:
-    """The process-wide instance for these settings (loaded on first use)."""
-    key = (str(encoder_dir), str(checkpoint), device, str(dtype))
-    with _MODELS_LOCK:
-        model = _MODELS.get(key)
-        if model is None:
-            model = ChexbertModel(
-                encoder_dir=encoder_dir, checkpoint=checkpoint, device=device, dtype=dtype
-            )
-            _MODELS[key] = model
-        return model
+    ``chexbert`` and ``semb`` instances of one scoring pool share one ``resources``, so the
+    checkpoint is loaded once for both.
+    """
+    key = ("chexbert", str(encoder_dir), str(checkpoint), device, str(dtype))
+    return resources.get(
+        key,
+        lambda: ChexbertModel(
+            encoder_dir=encoder_dir, checkpoint=checkpoint, device=device, dtype=dtype
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- metrics
@@ -263,6 +263,7 @@ class _ChexbertBase(BaseMetric):
         dtype = hf.pick_dtype(self.device, self.options["dtype"])
         self._ckpt = ckpt
         self._model = shared_model(
+            self.resources,
             encoder_dir=encoder_dir, checkpoint=ckpt, device=self.device, dtype=dtype
         )
 
@@ -290,7 +291,6 @@ class ChexbertLabels(_ChexbertBase):
         citation="Smit et al., CheXbert, EMNLP 2020",
         corpus_outputs=labels.corpus_keys("chexbert"),
     )
-    corpus_dependent = False
 
     def label_reports(self, reports: Sequence[str]) -> list[tuple[labels.Label, ...]]:
         """Labels of each report (``labels.ReportLabeler`` protocol)."""
@@ -324,7 +324,6 @@ class SEmb(_ChexbertBase):
         needs_model=True,
         citation="Yu et al., Patterns 2023 (RadCliQ)",
     )
-    corpus_dependent = False
 
     def _score(self, *, references: list[str], candidates: list[str], images: Any) -> MetricResult:
         assert self._model is not None

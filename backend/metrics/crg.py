@@ -34,6 +34,7 @@ from backend.metrics.base import (
     MetricSpec,
     MetricUnavailable,
     OutputSpec,
+    Resources,
 )
 from backend.metrics.labels import (
     BINARISATION,
@@ -133,8 +134,15 @@ class Crg(BaseMetric):
 
     def _get_labeler(self) -> Any:
         if self._labeler is None:
-            self._labeler = registry.create(self.options["labeler"])
+            # From the resources: in a scoring pool, crg over chexbert uses the pool's
+            # chexbert instance and its loaded model.
+            self._labeler = registry.shared_instance(self.resources, self.options["labeler"], {})
         return self._labeler
+
+    def use_resources(self, resources: Resources) -> None:
+        """Take the labeler from ``resources`` (call before ``load``)."""
+        super().use_resources(resources)
+        self._labeler = None
 
     def availability(self) -> str | None:
         family = self.options["labeler"]

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.metrics import hf, llm
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec, Resources
 from backend.util import staging_dir
 
 logger = logging.getLogger(__name__)
@@ -510,23 +510,24 @@ def read_metadata(adapter: str | Path) -> dict[str, Any]:
         raise ValueError(f"{folder / META_FILE}: invalid JSON ({exc})") from exc
 
 
-_MODELS: dict[tuple[str, str, str, str], RewardModel] = {}
-_MODELS_LOCK = threading.Lock()
-
-
 def shared_reward_model(
-    base_folder: Path, adapter: Path, *, device: str, dtype: Any, max_length: int
+    resources: Resources,
+    base_folder: Path,
+    adapter: Path,
+    *,
+    device: str,
+    dtype: Any,
+    max_length: int,
 ) -> RewardModel:
-    """The process-wide reward model for (base, adapter, device, dtype)."""
-    key = (str(base_folder), adapter_fingerprint(adapter), device, f"{dtype}|{max_length}")
-    with _MODELS_LOCK:
-        m = _MODELS.get(key)
-        if m is None:
-            m = RewardModel(
-                base_folder, device=device, dtype=dtype, adapter=adapter, max_length=max_length
-            )
-            _MODELS[key] = m
-        return m
+    """The reward model of ``resources`` for (base, adapter, device, dtype, max length)."""
+    key = ("er2score", str(base_folder), adapter_fingerprint(adapter), device, str(dtype),
+           max_length)
+    return resources.get(
+        key,
+        lambda: RewardModel(
+            base_folder, device=device, dtype=dtype, adapter=adapter, max_length=max_length
+        ),
+    )
 
 
 class ER2Score(BaseMetric):
@@ -553,7 +554,6 @@ class ER2Score(BaseMetric):
         needs_model=True,
         citation="Liu et al., ER2Score, arXiv:2411.17301 (2024)",
     )
-    corpus_dependent = False
     defaults: dict[str, Any] = {
         "adapter": None,
         "base": None,
@@ -605,6 +605,7 @@ class ER2Score(BaseMetric):
         folder = llm.resolve_folder(self._base_ref(meta))
         dtype = hf.pick_dtype(self.device, self.options["dtype"])
         self._model = shared_reward_model(
+            self.resources,
             folder,
             Path(self.options["adapter"]).expanduser().resolve(),
             device=self.device,

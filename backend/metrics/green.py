@@ -277,7 +277,6 @@ class Green(BaseMetric):
         needs_model=True,
         citation="Ostmeier et al., GREEN, Findings of EMNLP 2024",
     )
-    corpus_dependent = False
     defaults: dict[str, Any] = {
         "model": DEFAULT_MODEL,
         "revision": DEFAULT_REVISION,
@@ -308,7 +307,7 @@ class Green(BaseMetric):
     def _load(self) -> None:
         folder = llm.resolve_folder(self._ref())
         dtype = hf.pick_dtype(self.device, self.options["dtype"])
-        self._lm = llm.shared_lm(folder, device=self.device, dtype=dtype)
+        self._lm = llm.shared_lm(self.resources, folder, device=self.device, dtype=dtype)
 
     def generate(self, references: list[str], candidates: list[str]) -> list[str]:
         """Raw generations for aligned pairs (reports cut to ``max_words`` words)."""

@@ -796,9 +796,7 @@ class Cider(_TokenizedMetric):
         sigma: standard deviation of the Gaussian length penalty (6.0).
     """
 
-    # The scoring runner passes the whole scored set in one call for such metrics and adds
-    # the set's identity to the cache key.
-    corpus_dependent = True
+    # Corpus dependent: declared in the registry (the runner scores the whole set in one call).
 
     spec: ClassVar[MetricSpec] = MetricSpec(
         name="cider",

@@ -9,8 +9,9 @@ A causal LM is named by a string that is either
 * anything :func:`backend.metrics.hf.locate` understands (hub id with a pinned revision, or a
   folder).
 
-One loaded model per (folder, device, dtype) per process is shared by every metric instance
-(:func:`shared_lm`). Heavy imports happen inside functions.
+One loaded model per (folder, device, dtype) is shared by the metric instances of one
+:class:`~backend.metrics.base.Resources` (a scoring pool's; :func:`shared_lm`).
+Heavy imports happen inside functions.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from backend.config import data_dir, model_dir
 from backend.metrics import hf
+from backend.metrics.base import Resources
 from backend.util import cached_file_sha256, staging_dir
 
 logger = logging.getLogger(__name__)
@@ -279,19 +281,10 @@ class CausalLM:
         return hf.map_sorted_by_length(list(prompts), run, lengths=lengths, batch_size=batch_size)
 
 
-_MODELS: dict[tuple[str, str, str], CausalLM] = {}
-_MODELS_LOCK = threading.Lock()
-
-
-def shared_lm(path: Path, *, device: str, dtype: Any) -> CausalLM:
-    """The process-wide :class:`CausalLM` for these settings (loaded on first use)."""
-    key = (str(Path(path).resolve()), device, str(dtype))
-    with _MODELS_LOCK:
-        model = _MODELS.get(key)
-        if model is None:
-            model = CausalLM(Path(path), device=device, dtype=dtype)
-            _MODELS[key] = model
-        return model
+def shared_lm(resources: Resources, path: Path, *, device: str, dtype: Any) -> CausalLM:
+    """The :class:`CausalLM` of ``resources`` for these settings (loaded on first use)."""
+    key = ("causal-lm", str(Path(path).resolve()), device, str(dtype))
+    return resources.get(key, lambda: CausalLM(Path(path), device=device, dtype=dtype))
 
 
 def truncate_words(text: str, max_words: int) -> str:

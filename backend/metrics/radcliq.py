@@ -23,6 +23,7 @@ from backend.metrics.base import (
     MetricSpec,
     MetricUnavailable,
     OutputSpec,
+    Resources,
 )
 
 
@@ -164,8 +165,17 @@ class RadCliQ(BaseMetric):
     def _input(self, family: str) -> Metric:
         inst = self._instances.get(family)
         if inst is None:
-            inst = self._instances[family] = registry.create(family, **self._options_for(family))
+            inst = self._instances[family] = registry.shared_instance(
+                self.resources, family, self._options_for(family)
+            )
         return inst
+
+    def use_resources(self, resources: Resources) -> None:
+        """Take the inputs from ``resources`` too: in a scoring pool, RadCliQ's semb or
+        radgraph input is the very instance (and model) the pool scores those families with."""
+        super().use_resources(resources)
+        given = set(self.options["inputs"] or {})
+        self._instances = {f: m for f, m in self._instances.items() if f in given}
 
     def availability(self) -> str | None:
         for family, _ in INPUTS:

@@ -58,7 +58,7 @@ from typing import Any
 
 from backend.config import data_dir, model_dir
 from backend.metrics import hf
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec, Resources
 from backend.util import cached_file_sha256, staging_dir
 
 logger = logging.getLogger(__name__)
@@ -654,21 +654,20 @@ class RadGraphModel:
         return results
 
 
-_MODELS: dict[tuple[str, str, str, str], RadGraphModel] = {}
-_MODELS_LOCK = threading.Lock()
+def shared_model(
+    resources: Resources, *, folder: Path, encoder_dir: Path, model_type: str, device: str
+) -> RadGraphModel:
+    """The model of ``resources`` for these settings (loaded on first use).
 
-
-def shared_model(*, folder: Path, encoder_dir: Path, model_type: str, device: str) -> RadGraphModel:
-    """The process-wide model for these settings (loaded on first use)."""
-    key = (str(folder), str(encoder_dir), model_type, device)
-    with _MODELS_LOCK:
-        model = _MODELS.get(key)
-        if model is None:
-            model = RadGraphModel(
-                folder=folder, encoder_dir=encoder_dir, model_type=model_type, device=device
-            )
-            _MODELS[key] = model
-        return model
+    ``radgraph`` and RadCliQ's radgraph input share it when they share a scoring pool.
+    """
+    key = ("radgraph", str(folder), str(encoder_dir), model_type, device)
+    return resources.get(
+        key,
+        lambda: RadGraphModel(
+            folder=folder, encoder_dir=encoder_dir, model_type=model_type, device=device
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- metric
@@ -708,7 +707,6 @@ class RadGraph(BaseMetric):
         citation="Jain et al., RadGraph, NeurIPS Datasets and Benchmarks 2021",
         corpus_outputs=tuple(f"{k}_mean" for k in KEYS),
     )
-    corpus_dependent = False
     defaults: dict[str, Any] = {
         "model_type": "radgraph",
         "checkpoint": None,
@@ -771,7 +769,9 @@ class RadGraph(BaseMetric):
         device = self.options["device"]
         device = hf.pick_device(device) if device else self.device
         self.device = device
-        self._model = shared_model(folder=folder, encoder_dir=enc, model_type=mt, device=device)
+        self._model = shared_model(
+            self.resources, folder=folder, encoder_dir=enc, model_type=mt, device=device
+        )
 
     # ----------------------------------------------------------------- scoring
 

@@ -38,6 +38,7 @@ from backend.metrics.base import (
     MetricSpec,
     MetricUnavailable,
     OutputSpec,
+    Resources,
 )
 
 logger = logging.getLogger(__name__)
@@ -245,8 +246,10 @@ class Smas(BaseMetric):
             raise MetricUnavailable(reason or "smas unavailable")
         ref, path, _ = plan
         path = path if path is not None else hf.resolve(ref)
-        self._tok = hf.load_tokenizer(path)
-        self._model = hf.load_model(path, device=self.device)
+        self._tok, self._model = self.resources.get(
+            ("smas-encoder", str(path), self.device),
+            lambda: (hf.load_tokenizer(path), hf.load_model(path, device=self.device)),
+        )
         max_len = int(getattr(self._tok, "model_max_length", 512) or 512)
         if max_len > 100_000:
             max_len = int(getattr(self._model.config, "max_position_embeddings", 512)) - 2
@@ -351,6 +354,10 @@ class SmasVar:
 
     def __init__(self, **options: Any) -> None:
         self.smas = Smas(**options)
+
+    def use_resources(self, resources: Resources) -> None:
+        """Share the encoder with the other instances of ``resources`` (before ``load``)."""
+        self.smas.use_resources(resources)
 
     def availability(self) -> str | None:
         """``None`` when the encoder can be used, else why not."""

@@ -148,10 +148,6 @@ class _Embedder:
         return np.stack(out)
 
 
-_EMBEDDERS: dict[tuple[str, str, str], _Embedder] = {}
-_EMBEDDERS_LOCK = threading.Lock()
-
-
 def load_pixels(path: Path) -> np.ndarray:
     """An image as the viewer shows it by default (header window, MONOCHROME1 inverted)."""
     from backend.imaging.load import load_image
@@ -211,11 +207,8 @@ class VLScore(BaseMetric):
         assert ref is not None
         path = hf.resolve(ref)
         dtype = hf.pick_dtype(self.device, self.options["dtype"])
-        key = (str(path), self.device, str(dtype))
-        with _EMBEDDERS_LOCK:
-            if key not in _EMBEDDERS:
-                _EMBEDDERS[key] = _Embedder(path, self.device, dtype)
-            self._embedder = _EMBEDDERS[key]
+        key = ("vlscore-embedder", str(path), self.device, str(dtype))
+        self._embedder = self.resources.get(key, lambda: _Embedder(path, self.device, dtype))
 
     def _score(
         self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None

@@ -8,9 +8,10 @@ nothing and loads no model; changing an option changes the signature and recompu
 
 Conventions metric families can rely on:
 
-* ``corpus_dependent`` (class attribute or property, default ``False``): a metric whose
-  per-pair value depends on the whole scored set (CIDEr's document frequencies, BERTScore with
-  idf). The runner passes the whole scored set (every non-empty pair, duplicates included, in
+* ``corpus_dependent`` (declared in the registry entry, possibly as a rule over the options:
+  :func:`backend.metrics.registry.corpus_dependent`): a metric whose per-pair value depends
+  on the whole scored set (CIDEr's document frequencies, BERTScore with idf). The runner
+  passes the whole scored set (every non-empty pair, duplicates included, in
   input order) in ONE ``score()`` call, never per batch, and appends the scored set's identity
   ``|set:<16 hex>`` (sha256 of the sorted pair input hashes) to ``signature()`` before hashing
   it. ``signature()`` must therefore be callable before ``score()`` and describe settings only.
@@ -18,6 +19,9 @@ Conventions metric families can rely on:
   ``pathlib.Path`` per pair (the pair's image files, possibly empty); otherwise ``None``.
 * Pairs with an empty reference or candidate are never sent to a metric: their value is
   ``nan`` and they are listed in :attr:`ScoreTable.empty_ids`.
+* Models are loaded through :class:`MetricPool`, the only model cache: instances get the
+  pool's :class:`~backend.metrics.base.Resources`, so families on one checkpoint load it once
+  per pool, and closing (or dropping) the pool frees them.
 * Torch is never imported here unless a family with ``spec.needs_model`` must be computed with
   ``device="auto"``; ``score()`` runs under ``torch.inference_mode()`` only when torch is
   already imported.
@@ -27,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import math
 import sys
@@ -38,7 +41,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from backend.metrics import registry
-from backend.metrics.base import Metric, MetricResult, MetricUnavailable, signature_hash
+from backend.metrics.base import (
+    Metric,
+    MetricResult,
+    MetricUnavailable,
+    Resources,
+    signature_hash,
+)
 from backend.scoring import cache
 from backend.scoring.hashing import input_hash as compute_input_hash
 
@@ -133,10 +142,17 @@ class ScoreTable:
 
 
 class MetricPool:
-    """Metric instances kept across calls, so a worker loads each model once per process."""
+    """Warm metric instances and the models they share: the only model cache.
+
+    One pool per process that scores (the worker's, a Ray worker's, a command's). Instances
+    are kept per (family, options) and share the pool's :attr:`resources`, where models are
+    held per (loader, path or revision, device, dtype): CheXbert labels and s_emb load one
+    checkpoint, RadCliQ's inputs are the pool's own instances of those families. Nothing is
+    kept at module level, so :meth:`close`, or dropping the pool, frees every model.
+    """
 
     def __init__(self) -> None:
-        self._items: dict[tuple[str, str], Metric] = {}
+        self.resources = Resources()
         self.created = 0
 
     def get(self, family: str, options: Mapping[str, Any]) -> Metric:
@@ -146,17 +162,35 @@ class MetricPool:
             ScoringError: unknown family or option.
             MetricUnavailable: the family's module cannot be imported here.
         """
-        ident = (family, json.dumps(dict(options), sort_keys=True, default=repr))
-        metric = self._items.get(ident)
-        if metric is None:
-            metric = _create(family, options)
-            self._items[ident] = metric
-            self.created += 1
+        return self.resources.get(
+            registry.instance_key(family, options), lambda: self._new(family, options)
+        )
+
+    def _new(self, family: str, options: Mapping[str, Any]) -> Metric:
+        metric = _create(family, options)
+        use = getattr(metric, "use_resources", None)
+        if use is not None:
+            use(self.resources)
+        self.created += 1
         return metric
 
-    def clear(self) -> None:
-        """Drop every instance (frees models)."""
-        self._items.clear()
+    def close(self) -> None:
+        """Drop every instance and model (their memory goes once nothing else holds them)."""
+        self.resources.clear()
+
+    clear = close  # the worker's older name
+
+
+def is_corpus_dependent(family: str, options: Mapping[str, Any] | None = None) -> bool:
+    """Whether ``family`` with ``options`` is scored as one set (the registry's declaration).
+
+    Raises:
+        ScoringError: unknown family.
+    """
+    try:
+        return registry.corpus_dependent(family, options)
+    except registry.UnknownMetric as exc:
+        raise ScoringError(str(exc)) from None
 
 
 def _create(family: str, options: Mapping[str, Any]) -> Metric:
@@ -272,7 +306,8 @@ def corpus_identity(input_hashes: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def _inference_context() -> contextlib.AbstractContextManager[Any]:
+def inference_context() -> contextlib.AbstractContextManager[Any]:
+    """``torch.inference_mode()`` when torch is already imported, else a no-op context."""
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "inference_mode"):
         return torch.inference_mode()
@@ -290,6 +325,7 @@ class _Plan:
     keys: list[str]
     metric: Metric | None
     run: FamilyRun
+    corpus_dependent: bool = False
 
 
 def score(
@@ -370,7 +406,8 @@ def score(
                 raise MetricUnavailable(f"metric '{family}' is unavailable: {reason}")
             run.unavailable = reason
             metric = None
-        plans.append(_Plan(family, list(keys), metric, run))
+        plans.append(_Plan(family, list(keys), metric, run,
+                           is_corpus_dependent(family, options.get(family, {}))))
 
     hashes = [p.input_hash for p in pairs]
     empty = [not p.reference.strip() or not p.candidate.strip() for p in pairs]
@@ -440,7 +477,7 @@ def _score_family(
 ) -> None:
     metric, run, family = plan.metric, plan.run, plan.family
     assert metric is not None
-    corpus_dependent = bool(getattr(metric, "corpus_dependent", False))
+    corpus_dependent = plan.corpus_dependent
     signature = run.signature
     if corpus_dependent:
         signature = f"{signature}|set:{corpus_identity([hashes[i] for i in scored_idx])}"
@@ -545,7 +582,7 @@ def _call(
     )
     t0 = time.perf_counter()
     try:
-        with _inference_context():
+        with inference_context():
             result = metric.score(references=refs, candidates=cands, images=images)
     except (MetricUnavailable, ScoringError):
         raise

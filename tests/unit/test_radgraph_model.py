@@ -44,20 +44,15 @@ def _isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def _fresh_models():
-    rg._MODELS.clear()
-
-
 def test_scores_are_finite_deterministic_and_one_for_identical_reports(archive):
     refs = [REPORTS[0], REPORTS[0], REPORTS[1], REPORTS[3], REPORTS[0]]
     cands = [REPORTS[0], REPORTS[2], REPORTS[1], REPORTS[4], REPORTS[5]]
-    first = rg.RadGraph(checkpoint=str(archive), batch_size=3).score(
-        references=refs, candidates=cands
-    )
-    _fresh_models()
-    second = rg.RadGraph(checkpoint=str(archive), batch_size=2).score(
-        references=refs, candidates=cands
-    )
+    m1 = rg.RadGraph(checkpoint=str(archive), batch_size=3)
+    first = m1.score(references=refs, candidates=cands)
+    # Instances outside a scoring pool own their model: the second one loads afresh.
+    m2 = rg.RadGraph(checkpoint=str(archive), batch_size=2)
+    second = m2.score(references=refs, candidates=cands)
+    assert m1._model is not m2._model
     assert first.values == second.values
     for key in rg.KEYS:
         assert len(first.values[key]) == len(refs)
