@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from backend.cli import UserError
+from backend.cli.common import UserError, database, service_errors
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +80,6 @@ def register(subparsers: Any) -> None:
     workers.set_defaults(func=cmd_jobs_workers)
 
 
-def _database() -> Any:
-    from db.session import Database
-
-    return Database()
-
-
 def _check_cuda(device: str) -> None:
     """Refuse a GPU worker where that GPU does not exist (it would fail every model job)."""
     if not device.startswith("cuda"):
@@ -136,8 +130,7 @@ def build_worker(args: argparse.Namespace, db: Any) -> Any:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run a worker until stopped (or, with ``--once``, until nothing is due)."""
-    db = _database()
-    try:
+    with database() as db:
         worker = build_worker(args, db)
         _check_cuda(worker.device)
         if not logging.getLogger().isEnabledFor(logging.INFO):
@@ -169,8 +162,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return 0
-    finally:
-        db.dispose()
 
 
 def _study_id(db: Any, name: str) -> int:
@@ -197,12 +188,9 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
         raise UserError(f"--kind: unknown job kind '{args.kind}' (known: {', '.join(jobs.KINDS)})")
     if args.limit < 1:
         raise UserError(f"--limit must be at least 1 (got {args.limit})")
-    db = _database()
-    try:
+    with database() as db:
         sid = _study_id(db, args.study) if args.study is not None else None
         rows = jobs.list_jobs(db, kind=args.kind, study_id=sid, limit=args.limit)
-    finally:
-        db.dispose()
     if not rows:
         print("no jobs")
         return 0
@@ -220,22 +208,18 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
     """Cancel one job and say what happened."""
     from backend import jobs
-    from backend.errors import NotFound
 
-    db = _database()
-    try:
-        try:
-            job = jobs.cancel(db, args.job_id)
-        except NotFound as exc:
-            raise UserError(str(exc)) from None
-    finally:
-        db.dispose()
-    if job.status == jobs.CANCELLED:
+    with database() as db, service_errors():
+        before = jobs.get(db, args.job_id)
+        job = jobs.cancel(db, args.job_id)
+    if before is not None and before.finished:
+        print(f"job {job.id} ({job.kind}) already {job.status}: nothing to cancel")
+    elif job.status == jobs.CANCELLED:
         print(f"job {job.id} ({job.kind}) cancelled")
     elif job.cancel_requested and job.status == jobs.RUNNING:
         print(f"job {job.id} ({job.kind}) is running: its worker stops it at the next step")
     else:
-        print(f"job {job.id} ({job.kind}) already {job.status}: nothing to cancel")
+        print(f"job {job.id} ({job.kind}) {job.status}")
     return 0
 
 
@@ -243,11 +227,8 @@ def cmd_jobs_workers(args: argparse.Namespace) -> int:
     """Print the workers alive now (``--all``: every known one)."""
     from backend import jobs
 
-    db = _database()
-    try:
+    with database() as db:
         rows = jobs.list_workers(db, include_gone=args.all)
-    finally:
-        db.dispose()
     if not rows:
         print("no worker is running: start one with `python -m backend worker`")
         return 0

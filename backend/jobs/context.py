@@ -63,6 +63,8 @@ class JobContext:
     stop_event: threading.Event = field(default_factory=threading.Event)
     _interrupt: str | None = field(default=None, init=False, repr=False)
     _last_write: float = field(default=0.0, init=False, repr=False)
+    #: The last ``(done, total)`` the kind reported, written or not (throttled).
+    last_progress: tuple[int, int] | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def interrupt(self, reason: str) -> None:
@@ -90,6 +92,7 @@ class JobContext:
         """
         from backend.jobs import queue
 
+        self.last_progress = (int(done), int(total))
         now = time.monotonic()
         if done >= total or now - self._last_write >= PROGRESS_EVERY:
             self._last_write = now

@@ -499,22 +499,39 @@ def finish(
     )
 
 
-def fail(db: Any, job_id: int, worker_id: str, error: str) -> bool:
-    """Mark the job failed with ``error`` (shown to the admin); ``False`` if lost."""
+def _progress_values(progress: tuple[int, int] | None) -> dict[str, int]:
+    if progress is None:
+        return {}
+    return {"progress_done": int(progress[0]), "progress_total": int(progress[1])}
+
+
+def fail(
+    db: Any, job_id: int, worker_id: str, error: str, *,
+    progress: tuple[int, int] | None = None,
+) -> bool:
+    """Mark the job failed with ``error`` (shown to the admin); ``False`` if lost.
+
+    ``progress`` (done, total) records how far it got (the last report may have been
+    throttled).
+    """
     return (
         _owned_update(
-            db, job_id, worker_id, status=FAILED, error=error[:4000], finished_at=utcnow()
+            db, job_id, worker_id, status=FAILED, error=error[:4000], finished_at=utcnow(),
+            **_progress_values(progress),
         )
         != CLAIM_LOST
     )
 
 
-def mark_cancelled(db: Any, job_id: int, worker_id: str, message: str = "cancelled") -> bool:
+def mark_cancelled(
+    db: Any, job_id: int, worker_id: str, message: str = "cancelled", *,
+    progress: tuple[int, int] | None = None,
+) -> bool:
     """Mark a job this worker stopped on request as cancelled; ``False`` if lost."""
     return (
         _owned_update(
             db, job_id, worker_id, status=CANCELLED, message=message[:2000],
-            finished_at=utcnow(),
+            finished_at=utcnow(), **_progress_values(progress),
         )
         != CLAIM_LOST
     )

@@ -253,7 +253,7 @@ class Worker:
             run = registry.load_kind(job.kind)
             result = queue.json_result(run(ctx, dict(job.params)))
         except JobCancelled as exc:
-            self._interrupted(job, exc.reason)
+            self._interrupted(job, exc.reason, ctx.last_progress)
             return
         except Exception as exc:
             if ctx.interrupted == CLAIM_LOST:
@@ -267,7 +267,7 @@ class Worker:
                 # A bug in a kind or a metric fails the job with a reason, never the worker.
                 log.exception("job %d (%s) failed", job.id, job.kind)
                 error = f"{type(exc).__name__}: {exc}"
-            queue.fail(self.db, job.id, self.worker_id, error)
+            queue.fail(self.db, job.id, self.worker_id, error, progress=ctx.last_progress)
             return
         summary = result.get("summary") if result else None
         message = summary if isinstance(summary, str) and summary else "done"
@@ -276,7 +276,9 @@ class Worker:
         else:
             log.warning("worker %s lost job %d before recording it done", self.worker_id, job.id)
 
-    def _interrupted(self, job: JobInfo, reason: str) -> None:
+    def _interrupted(
+        self, job: JobInfo, reason: str, progress: tuple[int, int] | None
+    ) -> None:
         if reason == WORKER_STOPPING:
             # An admin's cancel that arrived meanwhile wins over putting it back in the queue.
             if queue.heartbeat(self.db, job.id, self.worker_id) == CANCELLED_BY_USER:
@@ -287,5 +289,8 @@ class Worker:
             queue.release(self.db, job.id, self.worker_id, "worker stopped; job re-queued")
             log.info("worker %s: job %d re-queued", self.worker_id, job.id)
         else:
-            queue.mark_cancelled(self.db, job.id, self.worker_id, "cancelled")
+            done = f" after {progress[0]} of {progress[1]} steps" if progress else ""
+            queue.mark_cancelled(
+                self.db, job.id, self.worker_id, f"cancelled{done}", progress=progress
+            )
             log.info("worker %s: job %d cancelled", self.worker_id, job.id)
