@@ -7,6 +7,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from backend import jobs
+from backend.jobs.worker import Worker
 from backend.services import rating
 from db.models import Study
 
@@ -50,6 +52,7 @@ def _submit(at):
 
 def test_admin_builds_and_assigns_a_study_from_the_page(study_env, make_app, all_text,
                                                         tmp_path):
+    """The page queues a build_oracle job; a worker builds the study; the page shows it."""
     at = make_app(study_env.admin, script=PAGE)
     assert not at.exception and not at.error
     assert at.title[0].value == "Build a metric-oracle study"
@@ -60,19 +63,41 @@ def test_admin_builds_and_assigns_a_study_from_the_page(study_env, make_app, all
     at = _submit(at)
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
+    # Queued, not built: the page shows the job and that no worker runs yet.
+    (job,) = jobs.list_jobs(study_env.db, kind="build_oracle")
+    assert job.status == "queued" and job.params["study_name"] == "Oracle from page"
+    assert at.query_params["build_job"] == str(job.id)
+    text = all_text(at)
+    assert f"**Job #{job.id}**" in text and "No worker is running" in text
+    with study_env.db.begin() as s:
+        assert s.scalar(select(Study).where(Study.name == "Oracle from page")) is None
+
+    assert Worker(study_env.db).run_once().status == "done"
+    at = at.run()
+    assert not at.exception and not at.error
     text = all_text(at)
     assert "Created study **Oracle from page**" in text and "for 3 test reports" in text
     with study_env.db.begin() as s:
         study = s.scalar(select(Study).where(Study.name == "Oracle from page"))
         n_pairs = len(study.pairs)
         assert study.provenance["kind"] == "metric-oracle"
+        assert study.provenance["job_id"] == job.id
         assert {p.source for p in study.pairs} <= {"oracle:bleu4", "oracle:rougeL",
                                                   "oracle:bleu4+rougeL"}
     table = at.dataframe[0].value
     assert int(table["Pairs"].sum()) == n_pairs
     queue = rating.rater_queue(study_env.db, study_env.rater, study_name="Oracle from page")
     assert len(queue) == n_pairs
-    assert at.get("progress")[0].proto.value == 100
+
+
+def test_a_reload_finds_the_job_from_the_url(study_env, make_app, all_text, tmp_path):
+    at = _submit(_fill(make_app(study_env.admin, script=PAGE), tmp_path, "Reloaded"))
+    job_id = at.query_params["build_job"]
+    Worker(study_env.db).run_once()
+    # A new browser session: nothing in session_state, the job id comes from the URL.
+    again = make_app(study_env.admin, script=PAGE, params={"build_job": job_id})
+    assert not again.exception and not again.error
+    assert "Created study **Reloaded**" in all_text(again)
 
 
 def test_page_shows_service_errors_and_creates_nothing(study_env, make_app, tmp_path):

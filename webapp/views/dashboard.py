@@ -5,6 +5,10 @@ on, so they follow raters and the scoring worker without reloading the page. Eac
 the database for the study's cheap data version (counts and latest timestamps of ratings,
 completions and scores); the expensive bootstrap is cached with ``st.cache_data`` on that
 version and the chosen settings, so a refresh when nothing changed costs three small queries.
+
+Below the panels, "RadCliQ refit" queues a ``refit_radcliq`` job (the worker scores the four
+inputs where missing, then refits with cross-validated Kendall tau) and draws its result; the
+job id stays in the URL (``?refit_job=``).
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ from typing import Any
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from backend.services import analysis, explore, studies
+from backend.services import analysis, explore, refit, studies
 from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from db.session import Database
 from webapp import state
-from webapp.components import plots
+from webapp.components import job_ref, plots
 from webapp.components.csv_download import csv_download
+from webapp.components.job_panel import job_panel
 
 # Seconds between live refreshes; RADCONCORD_DASHBOARD_REFRESH_S changes it (tests use 1).
 LIVE_ENV = "RADCONCORD_DASHBOARD_REFRESH_S"
@@ -38,6 +43,7 @@ def _live_seconds() -> float:
 
 LIVE_SECONDS = _live_seconds()
 EXPLORER = "views/explorer.py"
+REFIT_JOB = "refit_job"
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -263,3 +269,54 @@ def panels() -> None:
 
 
 panels()
+
+
+def _refit_result(result: dict[str, Any]) -> None:
+    """The refit job's result: model, cross-validated tau, and each input's own tau."""
+    fit = result.get("refit") or {}
+    st.caption(f"Study **{result.get('study')}**, target **{result.get('target')}** errors, "
+               f"seed {result.get('seed')}.")
+    for family, reason in (result.get("unavailable") or {}).items():
+        st.warning(f"{family} could not run on the worker: {reason}")
+    if not fit.get("available"):
+        st.info(f"No refit: {fit.get('reason', 'its inputs are missing')}.")
+        return
+    r1, r2, r3, r4 = st.columns(4)
+    r1.metric("CV Kendall tau-b", _fmt(fit.get("cv_kendall_tau_b")))
+    r2.metric("CV R²", _fmt(fit.get("cv_r2")))
+    r3.metric("In-sample R²", _fmt(fit.get("r2")))
+    r4.metric("Pairs", fit.get("n"))
+    inputs = result.get("inputs") or {}
+    rows = [
+        {"Input": key, "Coefficient": fit["coef"][key],
+         "Scaler mean": fit["scaler_mean"][key], "Scaler scale": fit["scaler_scale"][key],
+         "Input's own tau-b": (inputs.get(key) or {}).get("kendall_tau_b")}
+        for key in fit["columns"]
+    ]
+    st.dataframe(rows, hide_index=True, width="stretch", key="dash_refit_table",
+                 column_config={c: st.column_config.NumberColumn(format="%.4f")
+                                for c in ("Coefficient", "Scaler mean", "Scaler scale",
+                                          "Input's own tau-b")})
+    folds = ", ".join(_fmt(t) for t in fit.get("cv_fold_kendall_tau_b") or [])
+    st.caption(f"Intercept {_fmt(fit.get('intercept'), 4)}; {fit.get('cv_scheme')} "
+               f"cross-validation (per fold tau-b: {folds}). The refit predicts error counts, "
+               "so a positive tau means agreement with the radiologists.")
+
+
+st.subheader("RadCliQ refit")
+with st.form("refit"):
+    st.caption("Refit RadCliQ (radgraph_combined, bertscore_f, semb, bleu2_radcliq) on this "
+               "study's ratings, with the target chosen above, on the worker.")
+    score_missing = st.checkbox("Score missing inputs first", value=True, key="refit_score",
+                                help="The worker scores the four inputs on the study's pairs "
+                                     "(cached scores are reused).")
+    refit_clicked = st.form_submit_button("Refit RadCliQ")
+if refit_clicked:
+    queued = state.call(refit.enqueue_refit, db, actor, study_name=study,
+                        significant_only=significant, seed=seed, score_missing=score_missing)
+    job_ref.remember(REFIT_JOB, queued.id)
+refit_job = job_ref.current(REFIT_JOB)
+if refit_job is not None:
+    done = job_panel(refit_job, key="refit")
+    if done is not None and done.status == "done" and done.kind == refit.KIND:
+        _refit_result(done.result or {})

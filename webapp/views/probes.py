@@ -2,9 +2,11 @@
 
 Each reference report is changed in known ways (clinically significant: remove a finding
 sentence, swap left/right, change severity; insignificant: remove a non-clinical sentence,
-reword non-informative words) and scored against its original with the chosen metrics, in
-this process through the score cache. Delta = mean(insignificant) - mean(significant) on the
-oriented scores: a metric that follows radiologists has a positive Delta.
+reword non-informative words) and scored against its original with the chosen metrics, by the
+worker through the score cache: the page queues a ``probes`` job, follows it with the job panel
+(progress, Cancel) and draws the job's result. The job id stays in the URL (``?probe_job=``),
+so a reload finds it. Delta = mean(insignificant) - mean(significant) on the oriented scores:
+a metric that follows radiologists has a positive Delta.
 """
 
 from __future__ import annotations
@@ -13,15 +15,17 @@ import streamlit as st
 
 from backend.services import probes, scoring, studies
 from webapp import state
-from webapp.components import plots
+from webapp.components import job_ref, plots
 from webapp.components.csv_download import csv_download
+from webapp.components.job_panel import job_panel
 
 actor = state.require_actor()
 state.require_admin_page(actor)
 db = state.get_db()
 
-# Lexical metrics run in a blink on CPU; model metrics in the web process are the user's call.
+# Preselected: lexical metrics run in a blink on a CPU worker.
 FAST_KINDS = {"lexical"}
+JOB_KEY = "probe_job"
 
 
 @st.cache_data(ttl=60, show_spinner=False)
@@ -50,7 +54,7 @@ with st.form("probes"):
         "Metrics", [m.family for m in available],
         default=[m.family for m in available if m.kind in FAST_KINDS][:3],
         key="probe_metrics",
-        help="Metrics run in the web process; model metrics can take a while without a GPU.",
+        help="The worker scores them; model metrics are fastest on a GPU worker.",
     )
     submitted = st.form_submit_button("Run probes", type="primary")
 
@@ -58,14 +62,17 @@ if submitted:
     if not families:
         st.warning("Choose at least one metric.")
     else:
-        with st.spinner("Perturbing and scoring..."):
-            st.session_state["probe_result"] = state.call(
-                probes.run_probes, db, actor, study_name=study, metrics=list(families),
-                seed=seed, max_reports=max_reports)
+        job = state.call(probes.enqueue_probes, db, actor, study_name=study,
+                         metrics=list(families), seed=seed, max_reports=max_reports)
+        job_ref.remember(JOB_KEY, job.id)
 
-result: probes.ProbeResult | None = st.session_state.get("probe_result")
-if result is None:
+job_id = job_ref.current(JOB_KEY)
+if job_id is None:
     st.stop()
+finished = job_panel(job_id, key="probes")
+if finished is None or finished.status != "done" or finished.kind != probes.KIND:
+    st.stop()
+result = state.call(probes.result_from_json, finished.result or {})
 
 st.subheader(f"{result.study}: {result.n_reports} reference reports, seed {result.seed}")
 st.dataframe(
