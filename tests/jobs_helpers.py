@@ -280,11 +280,13 @@ def kill_and_resume(
     args: Sequence[str] = (),
     stale_after: float = 1.5,
     timeout: float = 120.0,
+    after_kill: Callable[[Any], None] | None = None,
 ) -> tuple[Any, Any]:
     """Kill -9 a worker mid-job, then let a second worker finish the job.
 
     Starts worker ``w1``, waits until job ``job_id`` is running with ``progress_done >=
-    at_least``, kills it with SIGKILL, checks that nobody may take the job while its
+    at_least``, kills it with SIGKILL, calls ``after_kill(killed_job_info)`` (check there
+    that nothing partial is visible), checks that nobody may take the job while its
     heartbeat is fresh, waits until it is stale, runs worker ``w2`` (``--once``) to the
     end. Logs: ``tmp_path/w1.log``, ``tmp_path/w2.log``.
 
@@ -305,6 +307,8 @@ def kill_and_resume(
     killed = queue.get(db, job_id)
     assert killed is not None and killed.status == "running" and killed.worker_id == "w1", (
         killed, _tail(log1))
+    if after_kill is not None:
+        after_kill(killed)
     # Fresh heartbeat: no worker may take the job yet (it would run twice at once).
     assert queue.claim(db, worker_id="early", kinds=[killed.kind],
                        stale_after=stale_after) is None

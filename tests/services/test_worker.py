@@ -1,28 +1,34 @@
-"""The job queue and the worker: claim, heartbeat, progress, failure, kill -9 and resume."""
+"""The ``score`` job kind in the worker: scoring, failures, warm models, stop, cancel, and a
+worker killed with SIGKILL mid-job whose job another worker finishes with no duplicate rows.
+
+The queue's own semantics (claim, takeover, attempts, routing) are in ``test_jobs.py``.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
-from backend.scoring import jobs
+from backend import jobs
+from backend.jobs.worker import Worker
 from backend.scoring.hashing import input_hash
-from backend.scoring.runner import MetricPool, ScoringError
-from backend.scoring.worker import Worker
-from db.models import Case, MetricScore, Pair, Report, ScoringJob, Study
-from db.session import Database
+from backend.scoring.runner import MetricPool
+from db.models import Case, MetricScore, Pair, Report, Study
+from tests.jobs_helpers import load
 
+jh = load()
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+
+
+def enqueue_score(db, study_id: int, metrics: list[str], options: dict | None = None) -> int:
+    """Queue a ``score`` job the way the services and ``score --enqueue`` do."""
+    return jobs.enqueue(
+        db, "score", {"metrics": metrics, "options": options or {}}, study_id=study_id
+    )
 
 
 def make_study(db, name: str, n: int) -> int:
@@ -71,86 +77,56 @@ def _count_rows(db) -> tuple[int, int]:
 
 def test_enqueue_then_worker_scores_the_study(d, db):
     sid = make_study(db, "s1", 5)
-    job = jobs.enqueue(db, study_id=sid, metrics=["count_double"], options={})
-    assert job.status == "queued" and job.study_name == "s1"
+    job = enqueue_score(db, sid, ["count_double"])
+    queued = jobs.get(db, job)
+    assert queued.status == "queued" and queued.study_name == "s1"
+    assert queued.metrics == ("count_double",)
     worker = Worker(db, worker_id="w", batch_size=2)
     final = worker.run_once()
-    assert final is not None and final.id == job.id
+    assert final is not None and final.id == job
     assert final.status == "done", final.error
     assert final.progress_done == final.progress_total == 5
     assert "count_double: 5 computed, 0 cached" in final.message
+    assert final.result["families"]["count_double"]["computed"] == 5
+    assert final.result["pairs"] == 5 and final.result["empty"] == 0
     assert final.finished_at is not None and final.worker_id == "w"
     assert _count_rows(db) == (10, 10)
     assert [len(c) for _, c in d.CALLS] == [2, 2, 1]
     assert worker.run_once() is None  # queue empty
 
 
-def test_enqueue_validates_names_and_study(d, db):
-    sid = make_study(db, "s2", 1)
-    with pytest.raises(ScoringError, match="unknown metric 'nope'"):
-        jobs.enqueue(db, study_id=sid, metrics=["nope"])
-    with pytest.raises(ScoringError, match="no study"):
-        jobs.enqueue(db, study_id=sid + 100, metrics=["count_double"])
-
-
-def test_claim_is_exclusive_and_stale_jobs_are_taken_over(d, db):
-    sid = make_study(db, "s3", 1)
-    job = jobs.enqueue(db, study_id=sid, metrics=["count_double"])
-    first = jobs.claim(db, worker_id="a", stale_after=60)
-    assert first is not None and first.id == job.id and first.status == "running"
-    assert jobs.claim(db, worker_id="b", stale_after=60) is None
-    # Worker a goes silent: once its heartbeat is older than stale_after, b takes over.
-    with db.begin() as s:
-        s.execute(
-            update(ScoringJob)
-            .where(ScoringJob.id == job.id)
-            .values(heartbeat_at=jobs.utcnow() - dt.timedelta(seconds=120))
-        )
-    taken = jobs.claim(db, worker_id="b", stale_after=60)
-    assert taken is not None and taken.worker_id == "b"
-    # The old owner can no longer write progress or finish the job.
-    assert not jobs.report_progress(db, job.id, "a", 1, 1, "late")
-    assert not jobs.finish(db, job.id, "a", "done by a")
-    assert jobs.get(db, job.id).worker_id == "b"
-
-
-def test_a_job_whose_workers_keep_dying_fails_after_the_attempt_limit(d, db):
-    """Each claim counts; a polite release does not; a stale job at the limit is failed with
-    a reason instead of killing one more worker."""
-    sid = make_study(db, "s-limit", 1)
-    job = jobs.enqueue(db, study_id=sid, metrics=["count_double"])
-
-    def go_silent() -> None:
-        with db.begin() as s:
-            s.execute(
-                update(ScoringJob)
-                .where(ScoringJob.id == job.id)
-                .values(heartbeat_at=jobs.utcnow() - dt.timedelta(seconds=600))
-            )
-
-    assert jobs.claim(db, worker_id="w1", stale_after=60, max_attempts=2).attempts == 1
-    assert jobs.release(db, job.id, "w1", "shutting down")
-    assert jobs.get(db, job.id).attempts == 0
-    assert jobs.claim(db, worker_id="w2", stale_after=60, max_attempts=2).attempts == 1
-    go_silent()
-    assert jobs.claim(db, worker_id="w3", stale_after=60, max_attempts=2).attempts == 2
-    go_silent()
-    assert jobs.claim(db, worker_id="w4", stale_after=60, max_attempts=2) is None
-    failed = jobs.get(db, job.id)
-    assert failed.status == "failed" and "stopped responding 2 times" in failed.error
-    assert failed.finished_at is not None
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"metrics": ["nope"]}, "unknown metric 'nope'"),
+        ({"metrics": "count_double"}, "metrics: expected a list of metric names"),
+        ({"metrics": []}, "no metrics requested"),
+        ({"metrics": ["count_double"], "options": {"count_double": 3}},
+         "options: expected {metric: {option: value}}"),
+        ({"metrics": ["count_double"], "options": {"dbl_ratio": {}}},
+         "options given for metric(s) not requested: dbl_ratio"),
+    ],
+)
+def test_a_score_job_with_bad_params_fails_with_the_reason(d, db, params, message):
+    """Params are JSON from anywhere (the CLI, an old row): the kind checks them again."""
+    sid = make_study(db, "bad", 1)
+    job = jobs.enqueue(db, "score", params, study_id=sid)
+    final = Worker(db, worker_id="w").run_once()
+    assert final.id == job and final.status == "failed"
+    assert message in final.error
+    assert _count_rows(db) == (0, 0)
 
 
 def test_failures_are_recorded_and_the_worker_goes_on(d, db):
     sid = make_study(db, "s4", 2)
-    gone = jobs.enqueue(db, study_id=sid, metrics=["gone_double"])
+    gone = enqueue_score(db, sid, ["gone_double"])
     with db.begin() as s:
         s.get(Report, 2).text = "BOOM"  # candidate of the first pair
-    boom = jobs.enqueue(db, study_id=sid, metrics=["fail_double"])
-    ok = jobs.enqueue(db, study_id=sid, metrics=["count_double"])
+    boom = enqueue_score(db, sid, ["fail_double"])
+    ok = enqueue_score(db, sid, ["count_double"])
     worker = Worker(db, worker_id="w")
-    assert worker.run(once=True) == 3
-    gone_f, boom_f, ok_f = (jobs.get(db, j.id) for j in (gone, boom, ok))
+    assert worker.run_forever(once=True) == 3
+    gone_f, boom_f, ok_f = (jobs.get(db, j) for j in (gone, boom, ok))
     assert gone_f.status == "failed" and "weights not found in /nowhere" in gone_f.error
     assert boom_f.status == "failed" and "tokenizer exploded" in boom_f.error
     assert ok_f.status == "done"
@@ -159,11 +135,11 @@ def test_failures_are_recorded_and_the_worker_goes_on(d, db):
 def test_metrics_stay_warm_across_jobs(d, db):
     a = make_study(db, "s5", 2)
     b = make_study(db, "s6", 3)
-    jobs.enqueue(db, study_id=a, metrics=["count_double"])
-    jobs.enqueue(db, study_id=b, metrics=["dbl_ratio"])
+    enqueue_score(db, a, ["count_double"])
+    enqueue_score(db, b, ["dbl_ratio"])
     pool = MetricPool()
     worker = Worker(db, worker_id="w", pool=pool)
-    assert worker.run(once=True) == 2
+    assert worker.run_forever(once=True) == 2
     assert pool.created == 1
     assert len(d.LOADS) == 1  # loaded once per process, not per job
 
@@ -171,46 +147,41 @@ def test_metrics_stay_warm_across_jobs(d, db):
 def test_stop_requeues_the_job_between_batches(d, db, monkeypatch):
     monkeypatch.setenv("SLOW_DOUBLE_SECONDS", "0.2")
     sid = make_study(db, "s7", 6)
-    job = jobs.enqueue(db, study_id=sid, metrics=["slow_double"])
+    job = enqueue_score(db, sid, ["slow_double"])
     worker = Worker(db, worker_id="w", batch_size=1)
     t = threading.Thread(target=worker.run_once)
     t.start()
     deadline = time.monotonic() + 30
-    while jobs.get(db, job.id).progress_done < 1 and time.monotonic() < deadline:
+    while jobs.get(db, job).progress_done < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     worker.stop_event.set()
     t.join(30)
-    after = jobs.get(db, job.id)
+    after = jobs.get(db, job)
     assert after.status == "queued" and after.worker_id is None
     assert 1 <= _count_rows(db)[0] // 2 < 6
 
 
-def _spawn_worker(tmp_path: Path, url: str, worker_id: str, log: Path) -> subprocess.Popen:
-    code = (
-        "import sys\n"
-        f"sys.path.insert(0, {str(HERE)!r})\n"
-        "import scoring_doubles\n"
-        "scoring_doubles.install()\n"
-        "from backend.scoring.worker import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "SCORING_DOUBLES_LOG": str(log),
-        "SLOW_DOUBLE_SECONDS": "0.3",
-        "PYTHONPATH": str(REPO),
-    }
-    args = ["--once", "--poll", "0.1", "--stale-after", "1.5", "--heartbeat", "0.2"]
-    args += ["--batch-size", "2", "--worker-id", worker_id]
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def test_cancel_a_running_score_job_keeps_the_batches_already_stored(d, db, monkeypatch):
+    """Cancelled between batches: the committed rows are valid cached values; the next
+    job on the same study computes only the rest."""
+    monkeypatch.setenv("SLOW_DOUBLE_SECONDS", "0.2")
+    sid = make_study(db, "s8", 8)
+    job = enqueue_score(db, sid, ["slow_double"])
+    worker = Worker(db, worker_id="w", batch_size=1, heartbeat_every=0.1, stale_after=5)
+    t = threading.Thread(target=worker.run_once)
+    t.start()
+    jh.wait_for(db, job, lambda j: j.progress_done >= 2, what="two batches")
+    jobs.cancel(db, job)
+    t.join(30)
+    final = jobs.get(db, job)
+    assert final.status == "cancelled" and final.result is None
+    stored = _count_rows(db)[0] // 2
+    assert 2 <= stored < 8
+    again = enqueue_score(db, sid, ["slow_double"])
+    done = worker.run_once()
+    assert done.id == again and done.status == "done"
+    assert f"slow_double: {8 - stored} computed, {stored} cached" in done.message
+    assert _count_rows(db) == (16, 16)
 
 
 def _logged(log: Path) -> list[str]:
@@ -219,11 +190,12 @@ def _logged(log: Path) -> list[str]:
     return [line.split("\t", 1)[1] for line in log.read_text().splitlines()]
 
 
-def test_kill_9_mid_job_then_restart_resumes_without_duplicates(d, tmp_path):
+def test_kill_9_mid_job_then_restart_resumes_without_duplicates(d, any_db, tmp_path):
     """A worker killed with SIGKILL mid-job leaves committed batches only; a restarted worker
-    takes the job over after the stale threshold and computes exactly the missing pairs."""
-    url = f"sqlite:///{tmp_path}/w.db"
-    db = Database(url)
+    takes the job over after the stale threshold and computes exactly the missing pairs
+    (SQLite and PostgreSQL)."""
+    db = any_db
+    url = jh.db_url(db)
     n = 12
     sid = make_study(db, "kill", n)
     with db.begin() as s:
@@ -233,50 +205,39 @@ def test_kill_9_mid_job_then_restart_resumes_without_duplicates(d, tmp_path):
                 select(Pair, Report.text).join(Report, Report.id == Pair.candidate_id)
             )
         }
-    job = jobs.enqueue(db, study_id=sid, metrics=["slow_double"])
+    job = enqueue_score(db, sid, ["slow_double"])
+    # The doubles append what they score to <worker id>-scored.log, even in a killed worker.
+    setup = jh.SETUP_SCORING_DOUBLES + (
+        "import os, sys\n"
+        "os.environ['SCORING_DOUBLES_LOG'] = os.path.join(os.environ['SCORED_LOG_DIR'],"
+        " sys.argv[sys.argv.index('--worker-id') + 1] + '-scored.log')\n"
+    )
+    env = {"SCORED_LOG_DIR": str(tmp_path), "SLOW_DOUBLE_SECONDS": "0.3"}
+    log1, log2 = tmp_path / "w1-scored.log", tmp_path / "w2-scored.log"
+    stored: set[str] = set()
 
-    log1, log2 = tmp_path / "w1.log", tmp_path / "w2.log"
-    proc = _spawn_worker(tmp_path, url, "w1", log1)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        info = jobs.get(db, job.id)
-        if info.progress_done >= 4:
-            break
-        if proc.poll() is not None:
-            pytest.fail(f"worker exited early: {proc.stdout.read()}")
-        time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("worker made no progress")
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    proc.stdout.close()
+    def after_kill(killed) -> None:
+        total, distinct = _count_rows(db)
+        assert total == distinct and total % 2 == 0  # whole pairs (2 keys each), no partial
+        with db.begin() as s:
+            stored.update(
+                cand_of[h] for h in s.scalars(select(MetricScore.input_hash).distinct())
+            )
+        assert 4 <= len(stored) < n
+        assert stored <= set(_logged(log1))
 
-    killed = jobs.get(db, job.id)
-    assert killed.status == "running" and killed.worker_id == "w1"
-    total, distinct = _count_rows(db)
-    assert total == distinct and total % 2 == 0  # whole pairs (2 keys each), no partial batch
-    with db.begin() as s:
-        stored = {cand_of[h] for h in s.scalars(select(MetricScore.input_hash).distinct())}
-    assert 4 <= len(stored) < n
-    assert stored <= set(_logged(log1))
-
-    # The heartbeat is fresh: nobody may take the job yet.
-    assert jobs.claim(db, worker_id="early", stale_after=1.5) is None
-    time.sleep(1.8)
-
-    proc2 = _spawn_worker(tmp_path, url, "w2", log2)
-    out, _ = proc2.communicate(timeout=120)
-    assert proc2.returncode == 0, out
-    final = jobs.get(db, job.id)
+    killed, final = jh.kill_and_resume(
+        url, db, job, tmp_path=tmp_path, at_least=4, setup=setup, env=env,
+        args=["--batch-size", "2"], after_kill=after_kill,
+    )
+    assert killed.status == "running" and killed.worker_id == "w1" and stored
     assert final.status == "done", final.error
-    assert final.worker_id == "w2"
+    assert final.worker_id == "w2" and final.attempts == 2
     assert final.progress_done == final.progress_total == n
     assert _count_rows(db) == (2 * n, 2 * n)
     second = _logged(log2)
     assert len(second) == len(set(second))
     assert set(second) == set(cand_of.values()) - stored  # only what was missing
-    db.dispose()
 
 
 def test_scoring_services_for_the_ui(d, db):
@@ -296,10 +257,13 @@ def test_scoring_services_for_the_ui(d, db):
         svc.enqueue_scoring(db, admin, "ui", ["count_double"], {"count_double": {"sclae": 2}})
     with pytest.raises(InvalidInput, match="unknown metric"):
         svc.enqueue_scoring(db, admin, "ui", ["nope"])
+    assert svc.list_jobs(db, admin) == []  # nothing queued by the refused requests
 
     first = svc.enqueue_scoring(db, admin, "ui", ["dbl_ratio"])
+    assert first.kind == "score" and first.metrics == ("dbl_ratio",)
+    assert first.params == {"metrics": ["dbl_ratio"], "options": {}}
     assert svc.job_status(db, admin, first.id).status == "queued"
-    Worker(db, worker_id="w").run(once=True)
+    Worker(db, worker_id="w").run_forever(once=True)
     done = svc.job_status(db, admin, first.id)
     assert done.status == "done" and done.fraction == 1.0
     before = svc.study_scores(db, admin, "ui")
@@ -310,7 +274,7 @@ def test_scoring_services_for_the_ui(d, db):
 
     # Rescoring with another option: the dashboard switches to the newest signature.
     svc.enqueue_scoring(db, admin, "ui", ["dbl_ratio"], {"count_double": {"scale": 10}})
-    Worker(db, worker_id="w").run(once=True)
+    Worker(db, worker_id="w").run_forever(once=True)
     after = svc.study_scores(db, admin, "ui")
     for old, new in zip(before.rows, after.rows, strict=True):
         assert new["dbl_ratio"] == pytest.approx(10 * old["dbl_ratio"], rel=1e-12)
