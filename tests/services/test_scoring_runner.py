@@ -339,3 +339,24 @@ print("HEAVY", heavy)
     )
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout
+
+
+def test_corpus_dependence_is_read_from_the_registry_entry_and_its_options(d, monkeypatch):
+    """The runner asks the registry (entry + options), not the instance: a family declared
+    corpus dependent when an option is set gets the whole set in one call only then."""
+    from backend.metrics import registry
+
+    entry = registry.ENTRIES["count_double"]
+    monkeypatch.setitem(registry.ENTRIES, "count_double", registry.Entry(
+        entry.family, entry.target, entry.keys, entry.kind,
+        corpus_dependent=lambda o: o.get("label") == "whole-set"))
+    pairs = _pairs(3)
+    per_batch = score(pairs, ["count_double"], batch_size=1)
+    assert [len(c) for _, c in d.CALLS] == [1, 1, 1]
+    assert "|set:" not in per_batch.families["count_double"].signature
+    d.reset()
+    whole = score(pairs, ["count_double"], batch_size=1,
+                  options={"count_double": {"label": "whole-set"}})
+    assert [len(c) for _, c in d.CALLS] == [3]
+    ident = corpus_identity([p.input_hash for p in pairs])
+    assert whole.families["count_double"].signature.endswith(f"|set:{ident}")

@@ -193,3 +193,44 @@ def test_candidate_stage_recall_on_the_iu_corpus():
         assert r.n_tests == 8 and r.top_k == 50
         assert r.hits >= 7
         assert not math.isnan(r.recall)
+
+
+def test_scoring_goes_through_the_callers_metric_pool():
+    """The local engine scores with the caller's MetricPool (a worker's): instances are
+    created once and reused by the next build, and results equal a build on a fresh pool."""
+    from backend.scoring.runner import MetricPool
+
+    pool = MetricPool()
+    first = oracle.build_oracle(TESTS, CORPUS, ["bleu4", "rougeL"], top_k=5, chunk_size=4,
+                                metric_pool=pool)
+    assert pool.created == 2
+    bleu = pool.get("bleu", {})
+    again = oracle.build_oracle(TESTS, CORPUS, ["bleu4", "rougeL"], top_k=5, chunk_size=4,
+                                metric_pool=pool)
+    assert pool.created == 2 and pool.get("bleu", {}) is bleu
+    fresh = oracle.build_oracle(TESTS, CORPUS, ["bleu4", "rougeL"], top_k=5, chunk_size=4)
+    assert [p.as_dict() for p in first.picks] == [p.as_dict() for p in again.picks] \
+        == [p.as_dict() for p in fresh.picks]
+
+
+def test_a_corpus_dependent_family_is_scored_in_one_call_on_every_engine(monkeypatch):
+    """CIDEr is declared corpus dependent in the registry: whatever the chunk size, the
+    engine sends every (test, candidate) pair in one call, and the signature says so."""
+    from backend.scoring.engines import LocalEngine
+    from backend.scoring.runner import MetricPool
+
+    pool = MetricPool()
+    cider = pool.get("cider", {})
+    calls: list[int] = []
+    real = cider.score
+
+    def spy(**kwargs):
+        calls.append(len(kwargs["references"]))
+        return real(**kwargs)
+
+    monkeypatch.setattr(cider, "score", spy)
+    res = oracle.build_oracle(TESTS, CORPUS, ["cider", "bleu4"], top_k=4, chunk_size=2,
+                              engine=LocalEngine(pool), metric_pool=pool)
+    assert calls == [res.n_scored_pairs] and res.n_scored_pairs > 2
+    assert res.signatures["cider"].endswith("|set:oracle-candidates")
+    assert "|set:" not in res.signatures["bleu4"]

@@ -104,3 +104,61 @@ def test_importing_the_backend_and_cli_loads_no_model_library():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_registry_knows_every_direction_and_agrees_with_the_classes():
+    """One place knows a key's direction: the registry. It must say what each spec says."""
+    problems: list[str] = []
+    for family, entry in registry.ENTRIES.items():
+        spec = registry.load_class(family).spec
+        for key in entry.keys:
+            if registry.higher_is_better(key) != spec.direction(key):
+                problems.append(f"{key}: registry says higher_is_better="
+                                f"{registry.higher_is_better(key)}, {family}'s spec says"
+                                f" {spec.direction(key)}")
+    assert not problems, "\n  ".join(problems)
+    assert registry.directions(["bleu4", "radcliq_v1", "vl_sphere", "green_sig_a", "smas_var"]) \
+        == {"bleu4": True, "radcliq_v1": False, "vl_sphere": False, "green_sig_a": False,
+            "smas_var": False}
+    with pytest.raises(registry.UnknownMetric, match="unknown metric 'radcliq_refit'"):
+        registry.higher_is_better("radcliq_refit")
+    with pytest.raises(ValueError, match="lower_is_better names keys it does not have"):
+        registry.Entry("x", "m:C", ("a",), "lexical", lower_is_better=("b",))
+
+
+def test_corpus_dependence_is_declared_and_matches_the_instances():
+    """Declared per family (a rule over the options where an option decides), and the same
+    answer the instances give."""
+    from backend.metrics.bertscore import BertScore
+    from backend.metrics.vlscore import VLScore
+
+    declared = {f for f in registry.ENTRIES if registry.corpus_dependent(f)}
+    assert declared == {"cider", "vlscore"}  # vlscore: C calibrated on the set by default
+    for idf in (False, True):
+        assert registry.corpus_dependent("bertscore", {"idf": idf}) is idf
+        assert BertScore(idf=idf).corpus_dependent is idf
+    for c in (None, 0.5):
+        assert registry.corpus_dependent("vlscore", {"c": c}) is (c is None)
+        assert VLScore(model="m", c=c).corpus_dependent is (c is None)
+    assert registry.corpus_dependent("radcliq", {}) is False
+    assert registry.corpus_dependent("radcliq", {"bertscore.idf": True}) is True
+    assert registry.corpus_dependent(
+        "radcliq", {"input_options": {"bertscore": {"idf": True}}}) is True
+    with pytest.raises(registry.UnknownMetric):
+        registry.corpus_dependent("nope")
+
+
+def test_directions_and_corpus_dependence_import_no_metric_code():
+    code = (
+        "import sys\n"
+        "from backend.metrics import registry\n"
+        "registry.directions(list(registry.KEY_TO_FAMILY))\n"
+        "[registry.corpus_dependent(f, {}) for f in registry.ENTRIES]\n"
+        "mods = {e.target.partition(':')[0] for e in registry.ENTRIES.values()}\n"
+        "print(sorted(m for m in [*mods, 'torch', 'transformers'] if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
