@@ -339,8 +339,11 @@ class BertScore(BaseMetric):
 
     @property
     def corpus_dependent(self) -> bool:
-        """With idf fitted per call, every value depends on all references of the scored set,
-        so the scoring runner must pass the whole set in one call (and keys the cache by it)."""
+        """With idf fitted per call, every value depends on all references of the scored set.
+
+        The scoring runner reads the registry's rule (``idf`` on), which is this property for
+        instances made from options; an instance given :meth:`fit_idf` is not dependent.
+        """
         return bool(self.options["idf"]) and self._fitted_idf is None
 
     def signature(self) -> str:
@@ -391,14 +394,22 @@ class BertScore(BaseMetric):
             # at encode time, so it has to be set when the tokenizer is built.
             tok = hf.load_tokenizer(path, add_prefix_space=True)
         self._torch_dtype = hf.pick_dtype(self.device, str(self.options["dtype"]))
-        model = hf.load_model(path, device=self.device, dtype=self._torch_dtype)
-        if (
-            getattr(model, "encoder", None) is not None
-            and getattr(model, "decoder", None) is not None
-        ):
-            model = model.encoder
         layer = self._layer_for(plan)
-        self._hidden_state_index = self._truncate(model, layer)
+
+        def build() -> tuple[Any, int | None]:
+            model = hf.load_model(path, device=self.device, dtype=self._torch_dtype)
+            if (
+                getattr(model, "encoder", None) is not None
+                and getattr(model, "decoder", None) is not None
+            ):
+                model = model.encoder
+            return model, self._truncate(model, layer)
+
+        # Keyed by the layer too, since the model is cut above it: in a scoring pool the
+        # bertscore family and RadCliQ's BERTScore input on the same weights share one copy.
+        model, self._hidden_state_index = self.resources.get(
+            ("bertscore-encoder", str(path), self.device, str(self._torch_dtype), layer), build
+        )
         self._layer = layer
         self._tok = tok
         self._model = model

@@ -183,7 +183,10 @@ class VLScore(BaseMetric):
 
     @property
     def corpus_dependent(self) -> bool:
-        """Calibrating C on the scored set makes every value depend on the whole set."""
+        """Calibrating C on the scored set makes every value depend on the whole set.
+
+        The scoring runner reads the same rule from the registry (``c`` unset).
+        """
         return self.options["c"] is None
 
     def _ref(self) -> hf.ModelRef | None:

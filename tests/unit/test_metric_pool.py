@@ -116,3 +116,20 @@ def test_resources_build_each_key_once():
     assert calls == [1, 3] and res.loads["thing"] == 2 and ("thing", "a") in res
     res.clear()
     assert len(res) == 0
+
+
+def test_bertscore_instances_on_one_encoder_and_layer_share_it():
+    """Options that do not change the weights (idf) give two instances and one encoder."""
+    pool = MetricPool()
+    plain = pool.get("bertscore", {"idf": False})
+    weighted = pool.get("bertscore", {"idf": True})
+    reason = plain.availability()
+    assert reason is None, reason  # the packaged MiniLM is a test dependency
+    plain.score(references=REFS, candidates=CANDS)
+    weighted.score(references=REFS, candidates=CANDS)
+    assert plain is not weighted and plain._model is weighted._model
+    assert pool.resources.loads["bertscore-encoder"] == 1
+    other_layer = pool.get("bertscore", {"num_layers": 1})
+    other_layer.load("cpu")
+    assert other_layer._model is not plain._model
+    assert pool.resources.loads["bertscore-encoder"] == 2
