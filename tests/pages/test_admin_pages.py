@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.services import rating, scoring
+from backend.services import rating
 
 VIEWS = Path(__file__).resolve().parents[2] / "webapp" / "views"
 def _submit(at, form: str, timeout: float = 60):
@@ -147,32 +147,6 @@ def test_export_page_writes_rexval_files_and_offers_a_zip(study_env, make_app):
     assert manifest["format"] == "rexval"
     download = at.get("download_button")[0]
     assert download is not None
-
-
-def test_metrics_page_lists_every_family_with_availability(study_env, make_app):
-    at = make_app(study_env.admin)
-    at.switch_page("views/metrics.py").run(timeout=120)
-    assert not at.exception
-    catalog = at.dataframe[0].value
-    expected = scoring.metric_catalog()
-    assert list(catalog["Family"]) == [m.family for m in expected]
-    assert list(catalog["Available"]) == [m.available for m in expected]
-    unavailable = catalog[~catalog["Available"]]
-    assert (unavailable["Why not"].str.len() > 0).all()
-
-
-def test_metrics_page_queues_a_scoring_job(study_env, make_app):
-    at = make_app(study_env.admin)
-    at.switch_page("views/metrics.py").run(timeout=120)
-    at.multiselect(key="score_families").set_value(["bleu"])
-    _submit(at, "enqueue", timeout=120)
-    assert not at.exception and not at.error
-    assert at.success[0].value.startswith("Queued job #")
-    jobs = scoring.list_jobs(study_env.db, study_env.admin)
-    assert [j.metrics for j in jobs] == [("bleu",)]
-    assert jobs[0].status == "queued"
-    jobs_table = at.dataframe[-1].value
-    assert list(jobs_table["Status"]) == ["queued"]
 
 
 def test_no_pages_folder_beside_the_entry_script():

@@ -1,11 +1,15 @@
-"""Admin: the metric catalogue (available or why not), queue scoring, watch the jobs."""
+"""Admin: the metric catalogue (available or why not), queue scoring, watch every job
+(progress, Cancel) and the workers alive (device, current job, last heartbeat)."""
 
 from __future__ import annotations
 
+import json
+
 import streamlit as st
 
-from backend.services import scoring, studies
+from backend.services import jobs, scoring, studies
 from webapp import state
+from webapp.components import job_panel
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -23,8 +27,9 @@ st.title("Metrics")
 catalog = _catalog()
 n_available = sum(1 for m in catalog if m.available)
 st.caption(f"{n_available} of {len(catalog)} metric families can run on this machine. "
-           "Scoring runs in the worker process (`python -m backend worker`), never in the web "
-           "app; results are cached by pair content and metric signature.")
+           "Scoring and every other long task run in worker processes "
+           "(`python -m backend worker`), never in the web app; scores are cached by pair "
+           "content and metric signature.")
 
 st.dataframe(
     [
@@ -77,36 +82,102 @@ else:
             st.success(f"Queued job #{job.id}: {', '.join(job.metrics)} on {job.study_name}.")
 
 
+def _what(job: jobs.JobView) -> str:
+    """A short description of a job's inputs for the table."""
+    if job.metrics:
+        return ", ".join(job.metrics)
+    text = json.dumps(job.params, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 @st.fragment(run_every="3s")
 def jobs_panel() -> None:
-    """Scoring jobs with their live progress."""
-    jobs = state.call(scoring.list_jobs, state.get_db(), actor)
-    if not jobs:
-        st.caption("No scoring jobs yet.")
+    """Every job with its live progress, Cancel for unfinished ones, and the workers alive."""
+    me = state.require_live_session()
+    live_db = state.get_db()
+    all_jobs = state.call(jobs.list_jobs, live_db, me)
+    workers = state.call(jobs.list_workers, live_db, me)
+    unserved = jobs.unserved(all_jobs, workers)
+    if unserved and not any(w.alive for w in workers):
+        st.warning(job_panel.NO_WORKER)
+    else:
+        for job in unserved:
+            st.warning(f"Job #{job.id}: {job_panel.waiting_reason(job, workers)}")
+
+    st.markdown("**Workers alive**")
+    if workers:
+        st.dataframe(
+            [
+                {
+                    "Worker": w.id,
+                    "Device": w.device,
+                    "Kinds": ", ".join(w.kinds) or "all",
+                    "Current job": f"#{w.current_job_id}" if w.current_job_id else "idle",
+                    "Last heartbeat": w.heartbeat_at,
+                    "Started": w.started_at,
+                }
+                for w in workers
+            ],
+            hide_index=True,
+            width="stretch",
+            key="workers_table",
+            column_config={
+                "Last heartbeat": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
+                "Started": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
+            },
+        )
+    else:
+        st.caption("No worker is running. Start one with `python -m backend worker` "
+                   "(`--device cuda:N` for a GPU).")
+
+    st.markdown("**Jobs**")
+    if not all_jobs:
+        st.caption("No jobs yet.")
         return
     st.dataframe(
         [
             {
                 "Job": j.id,
+                "Kind": j.kind,
                 "Study": j.study_name or "",
-                "Metrics": ", ".join(j.metrics),
-                "Status": j.status,
+                "What": _what(j),
+                "Status": j.status + (" (cancelling)" if j.cancel_requested
+                                      and j.status == "running" else ""),
                 "Progress": j.fraction,
                 "Done": f"{j.progress_done} / {j.progress_total}",
                 "Message": j.error or j.message,
                 "Worker": j.worker_id or "",
                 "Queued": j.created_at,
             }
-            for j in jobs
+            for j in all_jobs
         ],
         hide_index=True,
         width="stretch",
+        key="jobs_table",
         column_config={
             "Progress": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0),
             "Queued": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
+            "Message": st.column_config.TextColumn(width="large"),
         },
     )
+    cancellable = [j for j in all_jobs if j.status in ("queued", "running")
+                   and not j.cancel_requested]
+    if cancellable:
+        cols = st.columns(min(len(cancellable), 4))
+        for i, job in enumerate(cancellable):
+            cols[i % len(cols)].button(
+                f"Cancel job #{job.id}", key=f"cancel_job_{job.id}", icon=":material/cancel:",
+                on_click=_cancel, args=(job.id,),
+            )
 
 
-st.subheader("Jobs")
+def _cancel(job_id: int) -> None:
+    # A callback: the run that follows (page or fragment) already shows the new state.
+    done = state.call(jobs.cancel_job, state.get_db(), state.require_live_session(),
+                      job_id=job_id)
+    st.toast(f"Job #{done.id} " + ("cancelled." if done.status == "cancelled"
+                                   else "will stop at its next step."))
+
+
+st.subheader("Jobs and workers")
 jobs_panel()
