@@ -43,5 +43,6 @@ VOLUME ["/data"]
 EXPOSE 8501
 HEALTHCHECK CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health')"
 # The worker runs in the same image: docker run ... radconcord python -m backend worker
+# (docker-compose.yml runs both, with PostgreSQL as an option: docker-compose.postgres.yml).
 # webapp/server.py: the app plus its cookie routes (HttpOnly session cookie) and error boundary.
 CMD ["streamlit", "run", "webapp/server.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]
