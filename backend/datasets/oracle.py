@@ -50,7 +50,7 @@ from backend.scoring import engines
 from backend.scoring.engines import Engine
 from backend.scoring.engines import LocalEngine as LocalEngine  # re-exported for callers
 from backend.scoring.engines import RayEngine as RayEngine  # re-exported for callers
-from backend.scoring.runner import MetricPool, ScoringError
+from backend.scoring.runner import MetricPool, ScoringError, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -440,6 +440,10 @@ def build_oracle(
         raise OracleError(f"top-k ({top_k}) must be at least per-metric ({per_metric})")
     if chunk_size < 1:
         raise OracleError(f"chunk size must be at least 1 (got {chunk_size})")
+    try:
+        resolve_device(device, needs_model=False)  # the spelling only; CUDA checked at load
+    except ScoringError as exc:
+        raise OracleError(str(exc)) from None
     tests = list(tests)
     if not tests:
         raise OracleError("no test reports")

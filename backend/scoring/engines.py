@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from backend.metrics import registry
-from backend.scoring.runner import MetricPool, ScoringError, inference_context
+from backend.scoring.runner import MetricPool, ScoringError, inference_context, resolve_device
 
 ChunkProgress = Callable[[int], None]
 
@@ -62,12 +62,16 @@ def score_index_pairs(
 ) -> dict[str, list[float]]:
     """Score one chunk of index pairs with the pool's instance; the unit of work of engines.
 
+    ``device`` is ``cpu``, ``cuda[:N]`` or ``auto``, resolved as the runner does (torch is
+    imported only for a family that loads a model and a device that is not ``cpu``).
+
     Raises:
-        ScoringError: unknown family or option.
+        ScoringError: unknown family or option, bad or missing device.
         MetricUnavailable: the family cannot run here.
     """
     metric = pool.get(family, options)
-    metric.load(device)
+    needs_model = bool(getattr(metric.spec, "needs_model", False))
+    metric.load(resolve_device(device, needs_model=needs_model))
     refs = [references[int(t)] for t in pairs[:, 0]]
     cands = [candidates[int(c)] for c in pairs[:, 1]]
     with inference_context():

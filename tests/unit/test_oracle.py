@@ -234,3 +234,8 @@ def test_a_corpus_dependent_family_is_scored_in_one_call_on_every_engine(monkeyp
     assert calls == [res.n_scored_pairs] and res.n_scored_pairs > 2
     assert res.signatures["cider"].endswith("|set:oracle-candidates")
     assert "|set:" not in res.signatures["bleu4"]
+
+
+def test_a_bad_device_is_a_clear_oracle_error():
+    with pytest.raises(oracle.OracleError, match="unknown device 'gpu0'"):
+        oracle.build_oracle(TESTS, CORPUS, ["bleu4"], top_k=2, device="gpu0")
