@@ -15,7 +15,7 @@ can shadow this folder)::
 progress, ``kill -9`` it, wait until the heartbeat is stale, start another worker and wait
 for it to finish the job. The per-kind kill -9 tests call it with their kind's job.
 
-Worker subprocesses run the real command (``backend.cli.jobs``: ``worker --once ...``) with
+Worker subprocesses run the real command (``python -m backend worker --once ...``) with
 a short ``--stale-after`` and ``--heartbeat``; ``setup`` is Python code run first in the
 subprocess (e.g. registering test doubles). Their output goes to a log file, never a pipe
 (a full pipe would block the worker).
@@ -128,23 +128,12 @@ def db_url(db: Any) -> str:
 
 
 def _worker_code(setup: str) -> str:
-    # The command module's own parser: the same options and code path as
-    # ``python -m backend worker``.
+    # The real entry point: ``python -m backend worker ...`` after ``setup``.
     return (
         f"{setup}\n"
-        "import argparse, logging, sys\n"
-        "from backend.cli import UserError\n"
-        "from backend.cli import jobs as cli_jobs\n"
-        "logging.basicConfig(level=logging.INFO,"
-        " format='%(asctime)s %(levelname)s %(name)s: %(message)s')\n"
-        "parser = argparse.ArgumentParser()\n"
-        "cli_jobs.register(parser.add_subparsers(dest='command', required=True))\n"
-        "args = parser.parse_args(['worker', *sys.argv[1:]])\n"
-        "try:\n"
-        "    sys.exit(args.func(args))\n"
-        "except UserError as exc:\n"
-        "    print(f'error: {exc}', file=sys.stderr)\n"
-        "    sys.exit(2)\n"
+        "import sys\n"
+        "from backend.cli import main\n"
+        "sys.exit(main(['worker', *sys.argv[1:]]))\n"
     )
 
 
@@ -160,7 +149,7 @@ def start_worker(
     args: Sequence[str] = (),
     env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``python -m backend worker`` (via its command module) on database ``url``.
+    """Start ``python -m backend worker`` on database ``url``.
 
     Args:
         url: Database URL.
