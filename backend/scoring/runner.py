@@ -19,9 +19,11 @@ Conventions metric families can rely on:
   ``pathlib.Path`` per pair (the pair's image files, possibly empty); otherwise ``None``.
 * Pairs with an empty reference or candidate are never sent to a metric: their value is
   ``nan`` and they are listed in :attr:`ScoreTable.empty_ids`.
-* Models are loaded through :class:`MetricPool`, the only model cache: instances get the
-  pool's :class:`~backend.metrics.base.Resources`, so families on one checkpoint load it once
-  per pool, and closing (or dropping) the pool frees them.
+* Models are loaded through :class:`MetricPool`, the only model cache: the pool hands its
+  :class:`~backend.metrics.base.Resources` to each instance (``use_resources``), and a family
+  gets its model with ``self.resources.get((loader, path, device, dtype), build)``, never from
+  a module-level dict. Families on one checkpoint load it once per pool; closing (or
+  dropping) the pool frees them.
 * Torch is never imported here unless a family with ``spec.needs_model`` must be computed with
   ``device="auto"``; ``score()`` runs under ``torch.inference_mode()`` only when torch is
   already imported.
