@@ -48,7 +48,7 @@ from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import Actor, CandidateInput, CaseInput
 from backend.util import file_sha256
-from db.models import STUDY_STAGING, Case, Pair, Study, User
+from db.models import STUDY_STAGING, Assignment, Case, Pair, Study, User
 from db.session import Database
 
 if TYPE_CHECKING:
@@ -276,12 +276,15 @@ def _study_of_job(db: Database, study_name: str, job_id: int) -> dict[str, Any] 
     return provenance if provenance.get(JOB_KEY) == job_id else None
 
 
-def _summary_of_built(db: Database, study_name: str, provenance: Mapping[str, Any],
-                      n_assigned: int) -> BuildSummary:
+def _summary_of_built(db: Database, study_name: str,
+                      provenance: Mapping[str, Any]) -> BuildSummary:
     """The summary of a study a previous run of the same job had finished (from its
-    provenance and its rows)."""
+    provenance and its rows; ``n_assigned`` counts all its assignments, as a fresh build's
+    would, whichever run made them)."""
     with db.read() as s:
         study_id = get_study(s, study_name).id
+        n_assigned = s.scalar(select(func.count()).select_from(Assignment)
+                              .where(Assignment.study_id == study_id)) or 0
         n_cases = s.scalar(select(func.count()).select_from(Case)
                            .where(Case.study_id == study_id)) or 0
         n_pairs = s.scalar(select(func.count()).select_from(Pair)
@@ -299,7 +302,7 @@ def _summary_of_built(db: Database, study_name: str, provenance: Mapping[str, An
         metrics=tuple(manifest.get("metrics", [])), sources=sources,
         engine=str(manifest.get("engine", "")), seconds=seconds.get("total", 0.0),
         corpus_sha256=str(provenance.get("corpus", {}).get("sha256", "")),
-        n_assigned=n_assigned,
+        n_assigned=int(n_assigned),
         tests_without_candidate=tuple(provenance.get("tests", {}).get("without_candidate", [])),
         timings=seconds,
     )
@@ -358,8 +361,8 @@ def build_study(
         options: ``family -> {option: value}`` for the metrics.
         description: Study description (a default one is written when empty).
         chunk_size: Pairs per scoring call / Ray task.
-        progress: ``progress(done, total, message)`` while scoring; it may raise to stop
-            (nothing is created then).
+        progress: ``progress(done, total, message)`` while scoring, then while importing
+            (pairs); it may raise to stop (nothing is created then).
         job_id: The job running this build, recorded in the study's provenance: when a
             visible study of that name already carries it (the job ran before and was
             killed after the study appeared), the build only completes the assignment and
@@ -377,9 +380,9 @@ def build_study(
         built = _study_of_job(db, (study_name or "").strip(), job_id)
         if built is not None:
             name = study_name.strip()
-            n_assigned = _assign(db, actor, name, raters, raters_per_pair, seed)
+            _assign(db, actor, name, raters, raters_per_pair, seed)
             log.info("job %d: study %s was already built; assignment completed", job_id, name)
-            return _summary_of_built(db, name, built, n_assigned)
+            return _summary_of_built(db, name, built)
     try:
         # A build killed while importing left an invisible staging study holding the name.
         imports.cleanup_stale_imports(db)
@@ -450,7 +453,7 @@ def build_study(
     )
     summary = imports.import_cases(
         db, actor, study_name=name, cases=cases, description=desc,
-        raters_per_pair=raters_per_pair, seed=seed, provenance=provenance,
+        raters_per_pair=raters_per_pair, seed=seed, provenance=provenance, progress=progress,
     )
     n_assigned = _assign(db, actor, name, raters, raters_per_pair, seed)
     log.info("built study %s: %d pairs for %d test reports in %.1f s", name, summary.n_pairs,

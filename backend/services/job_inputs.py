@@ -98,7 +98,7 @@ def resolve_data_path(relative: str, what: str) -> Path:
     if Path(relative).is_absolute():
         raise InvalidInput(f"{what}: {relative!r} must be relative to the data folder")
     resolved = (root / relative).resolve()
-    if not resolved.is_relative_to(root) or resolved == root:
+    if not resolved.is_relative_to(root):
         raise InvalidInput(f"{what}: {relative!r} lies outside the data folder")
     return resolved
 
