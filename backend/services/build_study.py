@@ -156,11 +156,11 @@ def _check_options(
         oracle.resolve_keys(metrics)
     except oracle.OracleError as exc:
         raise InvalidInput(str(exc)) from None
+    # Worded as the oracle words them (the command line shows the same errors).
     if per_metric < 1:
-        raise InvalidInput(f"per metric must be at least 1 (got {per_metric})")
+        raise InvalidInput(f"per-metric must be at least 1 (got {per_metric})")
     if top_k is not None and top_k < per_metric:
-        raise InvalidInput(f"candidate stage k ({top_k}) must be at least per metric "
-                           f"({per_metric})")
+        raise InvalidInput(f"top-k ({top_k}) must be at least per-metric ({per_metric})")
     if isinstance(engine, str) and engine not in ENGINES:
         raise InvalidInput(f"unknown engine {engine!r} (expected {' or '.join(ENGINES)})")
     if limit_tests is not None and limit_tests < 1:

@@ -229,7 +229,7 @@ def test_enqueue_build_checks_everything_before_queueing(db, tmp_path):
         ({"study_name": "taken"}, "already exists"),
         ({"study_name": " "}, "study name is empty"),
         ({"study_name": "n", "metrics": ["nonexistent"]}, "nonexistent"),
-        ({"study_name": "n", "per_metric": 3, "top_k": 2}, "at least per metric"),
+        ({"study_name": "n", "per_metric": 3, "top_k": 2}, "at least per-metric"),
         ({"study_name": "n", "engine": "spark"}, "unknown engine"),
         ({"study_name": "n", "raters": ["ghost"]}, "'ghost' is not an active rater"),
         ({"study_name": "n", "tests": str(bad)}, "bad.jsonl: line 2: missing field 'text'"),
