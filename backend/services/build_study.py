@@ -27,10 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
 import random
-import secrets
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,7 +44,7 @@ from backend.services import assignment, exports, imports, job_inputs
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import Actor, CandidateInput, CaseInput
-from backend.util import file_sha256
+from backend.util import MANIFEST, free_output_dir, publish_dir
 from db.models import STUDY_STAGING, Assignment, Case, Pair, Study, User
 from db.session import Database
 
@@ -57,7 +54,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int, str], None]
-MANIFEST = "manifest.json"
 PROVENANCE_KIND = "metric-oracle"
 #: The job kind that runs :func:`build_study` on the worker.
 KIND = "build_oracle"
@@ -500,9 +496,7 @@ def export_build(db: Database, actor: Actor, *, study_name: str, out_dir: Path) 
         InvalidInput: A non-empty target or a study a format cannot hold; nothing is left.
     """
     require_admin(actor)
-    out_dir = Path(out_dir).resolve()
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise InvalidInput(f"{out_dir}: output folder exists and is not empty")
+    out_dir = free_output_dir(out_dir)
     with db.begin() as s:
         study = get_study(s, study_name)
         info = {"name": study.name, "description": study.description, "seed": study.seed,
@@ -510,10 +504,10 @@ def export_build(db: Database, actor: Actor, *, study_name: str, out_dir: Path) 
                 "provenance": dict(study.provenance or {})}
     from backend.datasets import hf_export
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{secrets.token_hex(4)}"
-    tmp.mkdir()
-    try:
+    n_pairs = 0
+
+    def write(tmp: Path) -> dict[str, Any]:
+        nonlocal n_pairs
         exports.export_study(db, actor, study_name=study_name, fmt="rexval",
                              out_dir=tmp / "rexval")
         exports.export_study(db, actor, study_name=study_name, fmt="jsonl",
@@ -522,8 +516,8 @@ def export_build(db: Database, actor: Actor, *, study_name: str, out_dir: Path) 
         pairs = [json.loads(line) for line in
                  (tmp / "jsonl" / "pairs.jsonl").read_text(encoding="utf-8").splitlines()
                  if line.strip()]
-        files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-        manifest = {
+        n_pairs = len(pairs)
+        return {
             "app_version": config.APP_VERSION,
             "schema_version": exports.schema_version(),
             "exported_at": dt.datetime.now(dt.UTC).isoformat(),
@@ -536,18 +530,8 @@ def export_build(db: Database, actor: Actor, *, study_name: str, out_dir: Path) 
                       for p in pairs],
             "folders": {"rexval": "ReXVal CSV files", "jsonl": "pairs.jsonl + ratings.jsonl",
                         "hf": "datasets.load_from_disk(...) -> DatasetDict(pairs, ratings)"},
-            "files": {
-                name: {"sha256": file_sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
-                for name in files
-            },
         }
-        with open(tmp / MANIFEST, "w", encoding="utf-8", newline="\n") as fh:
-            json.dump(manifest, fh, indent=2, ensure_ascii=False, default=str)
-            fh.write("\n")
-        if out_dir.exists():
-            out_dir.rmdir()
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return BundleSummary(out_dir=out_dir, files=tuple([MANIFEST, *files]), n_pairs=len(pairs))
+
+    files = publish_dir(out_dir, write, manifest=MANIFEST)
+    # The manifest first, then the files it describes (sorted), as before.
+    return BundleSummary(out_dir=out_dir, files=(files[-1], *files[:-1]), n_pairs=n_pairs)
