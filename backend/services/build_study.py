@@ -49,6 +49,7 @@ from db.models import STUDY_STAGING, Assignment, Case, Pair, Study, User
 from db.session import Database
 
 if TYPE_CHECKING:
+    from backend.scoring.runner import MetricPool
     from backend.services.jobs import JobView
 
 log = logging.getLogger(__name__)
@@ -334,6 +335,8 @@ def build_study(
     chunk_size: int = oracle.DEFAULT_CHUNK,
     progress: ProgressFn | None = None,
     job_id: int | None = None,
+    pool: MetricPool | None = None,
+    device: str = "cpu",
 ) -> BuildSummary:
     """Create a study whose pairs are the metric-oracle candidates of the test reports.
 
@@ -363,6 +366,8 @@ def build_study(
             visible study of that name already carries it (the job ran before and was
             killed after the study appeared), the build only completes the assignment and
             returns that study's summary.
+        pool: Warm metric instances to score with (the worker's; the local engine uses it).
+        device: Device the local engine loads models on.
 
     Returns:
         Counts, sources and timings of the new study.
@@ -395,6 +400,7 @@ def build_study(
         result = oracle.build_oracle(
             chosen, cand_corpus.reports, metrics, per_metric=per_metric, top_k=top_k,
             engine=engine, options=options, chunk_size=chunk_size, progress=progress,
+            metric_pool=pool, device=device,
         )
     except oracle.OracleError as exc:
         raise InvalidInput(str(exc)) from None

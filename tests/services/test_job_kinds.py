@@ -133,8 +133,10 @@ def test_probes_job_result_matches_a_direct_run(db):
                                 metrics=["bleu4", "rougeL"], seed=3, max_reports=4)
     assert job.kind == "probes" and job.status == "queued" and job.study_name == "probe study"
     assert _count(db, MetricScore) == 0  # queued, nothing scored
-    done = Worker(db).run_once()
+    worker = Worker(db)
+    done = worker.run_once()
     assert done.status == "done", done.error
+    assert worker.pool.created == 2  # the worker's warm pool scored them
     got = probes.result_from_json(done.result)
     direct = probes.run_probes(db, ADMIN, study_name="probe study",
                                metrics=["bleu4", "rougeL"], seed=3, max_reports=4)
@@ -193,8 +195,10 @@ def test_build_job_creates_the_study_and_a_retry_reuses_it(db, tmp_path):
                                     raters_per_pair=2)
     assert job.params["tests"] == str(tmp_path / "t.jsonl") and job.study_id is None
     assert "Oracle" not in _visible_studies(db)
-    done = Worker(db).run_once()
+    worker = Worker(db)
+    done = worker.run_once()
     assert done.status == "done", done.error
+    assert worker.pool.created == 2  # bleu and rouge, kept warm in the worker's pool
     summary = build_study.summary_from_json(done.result)
     assert summary.study_name == "Oracle" and summary.n_tests == 3
     assert summary.n_assigned == 2 * summary.n_pairs

@@ -53,6 +53,8 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
             chunk_size=param(params, "chunk_size", int, build_study.oracle.DEFAULT_CHUNK),
             progress=ctx.progress,
             job_id=ctx.job_id,
+            pool=ctx.pool,
+            device=ctx.device,
         )
     except JobCancelled as exc:
         # Only a cancelled job is over; a lost claim or a stopping worker leaves the job to
