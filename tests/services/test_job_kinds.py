@@ -547,7 +547,8 @@ def test_kill_9_probes(db, tmp_path, jh):
     assert probes.result_from_json(final.result) == direct
 
 
-def test_kill_9_build_oracle_mid_import(db, tmp_path, jh):
+def test_kill_9_build_oracle_mid_import(any_db, tmp_path, jh):
+    db = any_db
     tests, corpus = _jsonl(tmp_path / "t.jsonl", TESTS), _jsonl(tmp_path / "c.jsonl", CORPUS)
     job = build_study.enqueue_build(db, ADMIN, study_name="Oracle", tests=tests, corpus=corpus,
                                     metrics=["bleu4", "rougeL"], top_k=3)
@@ -573,7 +574,8 @@ def test_kill_9_build_oracle_mid_import(db, tmp_path, jh):
     assert _count(db, Case) == 3 and _count(db, Report) == 3 + summary.n_pairs
 
 
-def test_kill_9_import_mid_batches(db, tmp_path, jh):
+def test_kill_9_import_mid_batches(any_db, tmp_path, jh):
+    db = any_db
     folder = job_inputs.new_upload_dir()
     _cases_csv(folder / "cases.csv", 300)  # 600 pairs: three batches of 250
     job = imports.enqueue_import(db, ADMIN, fmt="cases", study_name="Killed import",
