@@ -104,6 +104,7 @@ def build_worker(args: argparse.Namespace, db: Any) -> Any:
         UserError: a bad device, kind or timing.
     """
     from backend.errors import InvalidInput
+    from backend.jobs.registry import KINDS
     from backend.jobs.worker import Worker, normalise_device
 
     if args.poll <= 0 or args.stale_after <= 0:
@@ -114,18 +115,23 @@ def build_worker(args: argparse.Namespace, db: Any) -> Any:
         raise UserError("--heartbeat must be positive and shorter than --stale-after")
     try:
         device = normalise_device(args.device)
-        kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-        return Worker(
-            db,
-            device=device,
-            kinds=kinds,
-            stale_after=args.stale_after,
-            worker_id=args.worker_id,
-            heartbeat_every=args.heartbeat,
-            batch_size=args.batch_size,
+    except InvalidInput:
+        raise UserError(f"--device: expected cpu, cuda or cuda:N, got '{args.device}'") from None
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise UserError(
+            f"--kinds: unknown job kind(s) {', '.join(unknown)} (known: {', '.join(KINDS)})"
         )
-    except InvalidInput as exc:
-        raise UserError(f"--device/--kinds: {exc}") from None
+    return Worker(
+        db,
+        device=device,
+        kinds=kinds,
+        stale_after=args.stale_after,
+        worker_id=args.worker_id,
+        heartbeat_every=args.heartbeat,
+        batch_size=args.batch_size,
+    )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -541,9 +541,15 @@ def test_jobs_commands(db, monkeypatch, capsys, tmp_path):
     assert jobs.get(db, a).status == "done" and jobs.get(db, a).worker_id == "cli-w"
     assert _cli(["jobs", "workers", "--all"]) == 0
     assert "cli-w\tcpu\t" in capsys.readouterr().out
-    with pytest.raises(UserError, match="expected cpu, cuda or cuda:N"):
+    with pytest.raises(UserError, match="^--device: expected cpu, cuda or cuda:N, got 'gpu'$"):
         _cli(["worker", "--once", "--device", "gpu"])
-    with pytest.raises(UserError, match="unknown job kind 'zz'"):
-        _cli(["worker", "--once", "--kinds", "zz"])
+    with pytest.raises(UserError, match=r"^--kinds: unknown job kind\(s\) zz \(known: score,"):
+        _cli(["worker", "--once", "--kinds", f"{STEPS},zz"])
+    # A GPU worker refuses to start where that GPU does not exist (it would fail every job).
+    with pytest.raises(UserError, match=r"^--device cuda:7: (CUDA is not available here|"
+                                        r"this machine has [0-7] GPU\(s\))$"):
+        _cli(["worker", "--once", "--device", "cuda:7"])
+    assert not jobs.list_workers(db, include_gone=True) or all(
+        w.id == "cli-w" for w in jobs.list_workers(db, include_gone=True))
     with pytest.raises(UserError, match="--heartbeat must be positive"):
         _cli(["worker", "--once", "--heartbeat", "500"])
