@@ -391,6 +391,13 @@ def claim(
     kinds = list(kinds) if kinds else registry.kind_names()
     now = utcnow()
     cutoff = now - dt.timedelta(seconds=stale_after)
+    # An idle worker polls every few seconds: look first without the write lock, which on
+    # SQLite would make raters' saves wait behind every poll of every worker.
+    with _reading(db) as s:
+        if s.scalar(
+            select(Job.id).where(or_(Job.status == QUEUED, _stale(cutoff))).limit(1)
+        ) is None:
+            return None
     with db.begin() as s:
         s.execute(
             update(Job)

@@ -553,3 +553,21 @@ def test_jobs_commands(db, monkeypatch, capsys, tmp_path):
         w.id == "cli-w" for w in jobs.list_workers(db, include_gone=True))
     with pytest.raises(UserError, match="--heartbeat must be positive"):
         _cli(["worker", "--once", "--heartbeat", "500"])
+
+
+def test_an_idle_poll_does_not_take_the_sqlite_write_lock(db):
+    """Workers poll every few seconds; with nothing due, a poll must not queue behind (or
+    block) a writer such as a rater's save."""
+    import sqlite3
+
+    jobs.enqueue(db, STEPS, {})
+    assert queue.claim(db, worker_id="w") is not None  # running, fresh heartbeat: not due
+    other = sqlite3.connect(str(db.url).split("///", 1)[1], isolation_level=None, timeout=30)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        t0 = time.monotonic()
+        assert queue.claim(db, worker_id="idle", stale_after=60) is None
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
