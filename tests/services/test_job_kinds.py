@@ -29,7 +29,7 @@ from backend.analysis.refit import RADCLIQ_INPUTS
 from backend.analysis.report import correlate_study
 from backend.jobs import context
 from backend.jobs.worker import Worker
-from backend.metrics import er2score
+from backend.metrics import er2score, registry
 from backend.services import (
     build_study,
     er2train,
@@ -653,3 +653,31 @@ def test_a_cancelled_import_job_leaves_nothing(db):
     assert final.status == "cancelled"
     assert _count(db, Study, Study.name == "Cancelled") == 0 and _count(db, Pair) == 0
     assert not folder.exists()
+
+
+def test_refit_job_scores_missing_inputs_and_says_which_could_not_run(db):
+    """Ratings but no cached input: the worker scores the inputs it can run; the refit says
+    which inputs are missing, and the families that cannot run here say why."""
+    _study(db, "unscored", 8)
+    with db.begin() as s:
+        user = User(username="only-rater", role="rater", password_hash="x")
+        s.add(user)
+        s.flush()
+        for i, pair in enumerate(s.scalars(select(Pair))):
+            s.add(Rating(rater_id=user.id, pair_id=pair.id, category=1, significant=True,
+                         count=i % 3))
+    refit.enqueue_refit(db, ADMIN, study_name="unscored")
+    done = Worker(db).run_once()
+    assert done.status == "done", done.error
+    result = done.result
+    assert result["scored"]["bleu2_radcliq"] == {"computed": 16, "cached": 0}
+    with db.read() as s:
+        keys = set(s.scalars(select(MetricScore.key).distinct()))
+    assert "bleu2_radcliq" in keys
+    missing = [k for k in RADCLIQ_INPUTS if k not in keys]
+    # Without their weights here, RadGraph and CheXbert cannot run: named with the reason.
+    assert set(result["unavailable"]) == {registry.KEY_TO_FAMILY[k] for k in missing}
+    assert {"radgraph_combined", "semb"} <= set(missing)
+    assert all("weights" in reason for reason in result["unavailable"].values())
+    assert result["refit"]["available"] is False
+    assert result["refit"]["reason"] == f"not scored on this study: {', '.join(missing)}"
