@@ -2,8 +2,9 @@
 
 Pages call these functions and render the plain dataclasses they return. Scoring itself runs
 in the worker process (``python -m backend worker``, job kind ``score``); the UI only
-queues jobs and reads results, so it never loads a model. A job is a
-:class:`~backend.services.jobs.JobView` like every other kind's.
+queues jobs and reads results, so it never loads a model. The queued job is a
+:class:`~backend.services.jobs.JobView` like every other kind's, read and cancelled through
+:mod:`backend.services.jobs`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 from sqlalchemy import func, select
 
 from backend.metrics import registry
-from backend.services import jobs as jobs_service
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.jobs import JobView, enqueue_job, study_id
 from backend.services.types import Actor
@@ -144,20 +144,6 @@ def enqueue_scoring(
         db, actor, kind="score", params={"metrics": names, "options": opts},
         study_name=study_name,
     )
-
-
-def list_jobs(db: Any, actor: Actor, study_name: str | None = None) -> list[JobView]:
-    """Scoring jobs, newest first, optionally of one study (admin only)."""
-    return jobs_service.list_jobs(db, actor, kind="score", study_name=study_name)
-
-
-def job_status(db: Any, actor: Actor, job_id: int) -> JobView:
-    """One job's state (admin only).
-
-    Raises:
-        NotFound: no such job.
-    """
-    return jobs_service.job_status(db, actor, job_id=job_id)
 
 
 @dataclass(frozen=True)

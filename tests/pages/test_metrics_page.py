@@ -11,6 +11,7 @@ from sqlalchemy import update
 
 from backend import jobs
 from backend.jobs import queue
+from backend.services import jobs as job_services
 from backend.services import scoring
 from db.models import WorkerProcess
 
@@ -58,7 +59,7 @@ def test_metrics_page_queues_a_scoring_job_and_says_no_worker_runs(study_env, ma
     _submit(at, "enqueue", timeout=120)
     assert not at.exception and not at.error
     assert at.success[0].value.startswith("Queued job #")
-    queued = scoring.list_jobs(study_env.db, study_env.admin)
+    queued = job_services.list_jobs(study_env.db, study_env.admin)
     assert [(j.kind, j.metrics, j.status) for j in queued] == [("score", ("bleu",), "queued")]
     assert queued[0].created_by == "boss"
     table = _table(at, JOB_COLUMNS)

@@ -241,6 +241,7 @@ def test_kill_9_mid_job_then_restart_resumes_without_duplicates(d, any_db, tmp_p
 
 
 def test_scoring_services_for_the_ui(d, db):
+    from backend.services import jobs as job_svc
     from backend.services import scoring as svc
     from backend.services.errors import InvalidInput, NotFound, PermissionDenied
     from backend.services.types import Actor
@@ -257,14 +258,14 @@ def test_scoring_services_for_the_ui(d, db):
         svc.enqueue_scoring(db, admin, "ui", ["count_double"], {"count_double": {"sclae": 2}})
     with pytest.raises(InvalidInput, match="unknown metric"):
         svc.enqueue_scoring(db, admin, "ui", ["nope"])
-    assert svc.list_jobs(db, admin) == []  # nothing queued by the refused requests
+    assert job_svc.list_jobs(db, admin) == []  # nothing queued by the refused requests
 
     first = svc.enqueue_scoring(db, admin, "ui", ["dbl_ratio"])
     assert first.kind == "score" and first.metrics == ("dbl_ratio",)
     assert first.params == {"metrics": ["dbl_ratio"], "options": {}}
-    assert svc.job_status(db, admin, first.id).status == "queued"
+    assert job_svc.job_status(db, admin, job_id=first.id).status == "queued"
     Worker(db, worker_id="w").run_forever(once=True)
-    done = svc.job_status(db, admin, first.id)
+    done = job_svc.job_status(db, admin, job_id=first.id)
     assert done.status == "done" and done.fraction == 1.0
     before = svc.study_scores(db, admin, "ui")
     assert before.keys == ("dbl_ratio", "dbl_jaccard")  # the family stores all its keys
@@ -279,9 +280,10 @@ def test_scoring_services_for_the_ui(d, db):
     for old, new in zip(before.rows, after.rows, strict=True):
         assert new["dbl_ratio"] == pytest.approx(10 * old["dbl_ratio"], rel=1e-12)
     assert "scale:10.0" in after.signatures["dbl_ratio"]
-    assert [j.id for j in svc.list_jobs(db, admin, "ui")][-1] == first.id
+    scored = job_svc.list_jobs(db, admin, kind="score", study_name="ui")
+    assert [j.id for j in scored][-1] == first.id
     with pytest.raises(NotFound):
-        svc.job_status(db, admin, 9999)
+        job_svc.job_status(db, admin, job_id=9999)
 
     catalog = {m.family: m for m in svc.metric_catalog()}
     assert catalog["count_double"].available and catalog["count_double"].signature
