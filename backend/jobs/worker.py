@@ -192,7 +192,18 @@ class Worker:
         n = 0
         try:
             while not self.stop_event.is_set():
-                job = self.run_once()
+                try:
+                    job = self.run_once()
+                except Exception:
+                    if once:
+                        raise
+                    # The database went away for a moment (restart, network, lock timeout):
+                    # a long-running worker waits and tries again rather than exit; its job,
+                    # if it had one, is taken over once its heartbeat is stale.
+                    log.exception("worker %s: queue unavailable; retrying in %.0f s",
+                                  self.worker_id, max(poll, 5.0))
+                    self.stop_event.wait(max(poll, 5.0))
+                    continue
                 if job is not None:
                     n += 1
                     continue
@@ -200,7 +211,10 @@ class Worker:
                     break
                 self.stop_event.wait(poll)
         finally:
-            self.close()
+            try:
+                self.close()
+            except Exception as exc:  # the row then just stops heartbeating: shown not alive
+                log.warning("worker %s: could not record its exit: %s", self.worker_id, exc)
         return n
 
     def _run(self, job: JobInfo) -> None:

@@ -571,3 +571,33 @@ def test_an_idle_poll_does_not_take_the_sqlite_write_lock(db):
     finally:
         other.execute("ROLLBACK")
         other.close()
+
+
+def test_a_long_running_worker_survives_a_database_hiccup(db, monkeypatch):
+    """A failing poll (database restarting) is logged and retried; the worker then goes on
+    with the queue. With ``once`` the error surfaces instead."""
+    from sqlalchemy.exc import OperationalError
+
+    job = jobs.enqueue(db, STEPS, {"steps": 1})
+    real_claim = queue.claim
+    failures = []
+
+    def flaky_claim(*args, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+        return real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(queue, "claim", flaky_claim)
+    with pytest.raises(OperationalError):
+        Worker(db, worker_id="once").run_forever(once=True)
+    failures.clear()
+    worker = Worker(db, worker_id="w")
+    monkeypatch.setattr(worker.stop_event, "wait", lambda timeout: worker.stop_event.is_set())
+    t = threading.Thread(target=worker.run_forever, kwargs={"poll": 0.01})
+    t.start()
+    jh.wait_for(db, job, lambda j: j.status == "done", what="done after the hiccup")
+    worker.stop_event.set()
+    t.join(30)
+    assert failures == [1] and not t.is_alive()
+    assert jobs.list_workers(db, include_gone=True)[0].stopped_at is not None
