@@ -7,7 +7,7 @@ Scenario ``load`` (one database, three writers at once):
 
 - an import of ``--rows`` CSV rows (default 60,000 pairs, two candidates per case) runs in a
   separate process through ``imports.import_cases`` (the CLI's and the import page's path);
-- the scoring worker (``python -m backend.scoring.worker --once``) scores a study of
+- the scoring worker (``python -m backend worker --once``) scores a study of
   ``--scored-pairs`` pairs with the lexical metrics BLEU and ROUGE-L in another process;
 - 20 raters save counts in threads of this process through ``rating.set_count``, each pausing
   0.1-0.5 s between saves, from just before the import starts until it has finished.
@@ -196,14 +196,14 @@ def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 
 def scenario_load(url: str, tmp: Path, n_rows: int, n_raters: int, scored_pairs: int) -> dict:
     """Raters saving while an import and a scoring job run; returns the figures."""
-    from backend.scoring import jobs
+    from backend import jobs
     from backend.services import rating
     from db.session import Database
 
     db = Database(url)
     actors, queues = _raters(db, n_raters)
     scored_id = _make_study(db, "Scored", scored_pairs)
-    jobs.enqueue(db, study_id=scored_id, metrics=["bleu", "rouge"])
+    jobs.enqueue(db, "score", {"metrics": ["bleu", "rouge"], "options": {}}, study_id=scored_id)
     csv_path = tmp / "import.csv"
     write_cases_csv(csv_path, n_rows, "imp")
     env = dict(os.environ, DATABASE_URL=url, RADCONCORD_DATA_DIR=str(tmp))
@@ -240,7 +240,7 @@ def scenario_load(url: str, tmp: Path, n_rows: int, n_raters: int, scored_pairs:
     for t in threads:
         t.start()
     time.sleep(1.0)
-    worker = _spawn(["-m", "backend.scoring.worker", "--once", "--device", "cpu"], env,
+    worker = _spawn(["-m", "backend", "worker", "--once", "--device", "cpu"], env,
                     tmp / "worker.log")
     t_start = time.perf_counter()
     importer = _spawn([str(Path(__file__).resolve()), "--child-import", url, str(csv_path),

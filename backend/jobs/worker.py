@@ -149,10 +149,11 @@ class Worker:
             self._last_beat = time.monotonic()
 
     def close(self) -> None:
-        """Record a clean exit (``stopped_at``)."""
+        """Record a clean exit (``stopped_at``) and free the warm models."""
         if self._registered:
             queue.stop_worker(self.db, self.worker_id)
             self._registered = False
+        self.pool.close()
 
     def _beat_if_due(self) -> None:
         if time.monotonic() - self._last_beat >= self.heartbeat_every:

@@ -34,7 +34,7 @@ class MetricInfo:
         family: Registry name (``bleu``).
         kind: lexical | embedding | clinical | composite | image | learned.
         keys: Output keys.
-        directions: ``key -> higher_is_better``; empty when the code cannot be imported.
+        directions: ``key -> higher_is_better`` (from the registry, also for a broken metric).
         available: Whether it can run here.
         reason: Why not, when unavailable.
         signature: Default settings signature, when cheap to compute.
@@ -63,21 +63,19 @@ def _one_line(exc: BaseException) -> str:
 def describe_family(family: str) -> MetricInfo:
     """Catalogue entry for one family; never raises for a broken or missing metric."""
     entry = registry.ENTRIES[family]
+    # From the registry: known even when the metric's code cannot be imported here.
+    directions = registry.directions(entry.keys)
     try:
         metric = registry.create(family)
     except ModuleNotFoundError as exc:
-        return MetricInfo(family, entry.kind, entry.keys, reason=f"not installed: {_one_line(exc)}")
+        return MetricInfo(family, entry.kind, entry.keys, directions=directions,
+                          reason=f"not installed: {_one_line(exc)}")
     except Exception as exc:
         # Whatever breaks (a syntax error in a metric module, a bad default) becomes a reason
         # shown in the UI and the CLI rather than a crash of the whole catalogue.
-        return MetricInfo(family, entry.kind, entry.keys, reason=_one_line(exc))
+        return MetricInfo(family, entry.kind, entry.keys, directions=directions,
+                          reason=_one_line(exc))
     spec = metric.spec
-    directions: dict[str, bool] = {}
-    for key in entry.keys:
-        try:
-            directions[key] = bool(spec.direction(key))
-        except KeyError:
-            pass
     try:
         reason = metric.availability()
     except Exception as exc:
@@ -224,25 +222,15 @@ def study_scores(db: Any, actor: Actor, study_name: str) -> StudyScores:
     return StudyScores(
         study=study_name,
         keys=keys,
-        directions=_directions(keys),
+        directions=_directions(study_name, keys),
         signatures={k: latest[k][2] for k in keys},
         rows=rows,
     )
 
 
-def _directions(keys: Sequence[str]) -> dict[str, bool]:
-    out: dict[str, bool] = {}
-    for family in {registry.KEY_TO_FAMILY[k] for k in keys if k in registry.KEY_TO_FAMILY}:
-        try:
-            spec = registry.load_class(family).spec
-        except Exception as exc:
-            # Directions are best effort: the metric's code may not be importable here.
-            log.debug("no spec for %s: %s", family, exc)
-            continue
-        for k in keys:
-            if registry.KEY_TO_FAMILY.get(k) == family:
-                try:
-                    out[k] = bool(spec.direction(k))
-                except KeyError:
-                    pass
-    return out
+def _directions(study_name: str, keys: Sequence[str]) -> dict[str, bool]:
+    """Directions from the registry (no metric code is imported); an unknown key is an error."""
+    try:
+        return registry.directions(keys)
+    except registry.UnknownMetric as exc:
+        raise InvalidInput(f"study {study_name!r}: scores stored for {exc}") from None

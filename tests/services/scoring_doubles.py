@@ -3,7 +3,8 @@
 They are not metrics of the field: they compute simple, deterministic functions of the texts
 so tests can check the machinery (cache, batching, resume) and count how often each pair is
 computed. ``install()`` adds them to the registry of the current process; a worker
-subprocess calls it before ``backend.scoring.worker.main``.
+subprocess calls it before ``backend.cli.main(["worker", ...])`` (see
+``tests/jobs_helpers.SETUP_SCORING_DOUBLES``).
 
 When the environment variable ``SCORING_DOUBLES_LOG`` names a file, every scored candidate is
 appended to it (one line ``family<TAB>candidate``), so a test can see what a subprocess
