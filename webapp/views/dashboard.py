@@ -24,7 +24,7 @@ from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from db.session import Database
 from webapp import state
-from webapp.components import job_ref, plots
+from webapp.components import job_ref, plots, reviewer_panels
 from webapp.components.csv_download import csv_download
 from webapp.components.job_panel import job_panel
 
@@ -101,12 +101,19 @@ live = c5.toggle("Live", value=True, key="dash_live",
                       "worker scores.")
 
 
+def _pct_of_ceiling(corr: analysis.StudyCorrelation, key: str) -> float | None:
+    # The JSON holds the share as a fraction (|tau| / ceiling); the table shows percent.
+    share = (corr.report["metrics"].get(key) or {}).get("pct_of_ceiling")
+    return None if share is None else 100.0 * share
+
+
 def _tau_table(corr: analysis.StudyCorrelation) -> None:
     rows = [
         {
             "Metric": m.key,
             "Kendall tau-b": m.kendall_tau_b,
             "tau 95% CI": _ci(m.kendall_lo, m.kendall_hi),
+            "% of ceiling": _pct_of_ceiling(corr, m.key),
             "Spearman": m.spearman,
             "rho 95% CI": _ci(m.spearman_lo, m.spearman_hi),
             "n": m.n,
@@ -119,6 +126,9 @@ def _tau_table(corr: analysis.StudyCorrelation) -> None:
         rows, hide_index=True, width="stretch", key="dash_tau_table",
         column_config={
             "Kendall tau-b": st.column_config.NumberColumn(format="%.3f"),
+            "% of ceiling": st.column_config.NumberColumn(
+                format="%.1f%%", help="|tau-b| as a share of the human ceiling (blank with "
+                                      "fewer than 3 raters)"),
             "Spearman": st.column_config.NumberColumn(format="%.3f"),
             "Signature": st.column_config.TextColumn(width="large"),
         },
@@ -225,15 +235,22 @@ def panels() -> None:
         st.caption("Each metric is oriented so that a positive value means agreement "
                    "(lower-is-better metrics are negated); intervals are bootstrap "
                    "percentile 95% intervals.")
+        reviewer_panels.ceiling_summary(corr.report)
         _tau_table(corr)
         st.plotly_chart(
             plots.forest_plot([
                 {"key": m.key, "tau": m.kendall_tau_b, "lo": m.kendall_lo,
                  "hi": m.kendall_hi, "published": list(m.published)}
                 for m in corr.metrics
-            ]),
+            ], ceiling=corr.report.get("ceiling")),
             key="dash_forest", width="stretch",
         )
+        reviewer_panels.ceiling_raters(corr.report)
+        keys = [m.key for m in corr.metrics]
+        st.subheader("Is metric A better than metric B?")
+        reviewer_panels.pairwise_panel(corr.report, keys)
+        st.subheader("Systems ranked by the metrics and by the radiologists")
+        reviewer_panels.systems_panel(corr.report, keys)
 
     left, right = st.columns(2, gap="large")
     with left:

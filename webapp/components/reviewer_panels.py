@@ -1,0 +1,182 @@
+"""Dashboard panels that answer a paper reviewer: human ceiling, paired metric tests, systems.
+
+Each function draws one panel from a section of the ``correlate`` JSON
+(``backend/analysis/report.py``): ``ceiling``, ``pairwise`` and ``systems``. They render
+only (plain dicts in, Streamlit elements out); the dashboard view fetches the report. A
+missing or empty section draws a caption that says why, never an empty chart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import streamlit as st
+
+from webapp.components import plots
+from webapp.components.csv_download import csv_download
+
+#: Corrected p-values below this mark a cell of the paired matrix.
+ALPHA = 0.05
+
+
+def _ci(ci: Sequence[float | None] | None) -> str:
+    lo, hi = (list(ci or []) + [None, None])[:2]
+    return "" if lo is None or hi is None else f"[{lo:.3f}, {hi:.3f}]"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def ceiling_summary(report: Mapping[str, Any]) -> None:
+    """The human ceiling in one line, or why there is none (fewer than 3 raters).
+
+    Args:
+        report: The correlate JSON.
+    """
+    ceiling = report.get("ceiling")
+    if not ceiling or ceiling.get("kendall_tau_b") is None:
+        st.caption(
+            f"Human ceiling: needs at least 3 raters (this study has {report.get('n_raters')})"
+            "; with 3 or more, each rater is compared with the mean of the others and the "
+            "metrics' taus are shown as a share of that agreement."
+        )
+        return
+    st.caption(
+        f"**Human ceiling** (the shaded band below): each of {ceiling.get('n_raters')} raters' "
+        f"{report.get('target')} errors against the mean of the other raters, tau-b averaged "
+        f"over raters: **{_num(ceiling['kendall_tau_b'])}** "
+        f"{_ci(ceiling.get('kendall_ci95'))}, Spearman {_num(ceiling.get('spearman'))} "
+        f"{_ci(ceiling.get('spearman_ci95'))} (bootstrap "
+        f"{plots.unit_label(ceiling.get('unit'))}). '% of ceiling' is a metric's |tau-b| over "
+        "this mean."
+    )
+
+
+def ceiling_raters(report: Mapping[str, Any]) -> None:
+    """Table of each rater's leave-one-out tau (the values the ceiling averages).
+
+    Args:
+        report: The correlate JSON.
+    """
+    ceiling = report.get("ceiling")
+    if not ceiling or not ceiling.get("per_rater"):
+        return
+    spearman = ceiling.get("per_rater_spearman") or {}
+    rows = [
+        {"Rater": name, "tau-b vs the other raters' mean": tau,
+         "Spearman": spearman.get(name)}
+        for name, tau in ceiling["per_rater"].items()
+    ]
+    st.dataframe(rows, hide_index=True, width="stretch", key="dash_ceiling_raters",
+                 column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                for c in ("tau-b vs the other raters' mean", "Spearman")})
+
+
+def pairwise_rows(pairwise: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per tested metric pair, as the panel's table and CSV show it."""
+    rows = []
+    for name, e in (pairwise.get("pairs") or {}).items():
+        a, _, b = str(name).partition("|")
+        lo, hi = (list(e.get("ci95") or []) + [None, None])[:2]
+        rows.append({
+            "Metric A": a, "Metric B": b, "tau(A) - tau(B)": e.get("tau_diff"),
+            "CI low": lo, "CI high": hi, "p": e.get("p"), "p adjusted": e.get("p_adjusted"),
+            "Significant": e.get("p_adjusted") is not None and e["p_adjusted"] < ALPHA,
+            "Williams p": e.get("williams_p"),
+        })
+    return rows
+
+
+def pairwise_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
+    """Matrix of paired tau differences with its unit and correction named, and its table.
+
+    Args:
+        report: The correlate JSON.
+        keys: Metric keys in the tau table's order.
+    """
+    pairwise = report.get("pairwise") or {}
+    if not pairwise.get("pairs"):
+        st.caption("Paired tests need at least two scored metrics and bootstrap resamples "
+                   "(Resamples > 0).")
+        return
+    correction = plots.correction_label(pairwise.get("correction"))
+    st.plotly_chart(plots.pairwise_matrix(pairwise, keys=keys, alpha=ALPHA),
+                    key="dash_pairwise", width="stretch")
+    st.caption(
+        f"Cell (row A, column B): tau-b(A) - tau-b(B) against the radiologists, from a paired "
+        f"bootstrap ({pairwise.get('resamples')} resamples, "
+        f"{plots.unit_label(pairwise.get('unit'))}; the same resamples for both metrics). "
+        f"\\* marks p < {ALPHA:g} after {correction} correction over the matrix. Hover for the "
+        "95% interval, the raw and adjusted p and, where it applies, the Williams test for "
+        "dependent correlations."
+    )
+    rows = pairwise_rows(pairwise)
+    csv_download(rows, file_name=f"{report.get('study')}-paired-tests.csv",
+                 key="dash_pairwise_download", label="Download paired tests (CSV)")
+
+
+def system_rows(systems: Mapping[str, Any], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Per metric: the system-level Kendall tau against the radiologists' ranking."""
+    ranking = systems.get("ranking") or {}
+    order = [k for k in keys if k in ranking] + sorted(k for k in ranking if k not in keys)
+    return [
+        {"Metric": key, "System-level Kendall tau": ranking[key].get("kendall_tau"),
+         "Metric's order (best first)": " > ".join(ranking[key].get("metric_order") or [])}
+        for key in order
+    ]
+
+
+def randomization_rows(systems: Mapping[str, Any], keys: Sequence[str]
+                       ) -> list[dict[str, Any]]:
+    """One row per source pair and metric: mean paired difference, p-value, pairs used."""
+    rows = []
+    for name, per_key in (systems.get("randomization") or {}).items():
+        a, _, b = str(name).partition("|")
+        order = [k for k in keys if k in per_key] + sorted(k for k in per_key if k not in keys)
+        for key in order:
+            e = per_key[key]
+            rows.append({"Source A": a, "Source B": b, "Metric": key,
+                         "Mean A - B": e.get("diff"), "p": e.get("p"),
+                         "Pairs": e.get("n_pairs")})
+    return rows
+
+
+def systems_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
+    """Per-source means (metric chosen by the user), system-level taus, randomization tests.
+
+    Args:
+        report: The correlate JSON.
+        keys: Metric keys in the tau table's order.
+    """
+    systems = report.get("systems") or {}
+    sources = systems.get("sources") or {}
+    if len(sources) < 2:
+        st.caption(f"Ranking systems needs at least two candidate sources with rated pairs "
+                   f"(this study has {len(sources)}).")
+        return
+    choices = [k for k in keys if any(k in (s.get("metrics") or {}) for s in sources.values())]
+    if not choices:
+        st.caption("No metric has a mean per source yet.")
+        return
+    key = st.selectbox("Metric for the system means", choices, key="dash_system_key")
+    st.plotly_chart(plots.system_means(systems, key=key), key="dash_systems",
+                    width="stretch")
+    human = " > ".join(systems.get("human_order") or [])
+    st.caption(f"Radiologists' order (fewest errors first): {human}. Intervals are 95% "
+               "bootstrap intervals of the per-source means.")
+    ranking = system_rows(systems, keys)
+    st.dataframe(ranking, hide_index=True, width="stretch", key="dash_system_ranking",
+                 column_config={"System-level Kendall tau":
+                                st.column_config.NumberColumn(format="%.3f")})
+    tests = randomization_rows(systems, keys)
+    st.markdown(f"**Paired approximate randomization tests** ({systems.get('permutations')} "
+                "permutations, on pairs of the two sources with the same reference)")
+    st.dataframe(tests, hide_index=True, width="stretch", key="dash_randomization",
+                 column_config={"Mean A - B": st.column_config.NumberColumn(format="%.4f"),
+                                "p": st.column_config.NumberColumn(format="%.4f")})
+    if systems.get("corpus_level"):
+        st.caption(f"Corpus-level metrics: {systems['corpus_level']}")
+    csv_download(tests, file_name=f"{report.get('study')}-system-tests.csv",
+                 key="dash_systems_download", label="Download system tests (CSV)")
