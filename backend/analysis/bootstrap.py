@@ -129,6 +129,8 @@ class CorrelationBootstrap:
         resamples: ``B``.
         seed: The seed used.
         level: The interval coverage.
+        kendall_replicates: ``(B, K)`` tau of each metric on each resample (for paired
+            comparisons of metrics on the same resamples); ``None`` without resamples.
     """
 
     kendall: NDArray[np.float64]
@@ -140,6 +142,7 @@ class CorrelationBootstrap:
     resamples: int
     seed: int
     level: float
+    kendall_replicates: NDArray[np.float64] | None = None
 
 
 def bootstrap_correlations(
@@ -238,6 +241,7 @@ def bootstrap_many(
             resamples=draws.count,
             seed=draws.seed,
             level=level,
+            kendall_replicates=tau_b[t],
         )
         for t in range(n_targets)
     ]

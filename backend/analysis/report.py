@@ -19,7 +19,19 @@ Layout (DESIGN.md "correlate" plus the sections beside ``metrics``)::
      "failure_modes": {...see failure_modes.failure_mode_tests...},
      "radcliq_refit": {"available": bool, ...},
      "published": {"dataset", "note", "entries": [{"paper", "metric", "key",
-                                                   "kendall_tau_b", "ours"}]}}
+                                                   "kendall_tau_b", "ours"}]},
+     "unit", "correction",
+     "ceiling": null | {"kendall_tau_b", "kendall_ci95", "spearman", "spearman_ci95",
+                        "per_rater": {USER: tau}, "per_rater_spearman", "n_shared_pairs",
+                        "per_category": {"1".."6": tau}, "per_category_spearman",
+                        "n_raters", "unit", "resamples"},
+     "pairwise": {"unit", "correction", "resamples", "level", "p_method", "williams_method",
+                  "pairs": {"A|B": {"tau_diff", "ci95", "p", "p_adjusted", "williams_t",
+                                    "williams_p", "williams_n"}}},
+     "systems": {...see systems.systems_json...}}
+
+and every ``metrics`` entry carries ``pct_of_ceiling`` (``|tau| / ceiling tau`` as a fraction,
+null without a positive ceiling).
 
 Every correlation orients the metric so that higher means better (lower-is-better keys are
 negated) and negates the radiologists' error count, so a positive tau means agreement. The
@@ -31,6 +43,14 @@ per-source sections draw their own from the same seed over their own pairs. ``cl
 resamples whole cases (pairs sharing a reference are not independent). The refit section is
 always present; ``available`` is false (with a ``reason``) when one of its four inputs is not
 scored on the study. NaN values become ``null``.
+
+The ceiling (ceiling.py: leave-one-rater-out agreement, >= 3 raters) and the paired
+comparison of every two metrics (pairwise.py) resample by ``unit``: ``"pair"``, ``"case"`` or
+``"rater_pair"`` (pairs, then the raters inside each drawn pair, with
+``default_rng((seed, 1))``); ``unit`` defaults to ``cluster``. When the unit draws like
+``cluster`` does (pair and rater_pair draw pairs), they use the main section's resamples, so
+the pairwise differences are differences of the taus whose intervals ``metrics`` shows. The
+systems section (systems.py) runs on the rated pairs with ``permutations`` permutations.
 """
 
 from __future__ import annotations
@@ -52,6 +72,7 @@ from backend.analysis.bootstrap import (
     bootstrap_many,
     draw_resamples,
 )
+from backend.analysis.ceiling import UNITS, human_ceiling, pct_of_ceiling, resampled_rater_means
 from backend.analysis.data import (
     N_CATEGORIES,
     AnalysisInputError,
@@ -62,8 +83,16 @@ from backend.analysis.data import (
     load_ratings,
 )
 from backend.analysis.failure_modes import DEFAULT_FDR, failure_mode_tests
+from backend.analysis.pairwise import CORRECTIONS, pairwise_section
 from backend.analysis.refit import RADCLIQ_INPUTS, refit
-from backend.analysis.stats import kendall_tau_b, orient
+from backend.analysis.stats import (
+    kendall_tau_b,
+    orient,
+    rank_correlations_batch,
+    rank_correlations_varying_target,
+)
+from backend.analysis.systems import DEFAULT_PERMUTATIONS, systems_json
+from backend.metrics import registry
 from backend.types import CATEGORIES
 from db.session import Database
 
@@ -200,6 +229,9 @@ def correlate_study(
     cluster: str = "pair",
     level: float = DEFAULT_LEVEL,
     fdr: float = DEFAULT_FDR,
+    unit: str | None = None,
+    correction: str = "holm",
+    permutations: int = DEFAULT_PERMUTATIONS,
 ) -> dict[str, Any]:
     """Correlate every metric of a study with its radiologists; see the module docstring.
 
@@ -213,12 +245,24 @@ def correlate_study(
         cluster: ``"pair"`` resamples pairs; ``"case"`` resamples cases with all their pairs.
         level: Interval coverage.
         fdr: False discovery rate of the failure-mode tests.
+        unit: Resampling unit of the ceiling and pairwise sections (``"pair"``, ``"case"``
+            or ``"rater_pair"``); ``None`` takes ``cluster``.
+        correction: Multiple-comparison correction over the pairwise matrix (``"holm"`` or
+            ``"bh"``).
+        permutations: Permutations of the systems section's randomization tests.
 
     Raises:
         AnalysisInputError: unknown study, no scores, fewer than 2 rated pairs, bad option.
     """
     if cluster not in CLUSTERS:
         raise AnalysisInputError(f"cluster must be one of {CLUSTERS}, got '{cluster}'")
+    unit = cluster if unit is None else unit
+    if unit not in UNITS:
+        raise AnalysisInputError(f"unit must be one of {UNITS}, got '{unit}'")
+    if correction not in CORRECTIONS:
+        raise AnalysisInputError(f"correction must be one of {CORRECTIONS}, got '{correction}'")
+    if permutations < 1:
+        raise AnalysisInputError(f"permutations must be >= 1, got {permutations}")
     if bootstrap < 0:
         raise AnalysisInputError(f"bootstrap must be >= 0, got {bootstrap}")
     target = "significant" if significant_only else "total"
@@ -341,6 +385,52 @@ def correlate_study(
         ],
     }
 
+    # Ceiling and pairwise: the main resamples when the unit draws the same way.
+    unit_draws = draws
+    if draws is not None and (unit == "case") != (cluster == "case"):
+        unit_draws = draw_resamples(rated.size, bootstrap, seed,
+                                    cases[rated] if unit == "case" else None)
+    rated_rater_errors = rater_errors[:, rated]
+    ceiling = human_ceiling(
+        rated_rater_errors, ratings.raters,
+        category_errors={str(c): ratings.rater_errors(target, c)[:, rated]
+                         for c in range(1, N_CATEGORIES + 1)},
+        draws=unit_draws, unit=unit, seed=seed, level=level,
+    )
+    ceiling_tau = ceiling.kendall if ceiling is not None else None
+    for entry in metric_section.values():
+        entry["pct_of_ceiling"] = pct_of_ceiling(entry["kendall_tau_b"], ceiling_tau)
+
+    replicates: NDArray[np.float64] | None = None
+    if unit_draws is not None:
+        if unit == "rater_pair":
+            y_b = resampled_rater_means(rated_rater_errors, unit_draws.count,
+                                        np.random.default_rng((seed, 1)))
+            replicates, _ = rank_correlations_varying_target(
+                x, -y_b, unit_draws.weights, spearman=False)
+        elif unit_draws is draws:
+            replicates = main.kendall_replicates
+        else:
+            replicates, _ = rank_correlations_batch(x, -target_mean[rated], unit_draws.weights,
+                                                    spearman=False)
+    pairwise = pairwise_section(metric_keys, main.kendall, replicates, x, -target_mean[rated],
+                                unit=unit, correction=correction, level=level)
+
+    corpus_keys = [
+        k for k in metric_keys
+        if k in registry.KEY_TO_FAMILY and registry.corpus_dependent(registry.KEY_TO_FAMILY[k])
+    ]
+    try:
+        systems = systems_json(
+            np.stack([columns[k].values[rated] for k in metric_keys], axis=1), metric_keys,
+            [columns[k].higher_is_better for k in metric_keys], target_mean[rated],
+            list(np.asarray(ratings.sources, dtype=object)[rated]), list(cases[rated]),
+            resamples=bootstrap, permutations=permutations, seed=seed, level=level,
+            corpus_dependent=corpus_keys,
+        )
+    except ValueError as exc:
+        raise AnalysisInputError(f"systems section of study '{study_name}': {exc}") from exc
+
     report = {
         "study": ratings.study,
         "target": target,
@@ -359,5 +449,10 @@ def correlate_study(
         "failure_modes": failure,
         "radcliq_refit": _refit_section(ratings, refit_columns, target_mean, seed=seed),
         "published": published,
+        "unit": unit,
+        "correction": correction,
+        "ceiling": ceiling.as_json() if ceiling is not None else None,
+        "pairwise": pairwise,
+        "systems": systems,
     }
     return to_json_safe(report)
