@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "backend.cli.accounts",
     "backend.cli.analysis",
     "backend.cli.jobs",
+    "backend.cli.report",
 )
 
 

@@ -22,6 +22,7 @@ KINDS: dict[str, str] = {
     "train_er2score": "backend.jobs.kinds.train_er2score:run",
     "refit_radcliq": "backend.jobs.kinds.refit_radcliq:run",
     "import": "backend.jobs.kinds.imports:run",
+    "report": "backend.jobs.kinds.report:run",
 }
 
 KindFn = Callable[["JobContext", dict[str, Any]], "dict[str, Any] | None"]
