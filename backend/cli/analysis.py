@@ -38,6 +38,14 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
     p.add_argument("--cluster", choices=("pair", "case"), default="pair",
                    help="resample pairs (default) or whole cases")
+    p.add_argument("--unit", choices=("pair", "case", "rater_pair"), default=None,
+                   help="resampling unit of the ceiling and the metric-vs-metric tests: pairs,"
+                   " cases, or pairs then raters inside each pair (default: as --cluster)")
+    p.add_argument("--correction", choices=("holm", "bh"), default="holm",
+                   help="correction over the metric-vs-metric matrix: Holm (default) or"
+                   " Benjamini-Hochberg")
+    p.add_argument("--permutations", type=int, default=1000, metavar="R",
+                   help="permutations of the system randomization tests (default 1000)")
     p.add_argument("--fdr", type=float, default=0.05,
                    help="false discovery rate of the failure-mode tests (default 0.05)")
     p.add_argument("--database-url", default=None,
@@ -69,6 +77,8 @@ def run_correlate(args: argparse.Namespace) -> int:
 
     if args.bootstrap < 0:
         raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+    if args.permutations < 1:
+        raise UserError(f"--permutations must be >= 1, got {args.permutations}")
     if not 0.0 < args.fdr < 1.0:
         raise UserError(f"--fdr must lie in (0, 1), got {args.fdr}")
     output: Path = args.output
@@ -86,6 +96,9 @@ def run_correlate(args: argparse.Namespace) -> int:
             seed=args.seed,
             cluster=args.cluster,
             fdr=args.fdr,
+            unit=args.unit,
+            correction=args.correction,
+            permutations=args.permutations,
         )
     write_json_atomic(output, result)
     m = result["metrics"]

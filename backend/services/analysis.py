@@ -33,6 +33,7 @@ class MetricCorrelation:
         n: Pairs used.
         signature: Signature of the scores used.
         published: Published tau values for this key as ``(paper, value)``.
+        pct_of_ceiling: ``|tau| / ceiling tau`` (a fraction); None without a ceiling.
     """
 
     key: str
@@ -46,6 +47,7 @@ class MetricCorrelation:
     n: int
     signature: str
     published: tuple[tuple[str, float], ...] = ()
+    pct_of_ceiling: float | None = None
 
 
 @dataclass(frozen=True)
@@ -181,8 +183,13 @@ def study_correlation(
     seed: int = 0,
     metrics: Sequence[str] | None = None,
     cluster: str = "pair",
+    unit: str | None = None,
+    correction: str = "holm",
 ) -> StudyCorrelation:
     """Correlations of every scored metric with the study's radiologists (admin only).
+
+    The report carries the ``ceiling``, ``pairwise`` and ``systems`` sections and each
+    metric's ``pct_of_ceiling`` (see backend/analysis/report.py).
 
     Args:
         db: The database.
@@ -193,6 +200,9 @@ def study_correlation(
         seed: Bootstrap seed.
         metrics: Keys or families; ``None`` for every scored key.
         cluster: ``"pair"`` or ``"case"`` resampling.
+        unit: Resampling unit of the ceiling and pairwise sections (``"pair"``, ``"case"``,
+            ``"rater_pair"``); ``None`` takes ``cluster``.
+        correction: ``"holm"`` or ``"bh"`` over the pairwise matrix.
 
     Raises:
         PermissionDenied: for a non-admin.
@@ -205,6 +215,7 @@ def study_correlation(
     report = _run(
         correlate_study, db=db, study_name=study_name, metrics=metrics,
         significant_only=significant_only, bootstrap=resamples, seed=seed, cluster=cluster,
+        unit=unit, correction=correction,
     )
     published: dict[str, list[tuple[str, float]]] = {}
     for entry in report["published"]["entries"]:
@@ -223,6 +234,7 @@ def study_correlation(
             n=m["n"],
             signature=m["signature"],
             published=tuple(published.get(key, ())),
+            pct_of_ceiling=m.get("pct_of_ceiling"),
         )
         for key, m in report["metrics"].items()
     ]
