@@ -7,6 +7,7 @@ scoring runner, so the pages draw from the same services the tests compare again
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from backend.jobs.worker import Worker
 from backend.scoring.runner import ScorePair, score
 from backend.services import analysis, rating
 from db.models import Pair, Report
+from tests.reviewer_study import STUDY as REVIEWER_STUDY
+from tests.reviewer_study import build_reviewer_study
 
 VIEWS = Path(__file__).resolve().parents[2] / "webapp" / "views"
 PAGES = ["dashboard.py", "explorer.py", "probes.py"]
@@ -70,9 +73,11 @@ def test_dashboard_shows_the_tau_table_and_plots(rated_env, make_app, all_text):
         [m.kendall_tau_b for m in expected.metrics], nan_ok=True)
     assert set(table["n"]) == {3}
     assert set(table["Direction"]) == {"higher is better"}
-    # Forest plot, scatter, per-source distribution and agreement bars.
+    # Forest plot, paired matrix, scatter, per-source distribution and agreement bars (one
+    # source: no system ranking).
     charts = at.get("plotly_chart")
-    assert len(charts) == 4
+    assert [c.key for c in charts] == ["dash_forest", "dash_pairwise", "dash_scatter",
+                                       "dash_sources", "dash_agreement"]
     assert "Reproduction: ours next to the published values" in all_text(at)
     repro = at.dataframe[1].value
     bleu_row = repro[repro["Our key"] == "bleu4"].iloc[0]
@@ -173,3 +178,160 @@ def test_explorer_shows_the_pairs_images_with_the_burned_in_flag(rated_env, make
     assert [w.value for w in at.warning if w.value == BURNED_IN_NOTE] == [BURNED_IN_NOTE]
     # The case's own image (from the import) and the flagged one; only the latter is flagged.
     assert at.expander[0].label == "Images (2)"
+
+
+# -- issue 11: ceiling, paired tests, systems, report download -----------------------------
+
+RATERS = {"rita": "rita-password-1", "ravi": "ravi-password-1", "rosa": "rosa-password-1"}
+
+
+@pytest.fixture
+def reviewer_env(study_env):
+    """The seeded database plus the reviewer study: 3 raters, 2 sources, bleu and rougeL."""
+    study_env.reviewer = build_reviewer_study(study_env.db, study_env.admin, raters=RATERS)
+    return study_env
+
+
+def _dashboard(env, make_app, study: str = REVIEWER_STUDY):
+    at = make_app(env.admin, script=VIEWS / "dashboard.py")
+    at.selectbox(key="dash_study").set_value(study)
+    at.toggle(key="dash_live").set_value(False)
+    return at.run()
+
+
+def _chart(at, key: str) -> dict:
+    """The figure of the plotly chart drawn with widget key ``key``."""
+    found = [c for c in at.get("plotly_chart") if c.key == key]
+    assert len(found) == 1, [c.key for c in at.get("plotly_chart")]
+    return json.loads(found[0].proto.spec)
+
+
+def _frame(at, column: str):
+    """The one table drawn with a column called ``column`` (read-only tables carry no key)."""
+    (found,) = [d.value for d in at.dataframe if column in d.value.columns]
+    return found
+
+
+def _expected(env, **kwargs) -> dict:
+    return analysis.study_correlation(env.db, env.admin, study_name=REVIEWER_STUDY,
+                                      resamples=1000, seed=0, **kwargs).report
+
+
+def test_dashboard_draws_the_human_ceiling_band_and_share(reviewer_env, make_app, all_text):
+    at = _dashboard(reviewer_env, make_app)
+    assert not at.exception and not at.error
+    report = _expected(reviewer_env)
+    ceiling = report["ceiling"]
+    assert ceiling["n_raters"] == 3 and ceiling["kendall_tau_b"] > 0.5
+    table = at.dataframe[0].value
+    assert list(table["% of ceiling"]) == pytest.approx(
+        [100 * report["metrics"][k]["pct_of_ceiling"] for k in table["Metric"]])
+    # |tau| over the ceiling's mean tau, as a percentage.
+    bleu = table[table["Metric"] == "bleu4"].iloc[0]
+    assert bleu["% of ceiling"] == pytest.approx(
+        100 * abs(bleu["Kendall tau-b"]) / ceiling["kendall_tau_b"])
+    forest = _chart(at, "dash_forest")
+    (band,) = [s for s in forest["layout"]["shapes"] if s["type"] == "rect"]
+    assert [band["x0"], band["x1"]] == pytest.approx(ceiling["kendall_ci95"])
+    lines = [s["x0"] for s in forest["layout"]["shapes"] if s["type"] == "line"]
+    assert lines == pytest.approx([0.0, ceiling["kendall_tau_b"]])
+    assert any(t.get("name", "").startswith(f"human ceiling {ceiling['kendall_tau_b']:.3f}")
+               for t in forest["data"])
+    text = all_text(at)
+    assert f"over raters: **{ceiling['kendall_tau_b']:.3f}**" in text
+    raters = _frame(at, "tau-b vs the other raters' mean")
+    assert dict(zip(raters["Rater"], raters["tau-b vs the other raters' mean"], strict=True)) \
+        == pytest.approx(ceiling["per_rater"])
+
+
+def test_dashboard_draws_the_paired_metric_matrix(reviewer_env, make_app, all_text):
+    at = _dashboard(reviewer_env, make_app)
+    assert not at.exception and not at.error
+    report = _expected(reviewer_env)
+    pairwise = report["pairwise"]
+    keys = list(at.dataframe[0].value["Metric"])
+    (heat,) = _chart(at, "dash_pairwise")["data"]
+    assert heat["type"] == "heatmap" and heat["x"] == keys and heat["y"] == keys
+    assert len(pairwise["pairs"]) == len(keys) * (len(keys) - 1) // 2
+    for name, entry in pairwise["pairs"].items():
+        a, b = name.split("|")
+        i, j = keys.index(a), keys.index(b)
+        assert heat["z"][i][j] == pytest.approx(entry["tau_diff"])
+        assert heat["z"][j][i] == pytest.approx(-entry["tau_diff"])
+        assert heat["text"][i][j] == ("*" if entry["p_adjusted"] < 0.05 else "")
+        assert f"{pairwise['correction'].capitalize()}-adjusted p = " \
+               f"{entry['p_adjusted']:.4f}" in heat["customdata"][i][j]
+    text = all_text(at)
+    assert "Is metric A better than metric B?" in text
+    assert "after Holm correction over the matrix" in text
+    assert f"({pairwise['resamples']} resamples, resampling pairs;" in text
+
+
+def test_dashboard_ranks_the_systems_for_the_chosen_metric(reviewer_env, make_app, all_text):
+    at = _dashboard(reviewer_env, make_app)
+    assert not at.exception and not at.error
+    systems = _expected(reviewer_env)["systems"]
+    assert systems["human_order"] == ["gen-near", "gen-far"]
+    keys = list(at.dataframe[0].value["Metric"])
+    choice = at.selectbox(key="dash_system_key")
+    assert choice.options == keys and choice.value == keys[0]
+    at = choice.set_value("rougeL").run()
+    assert not at.exception and not at.error
+    human, metric = _chart(at, "dash_systems")["data"]
+    assert human["y"] == metric["y"] == ["gen-near", "gen-far"]
+    assert human["x"] == pytest.approx([systems["sources"][s]["human_mean"]
+                                        for s in ("gen-near", "gen-far")])
+    assert metric["x"] == pytest.approx([systems["sources"][s]["metrics"]["rougeL"]["mean"]
+                                         for s in ("gen-near", "gen-far")])
+    ranking = _frame(at, "System-level Kendall tau")
+    assert list(ranking["Metric"]) == keys
+    assert list(ranking["System-level Kendall tau"]) == pytest.approx(
+        [systems["ranking"][k]["kendall_tau"] for k in keys])
+    assert set(ranking["Metric's order (best first)"]) == {"gen-near > gen-far"}
+    tests = _frame(at, "Measure")
+    assert list(tests["Measure"]) == ["radiologists' errors", *keys]
+    assert set(tests["Source A"]) == {"gen-far"} and set(tests["Source B"]) == {"gen-near"}
+    rand = systems["randomization"]["gen-far|gen-near"]
+    assert list(tests["p"]) == pytest.approx(
+        [rand["human_errors"]["p"]] + [rand[k]["p"] for k in keys])
+    assert set(tests["Pairs"]) == {6}
+    text = all_text(at)
+    assert "Radiologists' order (fewest errors first): gen-near > gen-far" in text
+    assert f"({systems['permutations']} permutations" in text
+    assert "Corpus-level metrics: " in text
+
+
+def test_dashboard_with_two_raters_and_one_source_says_why(rated_env, make_app, all_text):
+    at = make_app(rated_env.admin, script=VIEWS / "dashboard.py")
+    assert not at.exception and not at.error
+    report = analysis.study_correlation(rated_env.db, rated_env.admin,
+                                        study_name=rated_env.study).report
+    assert report["ceiling"] is None
+    table = at.dataframe[0].value
+    assert table["% of ceiling"].isna().all()
+    forest = _chart(at, "dash_forest")
+    assert not [s for s in forest["layout"].get("shapes", []) if s["type"] == "rect"]
+    text = all_text(at)
+    assert "Human ceiling: needs at least 3 raters (this study has 2)" in text
+    assert "Ranking systems needs at least two candidate sources with rated pairs " \
+           "(this study has 1)." in text
+    # One source: no systems chart; the paired matrix is there (5 scored keys).
+    assert "dash_systems" not in [c.key for c in at.get("plotly_chart")]
+    assert _chart(at, "dash_pairwise")["data"][0]["type"] == "heatmap"
+
+
+def test_dashboard_offers_the_html_report(reviewer_env, make_app):
+    at = _dashboard(reviewer_env, make_app)
+    assert not at.exception and not at.error
+    (button,) = [b for b in at.get("download_button") if b.key == "dash_report"]
+    assert button.proto.label == "Download report (HTML)"
+    assert not button.proto.disabled
+    assert "study design, raters and agreement, ceiling" in button.proto.help
+
+
+def test_dashboard_report_button_waits_for_scores(study_env, make_app):
+    at = make_app(study_env.admin, script=VIEWS / "dashboard.py")
+    assert not at.exception and not at.error
+    (button,) = [b for b in at.get("download_button") if b.key == "dash_report"]
+    assert button.proto.disabled
+    assert button.proto.help == "The report needs metric scores: score the study first."

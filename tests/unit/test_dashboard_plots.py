@@ -39,7 +39,9 @@ SYSTEMS = {
     },
     "ranking": {"bleu4": {"kendall_tau": 1.0, "metric_order": ["gen-b", "gen-a"]}},
     "human_order": ["gen-b", "gen-a"],
-    "randomization": {"gen-a|gen-b": {"bleu4": {"diff": -0.2, "p": 0.012, "n_pairs": 4}}},
+    "randomization": {"gen-a|gen-b": {
+        "bleu4": {"diff": -0.2, "p": 0.012, "n_pairs": 4, "n_unmatched": 1},
+        "human_errors": {"diff": 1.5, "p": 0.03, "n_pairs": 4, "n_unmatched": 1}}},
     "permutations": 1000,
     "corpus_level": "recomputed on each permuted corpus",
 }
@@ -148,5 +150,7 @@ def test_panel_tables_flatten_the_sections():
         {"Metric": "bleu4", "System-level Kendall tau": 1.0,
          "Metric's order (best first)": "gen-b > gen-a"}]
     assert reviewer_panels.randomization_rows(SYSTEMS, ["bleu4"]) == [
-        {"Source A": "gen-a", "Source B": "gen-b", "Metric": "bleu4", "Mean A - B": -0.2,
-         "p": 0.012, "Pairs": 4}]
+        {"Source A": "gen-a", "Source B": "gen-b", "Measure": "radiologists' errors",
+         "Mean A - B": 1.5, "p": 0.03, "Pairs": 4, "Unmatched": 1},
+        {"Source A": "gen-a", "Source B": "gen-b", "Measure": "bleu4", "Mean A - B": -0.2,
+         "p": 0.012, "Pairs": 4, "Unmatched": 1}]

@@ -18,6 +18,9 @@ from webapp.components.csv_download import csv_download
 
 #: Corrected p-values below this mark a cell of the paired matrix.
 ALPHA = 0.05
+#: The ``systems.randomization`` entry that tests the radiologists' errors themselves.
+HUMAN_KEY = "human_errors"
+HUMAN_LABEL = "radiologists' errors"
 
 
 def _ci(ci: Sequence[float | None] | None) -> str:
@@ -130,16 +133,20 @@ def system_rows(systems: Mapping[str, Any], keys: Sequence[str]) -> list[dict[st
 
 def randomization_rows(systems: Mapping[str, Any], keys: Sequence[str]
                        ) -> list[dict[str, Any]]:
-    """One row per source pair and metric: mean paired difference, p-value, pairs used."""
+    """One row per source pair and measure (the radiologists' errors first, then each metric):
+    mean paired difference, p-value, matched pairs used and pairs left unmatched."""
     rows = []
     for name, per_key in (systems.get("randomization") or {}).items():
         a, _, b = str(name).partition("|")
-        order = [k for k in keys if k in per_key] + sorted(k for k in per_key if k not in keys)
+        order = [HUMAN_KEY] if HUMAN_KEY in per_key else []
+        order += [k for k in keys if k in per_key]
+        order += sorted(k for k in per_key if k not in order)
         for key in order:
             e = per_key[key]
-            rows.append({"Source A": a, "Source B": b, "Metric": key,
+            rows.append({"Source A": a, "Source B": b,
+                         "Measure": HUMAN_LABEL if key == HUMAN_KEY else key,
                          "Mean A - B": e.get("diff"), "p": e.get("p"),
-                         "Pairs": e.get("n_pairs")})
+                         "Pairs": e.get("n_pairs"), "Unmatched": e.get("n_unmatched")})
     return rows
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from backend.services import analysis, explore, refit, studies
+from backend.services import analysis, explore, refit, reports, studies
 from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from db.session import Database
@@ -286,6 +286,31 @@ def panels() -> None:
 
 
 panels()
+
+
+def _report_html() -> bytes:
+    # Runs on Streamlit's download thread when the button is clicked (never on a rerun):
+    # the report re-bootstraps everything, too slow to build on every page run.
+    bundle = reports.render_report(db, actor, study_name=study, significant_only=significant,
+                                   resamples=resamples, seed=seed)
+    return bundle.html.encode("utf-8")
+
+
+st.subheader("Report for the paper")
+# Outside the live fragment: a deferred download gets a new id on every run, so a button
+# redrawn each second could lose the click.
+ready = state.call(explore.data_version, db, actor, study_name=study)
+why_not = ("needs metric scores: score the study first" if not ready.n_scores
+           else "needs at least 2 completed pairs" if ready.n_completed < 2 else None)
+st.download_button(
+    "Download report (HTML)", data=_report_html, file_name=f"{study}-report.html",
+    mime="text/html", key="dash_report", on_click="ignore", icon=":material/description:",
+    disabled=why_not is not None,
+    help=f"The report {why_not}." if why_not else
+    "One self-contained HTML file: study design, raters and agreement, ceiling, the tau "
+    "table, the paired matrix, the system ranking, failure modes, metric signatures, "
+    "versions and input hashes, with the target, resamples and seed chosen above.",
+)
 
 
 def _refit_result(result: dict[str, Any]) -> None:
