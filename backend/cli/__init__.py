@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "backend.cli.analysis",
     "backend.cli.jobs",
     "backend.cli.report",
+    "backend.cli.simulation",
 )
 
 

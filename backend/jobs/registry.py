@@ -22,6 +22,7 @@ KINDS: dict[str, str] = {
     "train_er2score": "backend.jobs.kinds.train_er2score:run",
     "refit_radcliq": "backend.jobs.kinds.refit_radcliq:run",
     "import": "backend.jobs.kinds.imports:run",
+    "simulate_rating": "backend.jobs.kinds.simulate_rating:run",
     "report": "backend.jobs.kinds.report:run",
 }
 

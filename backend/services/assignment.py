@@ -12,6 +12,16 @@ Algorithm (deterministic for a given study, rater set, k and seed):
 Existing assignments are never moved or removed: ratings may hang on them. Re-running with the
 same arguments creates nothing; new pairs in the study, a larger ``k`` or new raters (with a
 larger ``k``) extend the assignment.
+
+Order strategy (``Study.provenance["assignment"]``, set by :func:`set_strategy`): ``random``
+(the default) keeps the seeded order above for good. ``adaptive`` reorders a rater's *open*
+pairs whenever that rater completes a pair (:func:`reorder_after_completion`, called by
+:func:`backend.services.rating.complete_pair`), by the priority of
+:mod:`backend.analysis.adaptive` given every completed rating and the metric scores. Only the
+``order_index`` values already held by the rater's open pairs are permuted among them, so who
+rates which pair (k raters per pair) never changes, completed pairs keep their places, and
+the next open pair after the one just completed is the highest-priority one. Raters see only
+a different order: nothing about scores or other raters reaches them.
 """
 
 from __future__ import annotations
@@ -22,12 +32,16 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
+from backend.analysis import adaptive
+from backend.analysis.data import AnalysisInputError, metric_direction
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import Assignment, Pair, User
+from db.models import Assignment, MetricScore, Pair, Rating, Study, User
 from db.session import Database
 
 log = logging.getLogger(__name__)
@@ -191,3 +205,250 @@ def assign_raters(
         )
     log.info("assigned %d pairs in %s (k=%d, seed=%d)", created, study_name, raters_per_pair, seed)
     return summary
+
+
+# -- order strategy ----------------------------------------------------------------------------
+
+#: Where the strategy lives in ``Study.provenance`` (exported with the study's manifest).
+STRATEGY_KEY = "assignment"
+
+
+@dataclass(frozen=True)
+class StrategySetting:
+    """A study's order strategy: ``random`` (seeded, fixed) or ``adaptive``."""
+
+    study_name: str
+    strategy: str
+    question: str | None
+    seed: int
+    # Open pairs whose place changed when the strategy was set (adaptive only).
+    reordered: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        """The record stored in ``Study.provenance["assignment"]``."""
+        return {"strategy": self.strategy, "question": self.question, "seed": self.seed}
+
+
+def study_strategy(study: Study) -> StrategySetting:
+    """The strategy recorded on a study (``random`` with the study seed when none is)."""
+    rec = (study.provenance or {}).get(STRATEGY_KEY)
+    if not isinstance(rec, dict) or rec.get("strategy") not in adaptive.STRATEGIES:
+        return StrategySetting(study.name, adaptive.DEFAULT_STRATEGY, None, int(study.seed or 0))
+    seed = rec.get("seed")
+    return StrategySetting(
+        study.name, str(rec["strategy"]), rec.get("question"),
+        int(study.seed or 0) if seed is None else int(seed),
+    )
+
+
+def get_strategy(db: Database, actor: Actor, *, study_name: str) -> StrategySetting:
+    """The order strategy of a study (admin).
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+    """
+    require_admin(actor)
+    with db.read() as s:
+        return study_strategy(get_study(s, study_name))
+
+
+def _study_keys(s: Session, study_id: int) -> set[str]:
+    return set(s.scalars(
+        select(MetricScore.key).join(Pair, Pair.input_hash == MetricScore.input_hash)
+        .where(Pair.study_id == study_id).distinct()
+    ))
+
+
+def set_strategy(
+    db: Database,
+    actor: Actor,
+    *,
+    study_name: str,
+    strategy: str,
+    question: str | None = "all",
+    seed: int | None = None,
+) -> StrategySetting:
+    """Choose how each rater's remaining pairs are ordered (admin); recorded on the study.
+
+    Switching to ``adaptive`` reorders every rater's open pairs at once, except each
+    rater's first open pair (the one they resume on, possibly on screen now). Switching back
+    to ``random`` stops reordering; orders already changed stay as they are.
+
+    Args:
+        db: the study database.
+        actor: an admin.
+        study_name: the study.
+        strategy: ``"random"`` or ``"adaptive"``.
+        question: ``"all"`` or ``"tau_diff:A,B"`` (adaptive only; metric keys scored on the
+            study's pairs).
+        seed: seeds the adaptive tie-breaks; default the study's assignment seed.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+        InvalidInput: an unknown strategy, a malformed question or an unscored metric key.
+    """
+    require_admin(actor)
+    if strategy not in adaptive.STRATEGIES:
+        raise InvalidInput(
+            f"strategy: must be one of {', '.join(adaptive.STRATEGIES)}, got {strategy!r}"
+        )
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise InvalidInput(f"seed: must be a non-negative integer, got {seed!r}")
+    q_text: str | None = None
+    if strategy == "adaptive":
+        try:
+            q_text = adaptive.parse_question(question).text
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+    with db.begin() as s:
+        study = get_study(s, study_name, for_update=True)
+        if q_text is not None and q_text != "all":
+            have = _study_keys(s, study.id)
+            missing = [k for k in adaptive.parse_question(q_text).metrics if k not in have]
+            if missing:
+                raise InvalidInput(
+                    f"question: no scores for {', '.join(missing)} on study {study.name!r} "
+                    f"(score it first: python -m backend score --study {study.name} "
+                    f"--metrics {','.join(missing)})"
+                )
+        setting = StrategySetting(study.name, strategy, q_text,
+                                  int(study.seed or 0) if seed is None else int(seed))
+        study.provenance = {**(study.provenance or {}), STRATEGY_KEY: setting.as_dict()}
+        s.flush()
+        moved = 0
+        if strategy == "adaptive":
+            raters = s.execute(
+                select(User.id, User.username).join(Assignment, Assignment.rater_id == User.id)
+                .where(Assignment.study_id == study.id).distinct()
+            ).all()
+            for rater_id, username in sorted(raters, key=lambda r: r[1]):
+                moved += _reorder(s, study, rater_id, username, pinned_pair_id=None)
+    log.info("study %s: order strategy %s (question %s, seed %d)", study_name, strategy,
+             q_text, setting.seed)
+    return StrategySetting(setting.study_name, setting.strategy, setting.question,
+                           setting.seed, moved)
+
+
+def _metric_rows(s: Session, study: Study, pair_index: dict[str, list[int]],
+                 keys: list[str] | None, n: int) -> np.ndarray:
+    """``(M, n)`` oriented metric values, per key the signature covering most pairs."""
+    stmt = (
+        select(MetricScore.key, MetricScore.family, MetricScore.signature_hash,
+               MetricScore.input_hash, MetricScore.value, MetricScore.created_at)
+        .join(Pair, Pair.input_hash == MetricScore.input_hash)
+        .where(Pair.study_id == study.id).distinct()
+    )
+    if keys is not None:
+        stmt = stmt.where(MetricScore.key.in_(keys))
+    groups: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for row in s.execute(stmt):
+        groups[row.key][row.signature_hash].append(row)
+    wanted = keys if keys is not None else sorted(groups)
+    rows = []
+    for key in wanted:
+        sigs = groups.get(key)
+        if not sigs:
+            rows.append(np.full(n, np.nan))
+            continue
+        # The same choice as the analysis (backend.analysis.data.load_metric_columns).
+        best = max(sigs, key=lambda h, sigs=sigs: (
+            sum(len(pair_index.get(r.input_hash, ())) for r in sigs[h]),
+            max(r.created_at.timestamp() if r.created_at else 0.0 for r in sigs[h]), h))
+        values = np.full(n, np.nan)
+        for r in sigs[best]:
+            for i in pair_index.get(r.input_hash, ()):
+                values[i] = np.nan if r.value is None else float(r.value)
+        try:
+            higher = metric_direction(key, sigs[best][0].family)
+        except AnalysisInputError:
+            # An unknown key cannot be oriented; it is left out of the order, not guessed.
+            log.warning("adaptive order: metric key %r skipped (direction unknown)", key)
+            continue
+        rows.append(values if higher else -values)
+    return np.array(rows, dtype=np.float64).reshape(len(rows), n)
+
+
+def _priorities(s: Session, study: Study, question: adaptive.Question) -> tuple[dict, np.ndarray]:
+    """(pair id -> index, priority per pair) from the completed ratings and the scores."""
+    pairs = s.execute(
+        select(Pair.id, Pair.input_hash).where(Pair.study_id == study.id).order_by(Pair.position)
+    ).all()
+    index = {pid: i for i, (pid, _) in enumerate(pairs)}
+    pair_index: dict[str, list[int]] = defaultdict(list)
+    for i, (_, h) in enumerate(pairs):
+        pair_index[h].append(i)
+    n = len(pairs)
+    # Counted ratings as in the analysis: completed assignments only (a pair in progress is
+    # no rating yet); total errors over every cell.
+    done = s.execute(
+        select(Assignment.rater_id, Assignment.pair_id, func.coalesce(func.sum(Rating.count), 0))
+        .outerjoin(Rating, (Rating.rater_id == Assignment.rater_id)
+                   & (Rating.pair_id == Assignment.pair_id))
+        .where(Assignment.study_id == study.id, Assignment.completed_at.is_not(None))
+        .group_by(Assignment.rater_id, Assignment.pair_id)
+    ).all()
+    raters = sorted({r for r, _, _ in done})
+    row_of = {r: k for k, r in enumerate(raters)}
+    ratings = np.full((max(1, len(raters)), n), np.nan)
+    for rater_id, pair_id, total in done:
+        ratings[row_of[rater_id], index[pair_id]] = float(total)
+    keys = None if question.kind == "all" else list(question.metrics)
+    oriented = _metric_rows(s, study, pair_index, keys, n)
+    if oriented.shape[0] == 0 or (question.kind == "tau_diff" and oriented.shape[0] != 2):
+        # No usable scores: coverage first, then the seeded order (the rule with W = 0).
+        weights = np.zeros((1, n, n))
+    else:
+        weights = adaptive.question_weights(oriented, question.kind)
+    return index, adaptive.adaptive_priority(None, ratings, weights=weights)
+
+
+def _reorder(s: Session, study: Study, rater_id: int, username: str, *,
+             pinned_pair_id: int | None) -> int:
+    """Permute the rater's open pairs' places by priority; returns how many moved.
+
+    The places are visited as the rater's "next open pair" does (after the pinned pair, then
+    wrapping round), so the best pair becomes the next one the rater gets.
+    """
+    setting = study_strategy(study)
+    rows = s.execute(
+        select(Assignment, Pair.position)
+        .join(Pair, Pair.id == Assignment.pair_id)
+        .where(Assignment.rater_id == rater_id, Assignment.study_id == study.id)
+        .order_by(Assignment.order_index, Assignment.id)
+    ).all()
+    open_rows = [(a, pos) for a, pos in rows if a.completed_at is None]
+    if pinned_pair_id is None and open_rows:
+        pinned_pair_id = open_rows[0][0].pair_id  # the pair the rater resumes on
+    pin_index = next((a.order_index for a, _ in rows if a.pair_id == pinned_pair_id), -1)
+    movable = [(a, pos) for a, pos in open_rows if a.pair_id != pinned_pair_id]
+    if len(movable) < 2:
+        return 0
+    slots = sorted(a.order_index for a, _ in movable)
+    slots = [i for i in slots if i > pin_index] + [i for i in slots if i <= pin_index]
+    question = adaptive.parse_question(setting.question or "all")
+    index, prio = _priorities(s, study, question)
+    draws = adaptive.tiebreak_draws(setting.seed, username, [pos for _, pos in movable])
+    ranked = adaptive.order_pairs(prio[[index[a.pair_id] for a, _ in movable]], draws)
+    moved = 0
+    for slot, j in zip(slots, ranked, strict=True):
+        a = movable[int(j)][0]
+        if a.order_index != slot:
+            a.order_index = slot
+            moved += 1
+    s.flush()
+    return moved
+
+
+def reorder_after_completion(s: Session, *, study_id: int, rater_id: int, username: str,
+                             completed_pair_id: int) -> int:
+    """Hook of ``complete_pair``: reorder the rater's open pairs in an adaptive study.
+
+    Runs in the caller's write transaction, after the pair was marked done; does nothing in
+    a random study. Returns how many open pairs changed place.
+    """
+    study = s.get(Study, study_id)
+    if study is None or study_strategy(study).strategy != "adaptive":
+        return 0
+    return _reorder(s, study, rater_id, username, pinned_pair_id=completed_pair_id)

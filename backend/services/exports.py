@@ -21,7 +21,9 @@ Formats:
 Always ``manifest.json``: app version, schema version (Alembic head), export time, the
 study's provenance (with what its import recorded about de-identification), the
 de-identification profile and options of this code (``deidentification``, from
-``backend.imaging.deid.DEID_PROFILE``) and the sha256 of every file. Text cells of the CSV
+``backend.imaging.deid.DEID_PROFILE``), the order strategy of the raters' queues
+(``sampling_design``: random or adaptive with its question and seed, since it changes the
+sampling design) and the sha256 of every file. Text cells of the CSV
 files are formula-safe (``backend.util.csv_safe``): a cell starting with ``=``, ``+``, ``-``,
 ``@``, tab or CR gets a leading ``'``. Files are written into a temporary folder
 beside the target and moved into place at the end: a failure leaves nothing half-written.
@@ -43,6 +45,7 @@ from sqlalchemy.orm import selectinload
 from backend import config
 from backend.datasets import rexval
 from backend.imaging.deid import DEID_PROFILE
+from backend.services.assignment import study_strategy
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import CATEGORIES, Actor
@@ -128,6 +131,8 @@ def _load(db: Database, study_name: str) -> tuple[dict[str, Any], list[_PairData
             "status": study.status,
             "created_at": study.created_at.isoformat() if study.created_at else None,
             "provenance": study.provenance or {},
+            # The order strategy changes the sampling design (which pairs got rated first).
+            "assignment": study_strategy(study).as_dict(),
         }
         pairs_orm = s.scalars(
             select(Pair)
@@ -370,6 +375,8 @@ def export_study(
             "study": info,
             # The profile the stored images went through (they are exported as stored).
             "deidentification": DEID_PROFILE,
+            # How raters' pairs were ordered: random (seeded) or adaptive (and its question).
+            "sampling_design": info["assignment"],
             "counts": {
                 "pairs": len(pairs),
                 "rating_rows": n_rows,

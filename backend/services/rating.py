@@ -35,6 +35,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, aliased
 
+from backend.services import assignment
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied, ServiceError
 from backend.services.types import CATEGORIES, Actor
 from db.models import STUDY_STAGING, Assignment, Image, Pair, Rating, RatingEvent, Report, Study
@@ -582,6 +583,13 @@ def complete_pair(
                     )
             t.assignment.completed_at = now
             s.add(RatingEvent(rater_id=actor.user_id, pair_id=t.pair_id, action="complete", at=now))
+            s.flush()
+            # The queue-ordering hook: an adaptive study reorders this rater's open pairs so
+            # the next one is the most useful (a random study keeps its seeded order).
+            assignment.reorder_after_completion(
+                s, study_id=t.study_id, rater_id=actor.user_id, username=actor.username,
+                completed_pair_id=t.pair_id,
+            )
         completed_at = as_utc(t.assignment.completed_at)
         s.flush()
         nxt = _next_open(_queue(s, actor, t.study_id), str(opaque_id))
