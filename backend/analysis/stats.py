@@ -301,31 +301,43 @@ def rank_correlations_varying_target(
             groups.setdefault(x_ok[k].tobytes(), []).append(k)
     sx_all = {k: _sign_matrix(xs[k]) for ks in groups.values() for k in ks}
     chunk = max(1, int(CHUNK_ELEMENTS // (3 * n * n)))
+    # As in rank_correlations_batch: integer multiplicities keep every product below 2**24
+    # an exact integer, so float32 BLAS is exact and about twice as fast.
+    exact32 = float(w.sum(axis=1).max(initial=0.0)) < 2**12 and bool(np.all(w == np.round(w)))
+    mm_dtype = np.float32 if exact32 else np.float64
+    prepared = []
     for key, ks in groups.items():
-        valid = np.frombuffer(key, dtype=bool).astype(np.float64)
-        sx = np.stack([sx_all[k] for k in ks])  # (G, n, n)
+        sx = np.stack([sx_all[k] for k in ks]).astype(mm_dtype)  # (G, n, n)
         sx_flat = sx.reshape(len(ks), n * n)
-        ax_flat = np.abs(sx_flat)
-        for start in range(0, n_res, chunk):
-            sl = slice(start, min(start + chunk, n_res))
-            wg = w[sl] * valid  # (C, n): a missing metric value weighs nothing
-            sy = np.sign(ys[sl, :, None] - ys[sl, None, :])  # (C, n, n)
+        prepared.append((np.frombuffer(key, dtype=bool), ks, sx, sx_flat, np.abs(sx_flat)))
+    for start in range(0, n_res, chunk):
+        sl = slice(start, min(start + chunk, n_res))
+        # Comparisons, not differences: no (C, n, n) float64 temporary, and ties stay exact.
+        gt = ys[sl, :, None] > ys[sl, None, :]
+        sy = gt.astype(mm_dtype)
+        sy -= gt.transpose(0, 2, 1)  # sign(y_i - y_j), (C, n, n)
+        for valid, ks, sx, sx_flat, ax_flat in prepared:
+            wg = (w[sl] * valid).astype(mm_dtype)  # a missing metric value weighs nothing
             with np.errstate(invalid="ignore", divide="ignore"):
                 if tau is not None:
                     ww = wg[:, :, None] * wg[:, None, :]
-                    num = (ww * sy).reshape(-1, n * n) @ sx_flat.T  # (C, G)
-                    untied_x = ww.reshape(-1, n * n) @ ax_flat.T
-                    untied_y = np.einsum("cij,cij->c", ww, np.abs(sy))
+                    wsy = ww * sy
+                    # Sums of at most sum(w)^2 < 2**24 integers: exact in float32.
+                    num = (wsy.reshape(-1, n * n) @ sx_flat.T).astype(np.float64)  # (C, G)
+                    untied_x = (ww.reshape(-1, n * n) @ ax_flat.T).astype(np.float64)
+                    np.abs(wsy, out=wsy)
+                    untied_y = wsy.reshape(-1, n * n).sum(axis=1, dtype=np.float64)
                     denom = np.sqrt(untied_x * untied_y[:, None])
                     val = np.where(denom > 0, num / np.where(denom > 0, denom, 1.0), np.nan)
                     tau[sl, ks] = np.clip(val, -1.0, 1.0)
                 if rho is not None:
-                    dy = np.einsum("cij,cj->ci", sy, wg)  # 2 x centred ranks of y
+                    w64 = wg.astype(np.float64)
+                    dy = np.matmul(sy, wg[:, :, None])[:, :, 0].astype(np.float64)  # 2 x rank
                     dx = (sx.reshape(len(ks) * n, n) @ wg.T).reshape(len(ks), n, -1)
-                    dx = dx.transpose(2, 0, 1)  # (C, G, n)
-                    cov = np.einsum("cgi,ci,ci->cg", dx, dy, wg)
-                    vx = np.einsum("cgi,cgi,ci->cg", dx, dx, wg)
-                    vy = np.einsum("ci,ci,ci->c", dy, dy, wg)
+                    dx = dx.transpose(2, 0, 1).astype(np.float64)  # (C, G, n)
+                    cov = np.einsum("cgi,ci,ci->cg", dx, dy, w64)
+                    vx = np.einsum("cgi,cgi,ci->cg", dx, dx, w64)
+                    vy = np.einsum("ci,ci,ci->c", dy, dy, w64)
                     denom = np.sqrt(vx * vy[:, None])
                     val = np.where(denom > 0, cov / np.where(denom > 0, denom, 1.0), np.nan)
                     rho[sl, ks] = np.clip(val, -1.0, 1.0)
