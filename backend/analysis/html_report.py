@@ -285,8 +285,7 @@ def _pairwise(report: Mapping[str, Any], figures: Mapping[str, str]) -> str:
            f" ({_num(pw.get('resamples'))} resamples by {_e(pw.get('unit'))}), two-sided p,"
            f" {_e(pw.get('correction'))} correction over the matrix; highlighted rows have"
            f" adjusted p &lt; {ALPHA}. The Williams column is the Williams/Steiger test for"
-           " dependent correlations (on Pearson correlations of the ranks), where it"
-           " applies.</p>")
+           " dependent correlations, where it applies.</p>")
     out += _table(("Metric A", "Metric B", "tau(A) - tau(B)", "95% CI", "p", "p adjusted",
                    "Williams p"), rows, classes)
     out += _figure(figures, "pairwise", "tau(row) - tau(column); * marks adjusted p < 0.05.")
@@ -331,7 +330,7 @@ def _systems(report: Mapping[str, Any], figures: Mapping[str, str]) -> str:
     out += (f"<h3>Paired approximate randomization tests</h3><p class=\"note\">"
             f"{_num(sy.get('permutations'))} permutations on pairs with the same reference;"
             f" highlighted: p &lt; {ALPHA} (uncorrected). Corpus-level metrics:"
-            f" {_e(sy.get('corpus_level') or 'not stated')}.</p>")
+            f" {_e(str(sy.get('corpus_level') or 'not stated').rstrip('.'))}.</p>")
     out += _table(("Source A", "Source B", "Metric", "Mean diff (A - B)", "p", "Pairs"),
                   rrows, classes)
     out += _figure(figures, "systems", "Mean radiologist errors per source with 95% CI.")

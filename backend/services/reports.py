@@ -95,9 +95,23 @@ def input_hashes(provenance: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _static_export(figures: Mapping[str, Any]) -> dict[str, str]:
     """``name -> SVG text`` through plotly's static engine; raises when it is unavailable."""
-    import kaleido  # noqa: F401 - plotly needs it; an ImportError selects the HTML fallback
+    import tempfile
 
-    return {name: fig.to_image(format="svg").decode("utf-8") for name, fig in figures.items()}
+    import kaleido  # noqa: F401 - plotly needs it; an ImportError selects the HTML fallback
+    import plotly.io as pio
+
+    names = list(figures)
+    if not names:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="radconcord-figures-") as tmp:
+        paths = [Path(tmp) / f"{i}.svg" for i in range(len(names))]
+        # One browser for all figures (write_images accepts only paths): write_image per
+        # figure would start Chromium each time.
+        figs = [figures[n] for n in names]
+        # The engine's default 700 x 500 would override the heights the figures ask for.
+        pio.write_images(figs, paths, format="svg", width=[f.layout.width or 900 for f in figs],
+                         height=[f.layout.height or 500 for f in figs])
+        return {n: p.read_text(encoding="utf-8") for n, p in zip(names, paths, strict=True)}
 
 
 def _export_figures(figures: Mapping[str, Any]) -> tuple[str, dict[str, str], str]:
