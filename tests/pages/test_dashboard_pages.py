@@ -335,3 +335,53 @@ def test_dashboard_report_button_waits_for_scores(study_env, make_app):
     (button,) = [b for b in at.get("download_button") if b.key == "dash_report"]
     assert button.proto.disabled
     assert button.proto.help == "The report needs metric scores: score the study first."
+
+
+def test_dashboard_runs_a_simulation_and_draws_its_curves(reviewer_env, make_app, all_text):
+    at = _dashboard(reviewer_env, make_app)
+    assert not at.exception and not at.error
+    assert "No simulation yet" in all_text(at)
+    assert "dash_simulation" not in [c.key for c in at.get("plotly_chart")]
+    at.number_input(key="sim_seeds").set_value(3)
+    button = next(b for b in at.button if b.key.startswith("FormSubmitter:simulation-"))
+    at = button.click().run()
+    assert not at.exception and not at.error
+    (job,) = jobs.list_jobs(reviewer_env.db, kind="simulate_rating")
+    assert job.status == "queued" and job.study_name == REVIEWER_STUDY
+    assert job.params == {"study": REVIEWER_STUDY, "strategy": "both", "seeds": 3,
+                          "question": "all", "seed": 0, "resamples": 200,
+                          "significant_only": False}
+    # The job panel below the form follows the job; the panels above (drawn before the
+    # click was handled) name it on their next run.
+    assert f"**Job #{job.id}** · `simulate_rating` on {REVIEWER_STUDY} · queued" in all_text(at)
+    at = at.run()
+    assert f"Simulation job #{job.id} is queued." in all_text(at)
+    assert Worker(reviewer_env.db).run_once().status == "done"
+    at = at.run(timeout=120)
+    assert not at.exception and not at.error
+    result = jobs.get(reviewer_env.db, job.id).result
+    fig = _chart(at, "dash_simulation")
+    means = {t["name"]: t for t in fig["data"] if t.get("mode") == "lines+markers"}
+    assert set(means) == {"adaptive: mean over 3 seed(s)", "random: mean over 3 seed(s)"}
+    for strategy in ("adaptive", "random"):
+        recs = [r for r in result["curves"] if r["strategy"] == strategy]
+        xs = sorted({r["n_ratings"] for r in recs})
+        trace = means[f"{strategy}: mean over 3 seed(s)"]
+        assert trace["x"] == xs
+        assert trace["y"] == pytest.approx([
+            sum(r["ci_width"] for r in recs if r["n_ratings"] == n)
+            / sum(1 for r in recs if r["n_ratings"] == n) for n in xs])
+    text = all_text(at)
+    assert f"Job #{job.id}: question **all**" in text
+    assert f"**Result:** {result['summary']}." in text
+
+
+def test_dashboard_refuses_a_bad_simulation_question(reviewer_env, make_app):
+    at = _dashboard(reviewer_env, make_app)
+    at.text_input(key="sim_question").set_value("tau_diff:bleu4")
+    button = next(b for b in at.button if b.key.startswith("FormSubmitter:simulation-"))
+    at = button.click().run()
+    assert not at.exception
+    (error,) = at.error
+    assert "tau_diff" in error.value
+    assert jobs.list_jobs(reviewer_env.db, kind="simulate_rating") == []

@@ -327,3 +327,45 @@ def system_means(systems: Mapping[str, Any], *, key: str) -> go.Figure:
     fig.update_layout(height=max(260, 40 * len(order) + 140), showlegend=False,
                       margin={"l": 10, "r": 10, "t": 40, "b": 40})
     return fig
+
+
+_STRATEGY_COLORS = {"random": "#7f7f7f", "adaptive": "#d35400"}
+
+
+def simulation_curves(records: Sequence[Mapping[str, Any]], *, quantity: str = "CI width"
+                      ) -> go.Figure:
+    """CI width against ratings revealed: per strategy the mean over seeds as a line and the
+    range over seeds as a shaded band.
+
+    Args:
+        records: ``{"strategy", "seed", "n_ratings", "ci_width"}`` (the ``simulate_rating``
+            job's ``curves``); a null width is left out.
+        quantity: Y-axis title (what the width is of).
+    """
+    by: dict[str, dict[int, list[float]]] = {}
+    for r in records:
+        if r.get("ci_width") is None:
+            continue
+        by.setdefault(str(r["strategy"]), {}).setdefault(int(r["n_ratings"]), []).append(
+            float(r["ci_width"]))
+    fig = go.Figure()
+    for strategy in sorted(by):
+        points = sorted(by[strategy].items())
+        xs = [n for n, _ in points]
+        color = _STRATEGY_COLORS.get(strategy, _OURS)
+        if any(len(w) > 1 for _, w in points):
+            fig.add_trace(go.Scatter(
+                x=xs + xs[::-1], y=[max(w) for _, w in points] + [min(w) for _, w in points][::-1],
+                fill="toself", fillcolor=color, opacity=0.18, line={"width": 0},
+                name=f"{strategy}: range over seeds", hoverinfo="skip", showlegend=True,
+            ))
+        fig.add_trace(go.Scatter(
+            x=xs, y=[sum(w) / len(w) for _, w in points], mode="lines+markers",
+            name=f"{strategy}: mean over {max(len(w) for _, w in points)} seed(s)",
+            line={"color": color, "width": 2},
+            hovertemplate="%{x} ratings: width %{y:.4f}<extra>" + strategy + "</extra>",
+        ))
+    fig.update_layout(xaxis_title="ratings revealed", yaxis_title=quantity, height=380,
+                      margin={"l": 10, "r": 10, "t": 30, "b": 40},
+                      legend={"orientation": "h", "y": 1.12})
+    return fig

@@ -187,3 +187,30 @@ def systems_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
         st.caption(f"Corpus-level metrics: {systems['corpus_level']}")
     csv_download(tests, file_name=f"{report.get('study')}-system-tests.csv",
                  key="dash_systems_download", label="Download system tests (CSV)")
+
+
+def simulation_result(job_id: int, result: Mapping[str, Any]) -> None:
+    """The curves of one finished ``simulate_rating`` job and what adaptive saved.
+
+    Args:
+        job_id: The job (named in the caption).
+        result: Its result (:meth:`backend.services.simulation.SimulationOutput.as_json`).
+    """
+    curves = result.get("curves") or []
+    if not curves:
+        st.caption(f"Simulation job #{job_id} produced no curve points.")
+        return
+    quantity = result.get("quantity") or "CI width"
+    st.plotly_chart(plots.simulation_curves(curves, quantity=str(quantity)),
+                    key="dash_simulation", width="stretch")
+    seeds = result.get("seeds") or []
+    st.caption(
+        f"Job #{job_id}: question **{result.get('question')}** ({quantity}); "
+        f"{', '.join(result.get('strategies') or [])} orders, {len(seeds)} seed(s), "
+        f"{result.get('resamples')} bootstrap resamples per point, {result.get('n_ratings')} "
+        f"ratings of {result.get('n_pairs')} pairs by {result.get('n_raters')} raters."
+    )
+    if result.get("summary"):
+        st.markdown(f"**Result:** {result['summary']}.")
+    csv_download(curves, file_name=f"{result.get('study')}-simulation.csv",
+                 key="dash_simulation_download", label="Download curves (CSV)")

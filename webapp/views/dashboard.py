@@ -19,7 +19,7 @@ from typing import Any
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from backend.services import analysis, explore, refit, reports, studies
+from backend.services import analysis, explore, jobs, refit, reports, simulation, studies
 from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from db.session import Database
@@ -44,6 +44,7 @@ def _live_seconds() -> float:
 LIVE_SECONDS = _live_seconds()
 EXPLORER = "views/explorer.py"
 REFIT_JOB = "refit_job"
+SIM_JOB = "simulation_job"
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -210,6 +211,21 @@ def _scatter(table: explore.PairTable, study_name: str) -> None:
     st.caption("Click a point to open the pair in the disagreement explorer.")
 
 
+def _simulation(database: Database) -> None:
+    """The newest finished simulation of this study (the form below queues one)."""
+    runs = state.call(jobs.list_jobs, database, actor, kind=simulation.KIND, study_name=study)
+    done = next((j for j in runs if j.status == "done"), None)
+    pending = [j for j in runs if j.status in ("queued", "running")]
+    if pending:
+        st.caption(f"Simulation job #{pending[0].id} is {pending[0].status}.")
+    if done is None:
+        st.caption("No simulation yet: replay this study under random and adaptive rating "
+                   "orders with 'Run simulation' below (or `python -m backend simulate-rating "
+                   f"--study '{study}'`).")
+        return
+    reviewer_panels.simulation_result(done.id, done.result or {})
+
+
 @st.fragment(run_every=LIVE_SECONDS if live else None)
 def panels() -> None:
     """Every panel of the dashboard; reruns on its own while live updates are on."""
@@ -284,6 +300,10 @@ def panels() -> None:
         st.subheader("Reproduction: ours next to the published values")
         _reproduction(corr)
 
+    st.subheader("Adaptive rating: simulated CI width against ratings")
+    _simulation(database)
+
+
 
 panels()
 
@@ -344,6 +364,30 @@ def _refit_result(result: dict[str, Any]) -> None:
                f"cross-validation (per fold tau-b: {folds}). The refit predicts error counts, "
                "so a positive tau means agreement with the radiologists.")
 
+
+st.subheader("Simulate adaptive rating")
+with st.form("simulation"):
+    st.caption("Replay this study's ratings under the random and the adaptive order on the "
+               "worker and draw the CI width of the question against the ratings revealed "
+               "(above, live). The target chosen above applies.")
+    s1, s2, s3 = st.columns([1.2, 1, 2])
+    sim_strategy = s1.selectbox("Strategies", simulation.STRATEGY_CHOICES, index=2,
+                                key="sim_strategy")
+    sim_seeds = int(s2.number_input("Seeds", min_value=1, max_value=simulation.MAX_SEEDS,
+                                    value=20, step=1, key="sim_seeds"))
+    sim_question = s3.text_input(
+        "Question", value="all", key="sim_question",
+        help="'all': the widest Kendall tau-b CI over the metrics; 'tau_diff:A,B': the CI "
+             "of tau(A) - tau(B) for metric keys A and B.")
+    sim_clicked = st.form_submit_button("Run simulation")
+if sim_clicked:
+    queued_sim = state.call(simulation.enqueue_simulation, db, actor, study_name=study,
+                            strategy=sim_strategy, seeds=sim_seeds, question=sim_question,
+                            seed=seed, significant_only=significant)
+    job_ref.remember(SIM_JOB, queued_sim.id)
+sim_job = job_ref.current(SIM_JOB)
+if sim_job is not None:
+    job_panel(sim_job, key="simulation")
 
 st.subheader("RadCliQ refit")
 with st.form("refit"):
