@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 from scipy import stats
+from sqlalchemy import delete, select
 
 from backend.cli import main
 from backend.services.analysis import study_agreement, study_correlation, study_failure_modes
@@ -297,3 +298,208 @@ def test_services_admin_only_and_plain_data(study):
                           equal_var=False, alternative="greater")
     assert total.p == pytest.approx(ref.pvalue, rel=1e-10)
     assert total.mean_greater > total.mean_less
+
+
+# --- ceiling, pairwise and systems sections (issue 11) -----------------------------------
+
+
+def _rater_totals(counts, significant=False):
+    """(R, n) totals per rater from the inserted cells, NaN where a (rater, pair) is not counted."""
+    c = counts[..., 1:] if significant else counts
+    return c.sum(axis=(2, 3))
+
+
+def _ceiling_by_hand(totals):
+    """Per rater: scipy kendalltau(rater, nanmean of the others) on the pairs both have."""
+    taus, rhos = [], []
+    for r in range(totals.shape[0]):
+        others = np.delete(totals, r, axis=0)
+        n_o = np.isfinite(others).sum(axis=0)
+        om = np.where(n_o > 0, np.nansum(others, axis=0) / np.maximum(n_o, 1), np.nan)
+        ok = np.isfinite(totals[r]) & np.isfinite(om)
+        taus.append(stats.kendalltau(totals[r, ok], om[ok]).statistic)
+        rhos.append(stats.spearmanr(totals[r, ok], om[ok]).statistic)
+    return np.array(taus), np.array(rhos)
+
+
+def _loop_taus(x, y, unit_of_pair, resamples, seed):
+    """Tau of each row of x on the documented draws: default_rng(seed).integers over the
+    units (sorted labels), every pair of a drawn unit entering (scipy.stats.kendalltau)."""
+    n_units = int(unit_of_pair.max()) + 1
+    idx = np.random.default_rng(seed).integers(0, n_units, size=(resamples, n_units))
+    members = [np.flatnonzero(unit_of_pair == u) for u in range(n_units)]
+    out = np.empty((resamples, x.shape[0]))
+    for b, row in enumerate(idx):
+        pairs = np.concatenate([members[u] for u in row])
+        for k in range(x.shape[0]):
+            xs, ys = x[k, pairs], y[pairs]
+            ok = np.isfinite(xs)
+            out[b, k] = stats.kendalltau(xs[ok], ys[ok]).statistic
+    return out
+
+
+def _bootstrap_p(d):
+    d = d[np.isfinite(d)]
+    return min(1.0, 2 * min(1 + np.sum(d <= 0), 1 + np.sum(d >= 0)) / (d.size + 1))
+
+
+def test_correlate_ceiling_pairwise_systems(study, tmp_path):
+    """Ceiling = mean over raters of scipy kendalltau(rater, others' mean) (1e-12), its CI
+    from a plain loop over the same draws, pct_of_ceiling = |tau| / ceiling, pairwise p and
+    CI of one pair from a scipy loop on the same resamples, Holm by hand; the systems section
+    is present; the earlier keys are all still there."""
+    db, url, truth = study
+    out = tmp_path / "r.json"
+    assert main(["correlate", "--study", "s1", "--output", str(out), "--database-url", url,
+                 "--bootstrap", "120", "--seed", "5"]) == 0
+    res = json.loads(out.read_text())
+    assert (res["unit"], res["correction"]) == ("pair", "holm")
+    ceil = res["ceiling"]
+    assert set(ceil) >= {"kendall_tau_b", "kendall_ci95", "spearman", "spearman_ci95",
+                         "per_rater", "per_rater_spearman", "per_category", "n_raters", "unit"}
+    totals = _rater_totals(truth["counts"])
+    taus, rhos = _ceiling_by_hand(totals)
+    assert ceil["per_rater"] == pytest.approx(dict(zip(RATERS, taus, strict=True)), abs=1e-12)
+    assert ceil["per_rater_spearman"] == pytest.approx(dict(zip(RATERS, rhos, strict=True)),
+                                                       abs=1e-12)
+    assert ceil["kendall_tau_b"] == pytest.approx(taus.mean(), abs=1e-12)
+    assert ceil["spearman"] == pytest.approx(rhos.mean(), abs=1e-12)
+    assert (ceil["n_raters"], ceil["unit"]) == (4, "pair")
+    for name in RATERS:  # the same statistic as the per-rater section's
+        assert ceil["per_rater"][name] == pytest.approx(
+            res["per_rater"][name]["kendall_vs_other_raters"], abs=1e-12)
+    cat2 = _ceiling_by_hand(_rater_totals(truth["counts"][:, :, 1:2, :]))[0]
+    assert ceil["per_category"]["2"] == pytest.approx(cat2.mean(), abs=1e-12)
+    # CI: per resample, the mean over raters of scipy's tau on the resampled pairs.
+    idx = np.random.default_rng(5).integers(0, 24, size=(120, 24))
+    reps = np.array([_ceiling_by_hand(totals[:, row])[0].mean() for row in idx])
+    lo, hi = np.quantile(reps[np.isfinite(reps)], [0.025, 0.975])
+    assert ceil["kendall_ci95"] == pytest.approx([lo, hi], abs=1e-12)
+    for key, entry in res["metrics"].items():
+        assert entry["pct_of_ceiling"] == pytest.approx(
+            abs(entry["kendall_tau_b"]) / ceil["kendall_tau_b"], abs=1e-12), key
+
+    pw = res["pairwise"]
+    keys = list(res["metrics"])
+    assert (pw["unit"], pw["correction"], pw["resamples"]) == ("pair", "holm", 120)
+    assert len(pw["pairs"]) == len(keys) * (len(keys) - 1) // 2 == 21
+    y = -_mean_errors(truth["counts"])
+    x = np.stack([truth["metric"][k] * (-1 if k == "radcliq_v1" else 1) for k in keys])
+    loop = _loop_taus(x, y, np.arange(24), 120, 5)
+    raw = {}
+    for name, entry in pw["pairs"].items():
+        a, b = (keys.index(k) for k in name.split("|"))
+        assert entry["tau_diff"] == pytest.approx(
+            res["metrics"][keys[a]]["kendall_tau_b"] - res["metrics"][keys[b]]["kendall_tau_b"],
+            abs=1e-12)
+        d = loop[:, a] - loop[:, b]
+        assert entry["p"] == pytest.approx(_bootstrap_p(d), abs=1e-15), name
+        assert entry["ci95"] == pytest.approx(
+            list(np.quantile(d[np.isfinite(d)], [0.025, 0.975])), abs=1e-12), name
+        assert entry["williams_p"] is None or 0.0 <= entry["williams_p"] <= 1.0
+        raw[name] = entry["p"]
+    ordered = sorted(raw, key=raw.get)
+    running = 0.0
+    for rank, name in enumerate(ordered):  # Holm by hand
+        running = max(running, min(1.0, (21 - rank) * raw[name]))
+        assert pw["pairs"][name]["p_adjusted"] == pytest.approx(running, abs=1e-15)
+
+    systems = res["systems"]
+    assert set(systems["sources"]) == {"gen-a", "gen-b"}
+    assert set(systems) >= {"sources", "ranking", "human_order", "randomization",
+                            "permutations", "corpus_level"}
+    # gen-b was built with twice the error rate: the radiologists rank gen-a first.
+    assert systems["human_order"] == ["gen-a", "gen-b"]
+    mask = truth["sources"] == "gen-b"
+    assert systems["sources"]["gen-b"]["human_mean"] == pytest.approx(
+        _mean_errors(truth["counts"])[mask].mean(), abs=1e-12)
+
+    # The earlier layout is still there, with the metric CIs from the same pair draws.
+    for field in ("study", "target", "n_pairs", "seed", "resamples", "cluster", "level",
+                  "n_raters", "n_pairs_in_study", "metrics", "per_category", "per_rater",
+                  "per_source", "agreement", "failure_modes", "radcliq_refit", "published"):
+        assert field in res
+    assert res["metrics"]["bleu4"]["kendall_ci95"] == pytest.approx(
+        list(_loop_ci(truth["metric"]["bleu4"], y, 24, 120, 5)), abs=1e-12)
+
+
+def test_correlate_unit_case_and_bh(study, tmp_path):
+    """--unit case resamples cases (sorted labels, default_rng(seed)) for the ceiling and
+    pairwise sections while --cluster keeps the metric CIs by pair; BH by hand."""
+    db, url, truth = study
+    out = tmp_path / "c.json"
+    assert main(["correlate", "--study", "s1", "--output", str(out), "--database-url", url,
+                 "--bootstrap", "80", "--seed", "2", "--unit", "case", "--correction", "bh",
+                 "--metrics", "bleu4,radcliq_v1,rougeL"]) == 0
+    res = json.loads(out.read_text())
+    assert (res["unit"], res["cluster"], res["correction"]) == ("case", "pair", "bh")
+    assert res["ceiling"]["unit"] == res["pairwise"]["unit"] == "case"
+    keys = list(res["metrics"])
+    y = -_mean_errors(truth["counts"])
+    x = np.stack([truth["metric"][k] * (-1 if k == "radcliq_v1" else 1) for k in keys])
+    _, unit_of_pair = np.unique([f"case-{c}" for c in truth["cases"]], return_inverse=True)
+    loop = _loop_taus(x, y, unit_of_pair, 80, 2)
+    ps = {}
+    for name, entry in res["pairwise"]["pairs"].items():
+        a, b = (keys.index(k) for k in name.split("|"))
+        d = loop[:, a] - loop[:, b]
+        assert entry["p"] == pytest.approx(_bootstrap_p(d), abs=1e-15), name
+        ps[name] = entry["p"]
+    ordered = sorted(ps, key=ps.get)
+    m = len(ordered)
+    scaled = [ps[name] * m / (rank + 1) for rank, name in enumerate(ordered)]
+    for rank, name in enumerate(ordered):  # BH by hand: running minimum from the top
+        expected = min(1.0, min(scaled[rank:]))
+        assert res["pairwise"]["pairs"][name]["p_adjusted"] == pytest.approx(expected,
+                                                                             abs=1e-15)
+    # Metric CIs stay pair-resampled (cluster=pair), as before.
+    assert res["metrics"]["bleu4"]["kendall_ci95"] == pytest.approx(
+        list(_loop_ci(truth["metric"]["bleu4"], y, 24, 80, 2)), abs=1e-12)
+
+    out2 = tmp_path / "rp.json"
+    assert main(["correlate", "--study", "s1", "--output", str(out2), "--database-url", url,
+                 "--bootstrap", "40", "--unit", "rater_pair", "--metrics", "bleu4,rougeL"]) == 0
+    rp = json.loads(out2.read_text())
+    assert rp["ceiling"]["unit"] == rp["pairwise"]["unit"] == "rater_pair"
+    lo, hi = rp["ceiling"]["kendall_ci95"]
+    assert lo < rp["ceiling"]["kendall_tau_b"] < hi
+    assert rp["ceiling"]["kendall_tau_b"] == pytest.approx(res["ceiling"]["kendall_tau_b"])
+
+
+def test_correlate_new_options_reject_bad_values(study, tmp_path, capsys):
+    db, url, _ = study
+    out = tmp_path / "bad.json"
+    with pytest.raises(SystemExit) as exc:
+        main(["correlate", "--study", "s1", "--output", str(out), "--database-url", url,
+              "--unit", "rater"])
+    assert exc.value.code == 2
+    assert "--unit" in capsys.readouterr().err
+    assert main(["correlate", "--study", "s1", "--output", str(out), "--database-url", url,
+                 "--permutations", "0"]) == 2
+    assert "--permutations must be >= 1" in capsys.readouterr().err
+    assert not out.exists()
+    admin = Actor.system()
+    from backend.services.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="correction must be one of"):
+        study_correlation(db, admin, study_name="s1", resamples=0, correction="bonferroni")
+    with pytest.raises(InvalidInput, match="unit must be one of"):
+        study_correlation(db, admin, study_name="s1", resamples=0, unit="rater")
+
+
+def test_ceiling_null_with_two_raters(tmp_path):
+    """A study with fewer than 3 counted raters has ceiling null and pct_of_ceiling null."""
+    db, _, _ = _build(tmp_path)
+    try:
+        with db.begin() as s:
+            for name in ("r3", "r4"):
+                uid = s.scalar(select(User.id).where(User.username == name))
+                s.execute(delete(Rating).where(Rating.rater_id == uid))
+                s.execute(delete(Assignment).where(Assignment.rater_id == uid))
+        corr = study_correlation(db, Actor.system(), study_name="s1", resamples=0)
+    finally:
+        db.dispose()
+    assert corr.report["n_raters"] == 2
+    assert corr.report["ceiling"] is None
+    assert all(m.pct_of_ceiling is None for m in corr.metrics)
+    assert all(e["pct_of_ceiling"] is None for e in corr.report["metrics"].values())
