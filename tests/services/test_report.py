@@ -178,3 +178,17 @@ def test_report_job_publishes_into_the_data_folder(study, tmp_path, monkeypatch)
     with pytest.raises(PermissionDenied):
         reports.enqueue_report(db, Actor(user_id=1, username="r1", role="rater"),
                                study_name="s1")
+
+
+def test_the_static_engine_draws_svg_figures_with_the_system_chromium():
+    """kaleido (a runtime requirement) drives the Debian chromium the test set-up installs;
+    no browser is downloaded. The figures come back as SVG documents of the requested size."""
+    import plotly.graph_objects as go
+
+    from backend.services.reports import _static_export
+
+    fig = go.Figure(go.Bar(x=["gen-a", "gen-b"], y=[1.5, 0.5]))
+    fig.update_layout(width=640, height=320, title="errors per source")
+    svg = _static_export({"errors": fig})["errors"]
+    assert svg.lstrip().startswith("<svg") and 'width="640"' in svg and 'height="320"' in svg
+    assert "gen-a" in svg and "errors per source" in svg
