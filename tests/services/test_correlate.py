@@ -6,8 +6,11 @@ named in each docstring); nothing is taken from the code under test.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import json
+import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -503,3 +506,126 @@ def test_ceiling_null_with_two_raters(tmp_path):
     assert corr.report["ceiling"] is None
     assert all(m.pct_of_ceiling is None for m in corr.metrics)
     assert all(e["pct_of_ceiling"] is None for e in corr.report["metrics"].values())
+
+
+# --- the ReXVal-format fixture: the documented JSON from the files themselves -------------
+
+REXVAL = Path(__file__).resolve().parent.parent / "fixtures" / "rexval_mini"
+REXVAL_TYPES = ("radgraph", "bertscore", "s_emb", "bleu")  # the file's column order
+
+
+def _rexval_totals(significant=False):
+    """(raters, pairs) error totals straight from the ratings CSV (csv module); pair
+    position = study_number * 4 + index of candidate_type, as the importer numbers pairs."""
+    rows = list(csv.DictReader((REXVAL / "6_valid_raters_per_rater_error_categories.csv")
+                               .open(newline="")))
+    n_studies = 1 + max(int(r["study_number"]) for r in rows)
+    n_raters = 1 + max(int(r["rater_index"]) for r in rows)
+    totals = np.zeros((n_raters, n_studies * len(REXVAL_TYPES)))
+    for r in rows:
+        if significant and r["clinically_significant"] != "True":
+            continue
+        pos = int(r["study_number"]) * len(REXVAL_TYPES) + REXVAL_TYPES.index(r["candidate_type"])
+        totals[int(r["rater_index"]), pos] += int(r["num_errors"])
+    return totals
+
+
+def _williams_by_hand(r12, r13, r23, n):
+    det = 1 - r12**2 - r13**2 - r23**2 + 2 * r12 * r13 * r23
+    rbar = (r12 + r13) / 2
+    t = (r12 - r13) * math.sqrt((n - 1) * (1 + r23)
+                                / (2 * (n - 1) / (n - 3) * det + rbar**2 * (1 - r23) ** 3))
+    return 2 * stats.t.sf(abs(t), n - 3)
+
+
+@pytest.mark.parametrize("significant", [False, True])
+def test_rexval_fixture_gives_the_documented_sections(db, monkeypatch, significant):
+    """Import tests/fixtures/rexval_mini, store three metric columns, and check the ceiling,
+    pct_of_ceiling, pairwise and systems sections of study_correlation's report against a
+    direct computation from the CSV (scipy.stats.kendalltau / spearmanr, Williams' formula)."""
+    from argon2 import PasswordHasher
+
+    from backend.services import imports
+    from backend.services.imports import import_rexval
+
+    monkeypatch.setattr(imports, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024,
+                                                           parallelism=1))
+    admin = Actor.system()
+    import_rexval(db, admin, gt_path=REXVAL / "50_samples_gt_and_candidates.csv",
+                  ratings_path=REXVAL / "6_valid_raters_per_rater_error_categories.csv",
+                  study_name="rexval")
+    totals = _rexval_totals(significant)
+    n = totals.shape[1]
+    human = totals.mean(axis=0)
+    rng = np.random.default_rng(0)
+    metric = {"bleu4": -human + rng.normal(scale=1.0, size=n),
+              "rougeL": -human + rng.normal(scale=2.0, size=n),
+              "radcliq_v1": human + rng.normal(scale=0.5, size=n)}
+    with db.begin() as s:
+        pairs = s.execute(select(Pair.position, Pair.input_hash, Pair.source)
+                          .order_by(Pair.position)).all()
+        assert [p.position for p in pairs] == list(range(n))
+        for key, vals in metric.items():
+            for p in pairs:
+                s.add(MetricScore(input_hash=p.input_hash, family=key, key=key,
+                                  signature_hash=f"sig-{key}", signature=f"{key}|v1",
+                                  value=float(vals[p.position]), created_at=T0))
+    corr = study_correlation(db, admin, study_name="rexval", significant_only=significant,
+                             resamples=200, seed=1)
+    rep = corr.report
+    assert rep["target"] == ("significant" if significant else "total")
+    assert rep["n_pairs"] == n == 12 and rep["n_raters"] == 3
+
+    ceil = rep["ceiling"]
+    assert set(ceil) >= {"kendall_tau_b", "kendall_ci95", "spearman", "spearman_ci95",
+                         "per_rater", "per_rater_spearman", "per_category", "n_raters", "unit"}
+    assert set(ceil["per_category"]) == {"1", "2", "3", "4", "5", "6"}
+    taus = []
+    for r in range(3):
+        others = np.delete(totals, r, axis=0).mean(axis=0)
+        tau = stats.kendalltau(totals[r], others).statistic
+        assert ceil["per_rater"][f"rexval_rater_{r}"] == pytest.approx(tau, abs=1e-12)
+        assert ceil["per_rater_spearman"][f"rexval_rater_{r}"] == pytest.approx(
+            stats.spearmanr(totals[r], others).statistic, abs=1e-12)
+        taus.append(tau)
+    assert ceil["kendall_tau_b"] == pytest.approx(np.mean(taus), abs=1e-12)
+    lo, hi = ceil["kendall_ci95"]
+    assert lo <= ceil["kendall_tau_b"] <= hi
+    assert (ceil["n_raters"], ceil["unit"]) == (3, "pair")
+
+    x = {k: (-v if k == "radcliq_v1" else v) for k, v in metric.items()}
+    row = {m.key: m for m in corr.metrics}
+    for key, vals in x.items():
+        tau = stats.kendalltau(vals, -human).statistic
+        assert rep["metrics"][key]["kendall_tau_b"] == pytest.approx(tau, abs=1e-12)
+        assert rep["metrics"][key]["pct_of_ceiling"] == pytest.approx(
+            abs(tau) / np.mean(taus), abs=1e-12)
+        assert row[key].pct_of_ceiling == rep["metrics"][key]["pct_of_ceiling"]
+
+    pw = rep["pairwise"]
+    assert (pw["unit"], pw["correction"], pw["resamples"]) == ("pair", "holm", 200)
+    assert len(pw["pairs"]) == 3
+    for name, entry in pw["pairs"].items():
+        assert set(entry) >= {"tau_diff", "ci95", "p", "p_adjusted", "williams_p"}
+        a, b = name.split("|")
+        assert entry["tau_diff"] == pytest.approx(
+            stats.kendalltau(x[a], -human).statistic - stats.kendalltau(x[b], -human).statistic,
+            abs=1e-12)
+        assert 0 < entry["p"] <= entry["p_adjusted"] <= 1
+        r_ya = stats.spearmanr(-human, x[a]).statistic
+        r_yb = stats.spearmanr(-human, x[b]).statistic
+        r_ab = stats.spearmanr(x[a], x[b]).statistic
+        assert entry["williams_p"] == pytest.approx(_williams_by_hand(r_ya, r_yb, r_ab, n),
+                                                    rel=1e-9)
+
+    systems = rep["systems"]
+    assert set(systems["sources"]) == set(REXVAL_TYPES)
+    sources = np.array([p.source for p in pairs])
+    for src in REXVAL_TYPES:
+        assert systems["sources"][src]["n"] == 3
+        assert systems["sources"][src]["human_mean"] == pytest.approx(
+            human[sources == src].mean(), abs=1e-12)
+    assert set(systems["ranking"]) == set(metric)
+    assert len(systems["randomization"]) == 6  # 4 sources: 6 pairs of sources
+    # JSON-safe: no NaN or numpy values anywhere in the new sections.
+    assert json.loads(json.dumps(rep, allow_nan=False))["ceiling"] == ceil
