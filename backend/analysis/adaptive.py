@@ -291,12 +291,21 @@ def question_ci_width(
 
 @dataclass(frozen=True)
 class SimulationResult:
-    """One replay: CI width of the question after each checkpoint's number of ratings."""
+    """One replay: CI width of the question after each checkpoint's number of ratings.
+
+    Attributes:
+        strategy: ``"random"`` or ``"adaptive"``.
+        seed: The replay's seed.
+        n_ratings: ``(P,)`` ratings revealed at each checkpoint.
+        ci_width: ``(P,)`` the question's CI width there (NaN when undefined).
+        reveals: ``(total, 2)`` (rater row, pair index) of every rating in reveal order.
+    """
 
     strategy: str
     seed: int
     n_ratings: NDArray[np.int64]
     ci_width: NDArray[np.float64]
+    reveals: NDArray[np.int64]
 
 
 def _checkpoints(total: int, n_checkpoints: int) -> NDArray[np.int64]:
@@ -346,6 +355,7 @@ def simulate(
     stops = set(_checkpoints(total, checkpoints).tolist())
     seen = np.full_like(full, np.nan)
     widths: list[tuple[int, float]] = []
+    order: list[tuple[int, int]] = []
     weights = question_weights(x, question_kind) if strategy == "adaptive" else None
     revealed = 0
     while revealed < total:
@@ -363,6 +373,7 @@ def simulate(
                 tb = draws[k][np.searchsorted(held[k], left)]
                 pick = int(left[order_pairs(prio, tb)[0]])
             remaining[k].discard(pick)
+            order.append((k, pick))
             seen[k, pick] = full[k, pick]
             revealed += 1
             if revealed in stops:
@@ -372,7 +383,8 @@ def simulate(
                     x[:, rated], target, question_kind=question_kind,
                     resamples=resamples, seed=seed)))
     arr = np.array(widths, dtype=np.float64).reshape(-1, 2)
-    return SimulationResult(strategy, seed, arr[:, 0].astype(np.int64), arr[:, 1])
+    return SimulationResult(strategy, seed, arr[:, 0].astype(np.int64), arr[:, 1],
+                            np.array(order, dtype=np.int64).reshape(-1, 2))
 
 
 def savings_summary(

@@ -22,7 +22,7 @@ def _simulate(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not out.parent.is_dir():
         raise UserError(f"--output {out}: folder {out.parent} does not exist")
-    with database() as db, service_errors():
+    with database(args.database_url) as db, service_errors():
         result = simulation.simulate_study(
             db, Actor.system(), study_name=args.study, strategy=args.strategy,
             seeds=args.seeds, question=args.question, seed=args.seed,
@@ -50,7 +50,7 @@ def _strategy(args: argparse.Namespace) -> int:
     from backend.services import assignment
     from backend.types import Actor
 
-    with database() as db, service_errors():
+    with database(args.database_url) as db, service_errors():
         setting = assignment.set_strategy(
             db, Actor.system(), study_name=args.study, strategy=args.strategy,
             question=args.question, seed=args.seed,
@@ -88,6 +88,8 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     p.add_argument("--progress", dest="verbose_progress", action="store_true",
                    help="print each replay on stderr")
     p.add_argument("--output", required=True, help="CSV file to write")
+    p.add_argument("--database-url", default=None,
+                   help="database URL (default: DATABASE_URL or the data folder's SQLite file)")
     p.set_defaults(func=_simulate)
 
     a = subparsers.add_parser(
@@ -103,4 +105,6 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
                    help="adaptive only: 'all' (default) or 'tau_diff:A,B'")
     a.add_argument("--seed", type=int, default=None,
                    help="seed of the tie-breaks (default: the study's assignment seed)")
+    a.add_argument("--database-url", default=None,
+                   help="database URL (default: DATABASE_URL or the data folder's SQLite file)")
     a.set_defaults(func=_strategy)

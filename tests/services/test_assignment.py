@@ -5,14 +5,20 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 
+import numpy as np
 import pytest
 from sqlalchemy import select
 
+from backend.analysis import adaptive as _adaptive
+from backend.services import assignment as _assignment
 from backend.services import auth
+from backend.services import exports as _exports
+from backend.services import rating as _rating
 from backend.services.assignment import assign_raters
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from backend.services.types import Actor
 from db.models import Assignment, Pair, Report, Study, User
+from tests.helpers_adaptive import build_study, queue_positions, rater_actor
 
 SYSTEM = Actor.system()
 
@@ -239,3 +245,202 @@ def test_cli_create_user_and_assign(tmp_path, monkeypatch, make_study, capsys,
     assert err[0].startswith("error: password") and "Nope" in err[1] and len(err) == 2
     assert [u.username for u in auth.list_users(db, Actor.system())] == ["ca", "cb"]
     db.dispose()
+
+
+# -- order strategy: random (default) or adaptive ----------------------------------------------
+
+_SIX = ("ra", "rb", "rc", "rd", "re", "rf")
+
+
+def _complete(db, study: str, rater: str, position: int, count: int = 1) -> str | None:
+    actor = rater_actor(db, rater)
+    oid = f"{study}-op{position}"
+    _rating.set_count(db, actor, opaque_id=oid, category=1, significant=True, count=count)
+    return _rating.complete_pair(db, actor, opaque_id=oid,
+                                 confirm_zero=count == 0).next_open_opaque_id
+
+
+def _pairs_of(db, study: str) -> set[tuple[str, int]]:
+    return {(u, p) for u in _SIX for p, _ in queue_positions(db, study, u)}
+
+
+def test_random_study_keeps_its_seeded_order_while_rating(any_db):
+    build_study(any_db, "R", n_pairs=12, raters=_SIX[:3], k=3, seed=11)
+    before = {u: queue_positions(any_db, "R", u) for u in _SIX[:3]}
+    for step in range(4):
+        for u in _SIX[:3]:
+            _complete(any_db, "R", u, before[u][step][0])
+    for u in _SIX[:3]:
+        assert [p for p, _ in queue_positions(any_db, "R", u)] == [p for p, _ in before[u]]
+    assert _assignment.get_strategy(any_db, SYSTEM, study_name="R").strategy == "random"
+
+
+def test_random_order_is_the_one_assign_raters_always_gave(db, make_study,
+                                                          fast_password_hashing):
+    # Pinned: the seeded order of a random study must not change with the adaptive work.
+    make_study(db, "P", 8)
+    raters = _raters(db, "pa", "pb")
+    assign_raters(db, SYSTEM, study_name="P", rater_usernames=raters, raters_per_pair=2,
+                  seed=3)
+    _, order = _layout(db, "P")
+    expected = list(range(8))
+    _assignment._rng(3, "order", "pa", 0).shuffle(expected)
+    assert order["pa"] == expected
+
+
+def test_set_strategy_records_and_validates(db):
+    build_study(db, "V", n_pairs=6, raters=_SIX[:2], k=2, seed=4)
+    got = _assignment.set_strategy(db, SYSTEM, study_name="V", strategy="adaptive",
+                                   question="tau_diff:bleu4,radcliq_v1")
+    assert (got.strategy, got.question, got.seed) == (
+        "adaptive", "tau_diff:bleu4,radcliq_v1", 4)
+    with db.begin() as s:
+        prov = s.scalar(select(Study).where(Study.name == "V")).provenance
+    assert prov["assignment"] == {"strategy": "adaptive", "question": "tau_diff:bleu4,radcliq_v1",
+                                  "seed": 4}
+    assert prov["assignment_runs"][0]["seed"] == 4  # what was there is kept
+    back = _assignment.set_strategy(db, SYSTEM, study_name="V", strategy="random", seed=9)
+    assert (back.strategy, back.question, back.seed) == ("random", None, 9)
+    with pytest.raises(InvalidInput, match="strategy: must be one of random, adaptive"):
+        _assignment.set_strategy(db, SYSTEM, study_name="V", strategy="greedy")
+    with pytest.raises(InvalidInput, match="expected 'all' or 'tau_diff:A,B'"):
+        _assignment.set_strategy(db, SYSTEM, study_name="V", strategy="adaptive",
+                                 question="tau_diff:bleu4")
+    with pytest.raises(InvalidInput, match="question: no scores for bertscore_f on study 'V'"):
+        _assignment.set_strategy(db, SYSTEM, study_name="V", strategy="adaptive",
+                                 question="tau_diff:bleu4,bertscore_f")
+    with pytest.raises(InvalidInput, match="seed: must be a non-negative integer"):
+        _assignment.set_strategy(db, SYSTEM, study_name="V", strategy="adaptive", seed=-1)
+    with pytest.raises(NotFound):
+        _assignment.set_strategy(db, SYSTEM, study_name="nope", strategy="random")
+    with pytest.raises(PermissionDenied):
+        _assignment.set_strategy(db, rater_actor(db, "ra"), study_name="V", strategy="random")
+    # Failed calls changed nothing.
+    assert _assignment.get_strategy(db, SYSTEM, study_name="V").seed == 9
+
+
+def test_adaptive_reorders_only_open_pairs_and_keeps_assignments(any_db):
+    build_study(any_db, "A", n_pairs=16, raters=_SIX[:3], k=3, seed=2)
+    pairs_before = _pairs_of(any_db, "A")
+    ra0 = queue_positions(any_db, "A", "ra")
+    # ra completes two pairs under the random order, rb is on its first pair.
+    _complete(any_db, "A", "ra", ra0[0][0])
+    _complete(any_db, "A", "ra", ra0[1][0])
+    rb_first = queue_positions(any_db, "A", "rb")[0][0]
+    setting = _assignment.set_strategy(any_db, SYSTEM, study_name="A", strategy="adaptive")
+    assert setting.reordered > 0
+    ra1 = queue_positions(any_db, "A", "ra")
+    assert ra1[:2] == [(ra0[0][0], True), (ra0[1][0], True)]  # completed pairs stay
+    assert ra1[2] == ra0[2]  # the pair ra resumes on (maybe on screen) stays
+    assert queue_positions(any_db, "A", "rb")[0][0] == rb_first
+    assert _pairs_of(any_db, "A") == pairs_before  # k raters per pair unchanged
+    # Coverage first: once rb and rc rated some pairs, ra's next open pair is one nobody
+    # has rated, although those pairs are in ra's queue.
+    rated_by_others = set()
+    for u in ("rb", "rc"):
+        for p, _ in queue_positions(any_db, "A", u)[:3]:
+            _complete(any_db, "A", u, p)
+            rated_by_others.add(p)
+    current = next(p for p, done in queue_positions(any_db, "A", "ra") if not done)
+    nxt = _complete(any_db, "A", "ra", current)
+    done_by_ra = {p for p, d in queue_positions(any_db, "A", "ra") if d}
+    nxt_pos = int(nxt.rsplit("op", 1)[1])
+    assert nxt_pos not in rated_by_others | done_by_ra
+    # The queue of open pairs follows the rule: unrated pairs first, in the seeded order.
+    open_after = [p for p, d in queue_positions(any_db, "A", "ra") if not d]
+    unrated = [p for p in open_after if p not in rated_by_others]
+    assert open_after[: len(unrated)] == unrated
+    draws = _adaptive.tiebreak_draws(2, "ra", unrated)
+    assert list(draws) == sorted(draws)
+    assert _pairs_of(any_db, "A") == pairs_before
+    # Raters still see only their own pairs, nothing new in the view.
+    view = _rating.get_pair(any_db, rater_actor(any_db, "ra"), opaque_id=nxt)
+    assert set(vars(view)) == {
+        "opaque_id", "study_name", "index", "total", "reference_text", "candidate_text",
+        "images", "counts", "completed_at", "prev_opaque_id", "next_opaque_id"}
+
+
+def _play(db, name: str, seed: int) -> dict[str, list[tuple[int, bool]]]:
+    truth = build_study(db, name, n_pairs=14, raters=_SIX[:3], k=2, seed=seed, data_seed=1)
+    _assignment.set_strategy(db, SYSTEM, study_name=name, strategy="adaptive",
+                             question="tau_diff:bleu4,radcliq_v1")
+    for _ in range(4):
+        for k, u in enumerate(_SIX[:3]):
+            p = next(p for p, d in queue_positions(db, name, u) if not d)
+            _complete(db, name, u, p, count=int(truth["counts"][k, p]))
+    return {u: queue_positions(db, name, u) for u in _SIX[:3]}
+
+
+def test_adaptive_order_is_deterministic_given_seed_and_data(tmp_path):
+    from db.session import Database
+
+    runs = []
+    for i, seed in enumerate((7, 7, 8)):
+        db = Database(f"sqlite:///{tmp_path / f'd{i}.db'}")
+        try:
+            runs.append(_play(db, "D", seed))
+        finally:
+            db.dispose()
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_adaptive_rule_orders_rated_pairs_by_priority(db):
+    """After every pair has a rating, the open pairs follow the priority of the rule."""
+    truth = build_study(db, "O", n_pairs=8, raters=_SIX[:2], k=2, seed=1, data_seed=3)
+    _assignment.set_strategy(db, SYSTEM, study_name="O", strategy="adaptive",
+                             question="tau_diff:bleu4,radcliq_v1")
+    # ra rates 4 pairs, rb the other 4: every pair then has exactly one rating.
+    ra_q = [p for p, _ in queue_positions(db, "O", "ra")]
+    for p in ra_q[:4]:
+        _complete(db, "O", "ra", p, count=int(truth["counts"][0, p]))
+    rest = [p for p in range(8) if p not in ra_q[:4]]
+    for p in rest:
+        _complete(db, "O", "rb", p, count=int(truth["counts"][1, p]))
+    # rb's last completion reordered rb's open pairs = ra's first four.
+    ratings = np.full((2, 8), np.nan)
+    for p in ra_q[:4]:
+        ratings[0, p] = truth["counts"][0, p]
+    for p in rest:
+        ratings[1, p] = truth["counts"][1, p]
+    from backend.analysis.stats import orient
+
+    oriented = np.stack([orient(truth["metrics"]["bleu4"], True),
+                         orient(truth["metrics"]["radcliq_v1"], False)])
+    prio = _adaptive.adaptive_priority(oriented, ratings, question_kind="tau_diff")
+    open_rb = [p for p, d in queue_positions(db, "O", "rb") if not d]
+    assert sorted(open_rb) == sorted(ra_q[:4])
+    draws = _adaptive.tiebreak_draws(1, "rb", open_rb)
+    keys = [(-round(prio[p], 12), t) for p, t in zip(open_rb, draws, strict=True)]
+    assert keys == sorted(keys)
+    assert len({round(prio[p], 12) for p in open_rb}) > 1  # a real ordering, not ties only
+
+
+def test_export_manifest_records_the_strategy(db, tmp_path):
+    import json
+
+    build_study(db, "E", n_pairs=4, raters=_SIX[:2], k=2, seed=6)
+    _exports.export_study(db, SYSTEM, study_name="E", fmt="jsonl", out_dir=tmp_path / "r")
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert manifest["sampling_design"] == {"strategy": "random", "question": None, "seed": 6}
+    _assignment.set_strategy(db, SYSTEM, study_name="E", strategy="adaptive",
+                             question="tau_diff:bleu4,rougeL")
+    _exports.export_study(db, SYSTEM, study_name="E", fmt="jsonl", out_dir=tmp_path / "a")
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert manifest["sampling_design"] == {
+        "strategy": "adaptive", "question": "tau_diff:bleu4,rougeL", "seed": 6}
+    assert manifest["study"]["provenance"]["assignment"]["strategy"] == "adaptive"
+
+
+def test_cli_assign_strategy(db, tmp_path, capsys):
+    from backend.cli import main
+
+    build_study(db, "C", n_pairs=5, raters=_SIX[:2], k=1, seed=0)
+    url = str(db.engine.url)
+    assert main(["assign-strategy", "--study", "C", "--strategy", "adaptive", "--question",
+                 "tau_diff:bleu4,rougeL", "--seed", "3", "--database-url", url]) == 0
+    assert "C: adaptive order, question tau_diff:bleu4,rougeL, seed 3" in capsys.readouterr().out
+    assert main(["assign-strategy", "--study", "C", "--strategy", "adaptive", "--question",
+                 "tau_diff:x", "--database-url", url]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: question: expected")
