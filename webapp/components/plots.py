@@ -271,8 +271,8 @@ def pairwise_matrix(pairwise: Mapping[str, Any], *, keys: Sequence[str] | None =
         colorbar={"title": {"text": "tau diff"}},
     ))
     fig.update_layout(
-        xaxis={"type": "category", "side": "top"},
-        yaxis={"type": "category", "autorange": "reversed"},
+        xaxis={"type": "category", "side": "top", "showgrid": False},
+        yaxis={"type": "category", "autorange": "reversed", "showgrid": False},
         height=max(320, 30 * n + 160), margin={"l": 10, "r": 10, "t": 60, "b": 40},
     )
     return fig

@@ -200,8 +200,8 @@ def simulation_result(job_id: int, result: Mapping[str, Any]) -> None:
     if not curves:
         st.caption(f"Simulation job #{job_id} produced no curve points.")
         return
-    quantity = result.get("quantity") or "CI width"
-    st.plotly_chart(plots.simulation_curves(curves, quantity=str(quantity)),
+    quantity = f"CI width of {result.get('quantity') or 'the question'}"
+    st.plotly_chart(plots.simulation_curves(curves, quantity=quantity),
                     key="dash_simulation", width="stretch")
     seeds = result.get("seeds") or []
     st.caption(
