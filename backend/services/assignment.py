@@ -253,6 +253,18 @@ def get_strategy(db: Database, actor: Actor, *, study_name: str) -> StrategySett
         return study_strategy(get_study(s, study_name))
 
 
+def scored_keys(db: Database, actor: Actor, *, study_name: str) -> list[str]:
+    """Metric keys with scores on the study's pairs (the choices of a ``tau_diff`` question).
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+    """
+    require_admin(actor)
+    with db.read() as s:
+        return sorted(_study_keys(s, get_study(s, study_name).id))
+
+
 def _study_keys(s: Session, study_id: int) -> set[str]:
     return set(s.scalars(
         select(MetricScore.key).join(Pair, Pair.input_hash == MetricScore.input_hash)
