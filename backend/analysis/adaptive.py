@@ -396,6 +396,8 @@ def savings_summary(
 ) -> dict[str, object]:
     """How many ratings adaptive needs to reach the random order's widths (mean curves).
 
+    A curve reaches a width at the first checkpoint from which it stays at or below it.
+
     ``final_random_ci_width`` is the random curve's last width; both strategies reach it
     with all ratings, so the comparison is made at ``(1 + tolerance)`` times it, and at the
     width random has after a quarter, half and three quarters of the ratings.
@@ -414,8 +416,11 @@ def savings_summary(
     aw = np.asarray(adaptive_width, dtype=np.float64)
 
     def first_reach(curve: NDArray[np.float64], target: float) -> int | None:
-        hit = np.flatnonzero(np.isfinite(curve) & (curve <= target + 1e-12))
-        return int(n[hit[0]]) if hit.size else None
+        # Reached = at or below the target from that checkpoint on: a noisy dip of the
+        # curve (few pairs early on make the bootstrap CI erratic) does not count.
+        above = np.flatnonzero(~(np.isfinite(curve) & (curve <= target + 1e-12)))
+        start = 0 if not above.size else int(above[-1]) + 1
+        return int(n[start]) if start < n.size else None
 
     final = float(rw[-1]) if rw.size else float("nan")
     target = final * (1.0 + tolerance)
