@@ -84,8 +84,8 @@ def test_the_reviewer_panels_appear_live_and_the_report_downloads(browser, tmp_p
             page.get_by_text(f"Simulation job #{job.id} is queued.").wait_for()
             assert Worker(db).run_once().status == "done"
             page.get_by_text(f"Job #{job.id}: question", exact=False).wait_for()
-            page.get_by_text("Result:", exact=False).first.wait_for()
-            page.locator("text.legendtext", has_text="adaptive: mean over 2 seed(s)"
+            page.get_by_text("To get within", exact=False).first.wait_for()
+            page.locator("text.legendtext", has_text="adaptive (mean of 2 seeds)"
                          ).first.wait_for()
             assert page.evaluate("() => window.__noReload") == 1
 

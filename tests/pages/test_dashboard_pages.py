@@ -3,13 +3,19 @@
 The page scripts are run directly (as the other admin page tests do); the seeded study of
 ``conftest.py`` gets completed ratings from both raters and real bleu/rougeL scores from the
 scoring runner, so the pages draw from the same services the tests compare against.
+
+The issue-11 panels (human ceiling, paired metric matrix, system ranking, simulation curves,
+report download) are tested on the reviewer study of ``tests/reviewer_study.py`` (3 raters,
+2 sources) built in the same database, against ``study_correlation(...).report``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import select
 
@@ -206,6 +212,14 @@ def _chart(at, key: str) -> dict:
     return json.loads(found[0].proto.spec)
 
 
+def _values(array) -> list:
+    """A figure's array as a list (plotly ships numpy arrays base64-encoded)."""
+    if isinstance(array, dict):
+        raw = np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+        return raw.reshape(array["shape"]).tolist() if "shape" in array else raw.tolist()
+    return list(array)
+
+
 def _frame(at, column: str):
     """The one table drawn with a column called ``column`` (read-only tables carry no key)."""
     (found,) = [d.value for d in at.dataframe if column in d.value.columns]
@@ -362,18 +376,22 @@ def test_dashboard_runs_a_simulation_and_draws_its_curves(reviewer_env, make_app
     result = jobs.get(reviewer_env.db, job.id).result
     fig = _chart(at, "dash_simulation")
     means = {t["name"]: t for t in fig["data"] if t.get("mode") == "lines+markers"}
-    assert set(means) == {"adaptive: mean over 3 seed(s)", "random: mean over 3 seed(s)"}
+    assert set(means) == {"adaptive (mean of 3 seeds)", "random (mean of 3 seeds)"}
     for strategy in ("adaptive", "random"):
         recs = [r for r in result["curves"] if r["strategy"] == strategy]
         xs = sorted({r["n_ratings"] for r in recs})
-        trace = means[f"{strategy}: mean over 3 seed(s)"]
-        assert trace["x"] == xs
-        assert trace["y"] == pytest.approx([
-            sum(r["ci_width"] for r in recs if r["n_ratings"] == n)
-            / sum(1 for r in recs if r["n_ratings"] == n) for n in xs])
+        assert len(recs) == 3 * len(xs)
+        trace = means[f"{strategy} (mean of 3 seeds)"]
+        assert _values(trace["x"]) == xs
+        assert _values(trace["y"]) == pytest.approx([
+            sum(r["ci_width"] for r in recs if r["n_ratings"] == n) / 3 for n in xs])
     text = all_text(at)
-    assert f"Job #{job.id}: question **all**" in text
-    assert f"**Result:** {result['summary']}." in text
+    assert (f"Job #{job.id}: question **all** (max_tau); {', '.join(result['strategies'])} "
+            "orders, 3 seed(s), 200 bootstrap resamples per point, 36 ratings of 12 pairs by "
+            "3 raters.") in text
+    savings = result["savings"]
+    assert (f"random needs {savings['random_ratings_to_target']} ratings, adaptive "
+            f"{savings['adaptive_ratings_to_target']} of {savings['total_ratings']}") in text
 
 
 def test_dashboard_refuses_a_bad_simulation_question(reviewer_env, make_app):

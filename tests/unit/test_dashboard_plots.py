@@ -155,30 +155,3 @@ def test_panel_tables_flatten_the_sections():
         {"Source A": "gen-a", "Source B": "gen-b", "Measure": "bleu4", "Mean A - B": -0.2,
          "p": 0.012, "Pairs": 4, "Unmatched": 1}]
 
-
-def test_simulation_curves_average_the_seeds_and_shade_their_range():
-    records = [
-        {"strategy": s, "seed": seed, "n_ratings": n, "ci_width": w}
-        for s, seed, n, w in [
-            ("random", 0, 10, 0.8), ("random", 1, 10, 0.6), ("random", 0, 20, 0.5),
-            ("random", 1, 20, 0.3), ("adaptive", 0, 10, 0.7), ("adaptive", 1, 10, 0.5),
-            ("adaptive", 0, 20, 0.2), ("adaptive", 1, 20, None),
-        ]
-    ]
-    fig = plots.simulation_curves(records, quantity="widest tau CI")
-    names = [t.name for t in fig.data]
-    assert names == ["adaptive: range over seeds", "adaptive: mean over 2 seed(s)",
-                     "random: range over seeds", "random: mean over 2 seed(s)"]
-    adaptive_band, adaptive, random_band, random = fig.data
-    assert list(adaptive.x) == [10, 20] and list(adaptive.y) == pytest.approx([0.6, 0.2])
-    assert list(random.y) == pytest.approx([0.7, 0.4])
-    # Band: maxima left to right, then minima right to left.
-    assert list(random_band.x) == [10, 20, 20, 10]
-    assert list(random_band.y) == pytest.approx([0.8, 0.5, 0.3, 0.6])
-    assert fig.layout.yaxis.title.text == "widest tau CI"
-
-
-def test_simulation_curves_with_one_seed_draw_no_band():
-    fig = plots.simulation_curves([{"strategy": "random", "seed": 0, "n_ratings": 5,
-                                    "ci_width": 0.4}])
-    assert [t.name for t in fig.data] == ["random: mean over 1 seed(s)"]

@@ -15,6 +15,7 @@ import streamlit as st
 
 from webapp.components import plots
 from webapp.components.csv_download import csv_download
+from webapp.components.simulation_plot import curves_frame, simulation_plot
 
 #: Corrected p-values below this mark a cell of the paired matrix.
 ALPHA = 0.05
@@ -192,6 +193,9 @@ def systems_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
 def simulation_result(job_id: int, result: Mapping[str, Any]) -> None:
     """The curves of one finished ``simulate_rating`` job and what adaptive saved.
 
+    Drawn with :func:`webapp.components.simulation_plot.simulation_plot` (the same figure as
+    the assignment page), with the job's settings in a caption below.
+
     Args:
         job_id: The job (named in the caption).
         result: Its result (:meth:`backend.services.simulation.SimulationOutput.as_json`).
@@ -200,17 +204,14 @@ def simulation_result(job_id: int, result: Mapping[str, Any]) -> None:
     if not curves:
         st.caption(f"Simulation job #{job_id} produced no curve points.")
         return
-    quantity = f"CI width of {result.get('quantity') or 'the question'}"
-    st.plotly_chart(plots.simulation_curves(curves, quantity=quantity),
-                    key="dash_simulation", width="stretch")
+    simulation_plot(curves_frame(result), result.get("savings"), key="dash_simulation")
     seeds = result.get("seeds") or []
     st.caption(
-        f"Job #{job_id}: question **{result.get('question')}** ({quantity}); "
-        f"{', '.join(result.get('strategies') or [])} orders, {len(seeds)} seed(s), "
-        f"{result.get('resamples')} bootstrap resamples per point, {result.get('n_ratings')} "
-        f"ratings of {result.get('n_pairs')} pairs by {result.get('n_raters')} raters."
+        f"Job #{job_id}: question **{result.get('question')}** "
+        f"({result.get('quantity')}); {', '.join(result.get('strategies') or [])} orders, "
+        f"{len(seeds)} seed(s), {result.get('resamples')} bootstrap resamples per point, "
+        f"{result.get('n_ratings')} ratings of {result.get('n_pairs')} pairs by "
+        f"{result.get('n_raters')} raters."
     )
-    if result.get("summary"):
-        st.markdown(f"**Result:** {result['summary']}.")
     csv_download(curves, file_name=f"{result.get('study')}-simulation.csv",
                  key="dash_simulation_download", label="Download curves (CSV)")

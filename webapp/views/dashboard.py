@@ -6,7 +6,14 @@ the database for the study's cheap data version (counts and latest timestamps of
 completions and scores); the expensive bootstrap is cached with ``st.cache_data`` on that
 version and the chosen settings, so a refresh when nothing changed costs three small queries.
 
-Below the panels, "RadCliQ refit" queues a ``refit_radcliq`` job (the worker scores the four
+For a reviewer (issue 11) the panels also show the human ceiling (leave-one-rater-out
+agreement, a band on the forest plot and a "% of ceiling" column), the matrix of paired
+metric tests, the ranking of the candidate sources, and the newest finished rating
+simulation; all come from the ``correlate`` JSON (``ceiling``, ``pairwise``, ``systems``) or
+the ``simulate_rating`` job's result. Below the panels, "Download report (HTML)" renders the
+paper report when clicked, and "Run simulation" queues a ``simulate_rating`` job.
+
+Below those, "RadCliQ refit" queues a ``refit_radcliq`` job (the worker scores the four
 inputs where missing, then refits with cross-validated Kendall tau) and draws its result; the
 job id stays in the URL (``?refit_job=``).
 """
