@@ -403,3 +403,26 @@ def test_dashboard_refuses_a_bad_simulation_question(reviewer_env, make_app):
     (error,) = at.error
     assert "tau_diff" in error.value
     assert jobs.list_jobs(reviewer_env.db, kind="simulate_rating") == []
+
+
+def test_dashboard_paired_tests_follow_the_chosen_unit_and_correction(reviewer_env, make_app,
+                                                                     all_text):
+    at = _dashboard(reviewer_env, make_app)
+    at.selectbox(key="dash_unit").set_value("case")
+    at.radio(key="dash_correction").set_value("bh")
+    at = at.run()
+    assert not at.exception and not at.error
+    report = _expected(reviewer_env, unit="case", correction="bh")
+    pairwise = report["pairwise"]
+    assert (pairwise["unit"], pairwise["correction"]) == ("case", "bh")
+    assert report["ceiling"]["unit"] == "case"
+    keys = list(at.dataframe[0].value["Metric"])
+    (heat,) = _chart(at, "dash_pairwise")["data"]
+    for name, entry in pairwise["pairs"].items():
+        a, b = name.split("|")
+        assert f"Benjamini-Hochberg-adjusted p = {entry['p_adjusted']:.4f}" \
+            in heat["customdata"][keys.index(a)][keys.index(b)]
+    text = all_text(at)
+    assert "resampling cases (all pairs of one reference together); the same resamples" in text
+    assert "after Benjamini-Hochberg correction over the matrix" in text
+    assert "(bootstrap resampling cases (all pairs of one reference together))" in text

@@ -60,13 +60,14 @@ db = state.get_db()
 
 @st.cache_data(show_spinner="Bootstrapping correlations...", max_entries=32)
 def _correlation(version: str, actor: Actor, study: str, significant: bool, resamples: int,
-                 seed: int, _db: Database) -> analysis.StudyCorrelation:
+                 seed: int, unit: str, correction: str,
+                 _db: Database) -> analysis.StudyCorrelation:
     # ``version`` changes whenever a rating, completion or score changes: it is the cache key
     # that makes an unchanged refresh free. The actor is part of the key so a result computed
     # for one account is never handed to another without the service's role check.
     return analysis.study_correlation(_db, actor, study_name=study,
                                       significant_only=significant, resamples=resamples,
-                                      seed=seed)
+                                      seed=seed, unit=unit, correction=correction)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -107,6 +108,16 @@ seed = int(c4.number_input("Seed", min_value=0, value=0, step=1, key="dash_seed"
 live = c5.toggle("Live", value=True, key="dash_live",
                  help=f"Refresh the panels every {LIVE_SECONDS:g} s while raters rate and the "
                       "worker scores.")
+u1, u2, _ = st.columns([2.2, 2.2, 3])
+unit = u1.selectbox(
+    "Ceiling and paired tests: resample by", list(plots.UNITS), key="dash_unit",
+    format_func=lambda u: {"pair": "pair", "case": "case (all pairs of one reference)",
+                           "rater_pair": "rater and pair"}[u],
+    help="Pairs of one case are not independent: resampling cases (or raters and pairs) "
+         "gives wider, more honest intervals. The choice is recorded in the JSON.")
+correction = u2.radio("Correction over the matrix", list(plots.CORRECTIONS),
+                      format_func=plots.CORRECTIONS.get, horizontal=True,
+                      key="dash_correction")
 
 
 def _pct_of_ceiling(corr: analysis.StudyCorrelation, key: str) -> float | None:
@@ -249,7 +260,8 @@ def panels() -> None:
 
     corr: analysis.StudyCorrelation | None = None
     try:
-        corr = _correlation(version.token, actor, study, significant, resamples, seed, database)
+        corr = _correlation(version.token, actor, study, significant, resamples, seed, unit,
+                            correction, database)
     except ServiceError as exc:
         st.warning(f"No correlations yet: {exc}")
 
@@ -336,7 +348,8 @@ st.download_button(
     help=f"The report {why_not}." if why_not else
     "One self-contained HTML file: study design, raters and agreement, ceiling, the tau "
     "table, the paired matrix, the system ranking, failure modes, metric signatures, "
-    "versions and input hashes, with the target, resamples and seed chosen above.",
+    "versions and input hashes, with the target, resamples and seed chosen above (its "
+    "ceiling and paired tests resample pairs, Holm-corrected).",
 )
 
 
