@@ -63,6 +63,7 @@ __all__ = [
     "order_pairs",
     "parse_question",
     "question_ci_width",
+    "question_estimate",
     "question_weights",
     "savings_summary",
     "simulate",
@@ -289,6 +290,21 @@ def question_ci_width(
     return float(np.nanmax(widths)) if np.isfinite(widths).any() else float("nan")
 
 
+def question_estimate(
+    oriented: ArrayLike, target: ArrayLike, *, question_kind: str
+) -> NDArray[np.float64]:
+    """The question's point estimate: every metric's tau-b (``all``) or ``[tau_A - tau_B]``.
+
+    Args:
+        oriented: ``(M, n)`` oriented metric values.
+        target: ``(n,)`` oriented human score.
+        question_kind: ``"all"`` or ``"tau_diff"``.
+    """
+    tau = kendall_tau_b_batch(np.atleast_2d(np.asarray(oriented, dtype=np.float64)),
+                              np.asarray(target, dtype=np.float64))[0]
+    return np.array([tau[0] - tau[1]]) if question_kind == "tau_diff" else tau
+
+
 @dataclass(frozen=True)
 class SimulationResult:
     """One replay: CI width of the question after each checkpoint's number of ratings.
@@ -298,6 +314,9 @@ class SimulationResult:
         seed: The replay's seed.
         n_ratings: ``(P,)`` ratings revealed at each checkpoint.
         ci_width: ``(P,)`` the question's CI width there (NaN when undefined).
+        abs_error: ``(P,)`` distance of the interim estimate from the full-data one (for
+            ``all`` the largest over the metrics): a narrow CI is only good news when the
+            estimate is also close to where all the ratings put it.
         reveals: ``(total, 2)`` (rater row, pair index) of every rating in reveal order.
     """
 
@@ -305,6 +324,7 @@ class SimulationResult:
     seed: int
     n_ratings: NDArray[np.int64]
     ci_width: NDArray[np.float64]
+    abs_error: NDArray[np.float64]
     reveals: NDArray[np.int64]
 
 
@@ -354,7 +374,12 @@ def simulate(
     total = int(sum(h.size for h in held))
     stops = set(_checkpoints(total, checkpoints).tolist())
     seen = np.full_like(full, np.nan)
-    widths: list[tuple[int, float]] = []
+    widths: list[tuple[int, float, float]] = []
+    everyone = np.isfinite(full).any(axis=0)
+    final_est = np.full(x.shape[0] if question_kind == "all" else 1, np.nan)
+    if everyone.sum() >= 3:
+        final_est = question_estimate(x[:, everyone], -np.nanmean(full[:, everyone], axis=0),
+                                      question_kind=question_kind)
     order: list[tuple[int, int]] = []
     weights = question_weights(x, question_kind) if strategy == "adaptive" else None
     revealed = 0
@@ -379,11 +404,15 @@ def simulate(
             if revealed in stops:
                 rated = np.isfinite(seen).any(axis=0)
                 target = -np.nanmean(seen[:, rated], axis=0)
+                est = question_estimate(x[:, rated], target, question_kind=question_kind)
+                with np.errstate(invalid="ignore"):
+                    err = np.abs(est - final_est)
                 widths.append((revealed, question_ci_width(
                     x[:, rated], target, question_kind=question_kind,
-                    resamples=resamples, seed=seed)))
-    arr = np.array(widths, dtype=np.float64).reshape(-1, 2)
-    return SimulationResult(strategy, seed, arr[:, 0].astype(np.int64), arr[:, 1],
+                    resamples=resamples, seed=seed),
+                    float(np.nanmax(err)) if np.isfinite(err).any() else float("nan")))
+    arr = np.array(widths, dtype=np.float64).reshape(-1, 3)
+    return SimulationResult(strategy, seed, arr[:, 0].astype(np.int64), arr[:, 1], arr[:, 2],
                             np.array(order, dtype=np.int64).reshape(-1, 2))
 
 
@@ -393,6 +422,8 @@ def savings_summary(
     adaptive_width: ArrayLike,
     *,
     tolerance: float = 0.05,
+    random_error: ArrayLike | None = None,
+    adaptive_error: ArrayLike | None = None,
 ) -> dict[str, object]:
     """How many ratings adaptive needs to reach the random order's widths (mean curves).
 
@@ -407,6 +438,9 @@ def savings_summary(
         random_width: ``(P,)`` mean CI width of the random order at each checkpoint.
         adaptive_width: ``(P,)`` same for adaptive.
         tolerance: Relative slack over the final width.
+        random_error: ``(P,)`` mean ``abs_error`` of the random order (optional).
+        adaptive_error: ``(P,)`` same for adaptive; with both, each checkpoint of
+            ``at_random_checkpoints`` also gives both errors at that number of ratings.
 
     Returns:
         JSON-ready numbers (``None`` where a curve never reaches a target).
@@ -431,9 +465,14 @@ def savings_summary(
         if i >= n.size or not np.isfinite(rw[i]):
             continue
         need = first_reach(aw, float(rw[i]))
-        points.append({"random_ratings": int(n[i]), "random_ci_width": float(rw[i]),
-                       "adaptive_ratings": need,
-                       "saved": None if need is None else int(n[i]) - need})
+        point: dict[str, object] = {
+            "random_ratings": int(n[i]), "random_ci_width": float(rw[i]),
+            "adaptive_ci_width": float(aw[i]), "adaptive_ratings": need,
+            "saved": None if need is None else int(n[i]) - need}
+        if random_error is not None and adaptive_error is not None:
+            point["random_abs_error"] = float(np.asarray(random_error, dtype=float)[i])
+            point["adaptive_abs_error"] = float(np.asarray(adaptive_error, dtype=float)[i])
+        points.append(point)
     return {
         "total_ratings": int(n[-1]) if n.size else 0,
         "final_random_ci_width": final,

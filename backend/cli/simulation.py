@@ -41,8 +41,11 @@ def _simulate(args: argparse.Namespace) -> int:
               f"ratings, adaptive after {s['adaptive_ratings_to_target']} "
               f"(saved {s['saved_to_target']})")
         for p in s["at_random_checkpoints"]:
-            print(f"  random's width {p['random_ci_width']:.4f} at {p['random_ratings']} "
-                  f"ratings: adaptive reaches it at {p['adaptive_ratings']}")
+            print(f"  at {p['random_ratings']} ratings: CI width random "
+                  f"{p['random_ci_width']:.4f}, adaptive {p['adaptive_ci_width']:.4f}; "
+                  f"|estimate - full-data estimate| random {p['random_abs_error']:.4f}, "
+                  f"adaptive {p['adaptive_abs_error']:.4f}; adaptive reaches random's width "
+                  f"at {p['adaptive_ratings']}")
     return 0
 
 

@@ -3,10 +3,13 @@
 Each rating is one (rater, pair) of the study revealed in the strategy's order; at
 checkpoints the CI width of the question (``all``: the widest Kendall tau-b CI over the
 metrics; ``tau_diff:A,B``: the CI of tau(A) - tau(B)) is bootstrapped over the pairs rated so
-far (see :mod:`backend.analysis.adaptive`). Seeds ``seed .. seed + seeds - 1`` order the
-raters' queues, so the curves' spread shows the luck of one order. The CLI writes the curves
-as CSV (:func:`write_curves_csv`); the ``simulate_rating`` job returns them as JSON records
-with :func:`backend.analysis.adaptive.savings_summary`.
+far (see :mod:`backend.analysis.adaptive`), and ``abs_error`` is how far the interim estimate
+lies from the full-data one (a CI can be narrow and still off: an adaptive order that picks
+which pairs get more raters can make the interim CI narrower than the final one).
+Seeds ``seed .. seed + seeds - 1`` order the raters' queues, so the curves' spread shows
+the luck of one order. The CLI writes the curves as CSV (:func:`write_curves_csv`); the
+``simulate_rating`` job returns them as JSON records with
+:func:`backend.analysis.adaptive.savings_summary`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ log = logging.getLogger(__name__)
 
 #: The job kind that runs :func:`simulate_study` on the worker.
 KIND = "simulate_rating"
-CSV_COLUMNS = ("strategy", "seed", "n_ratings", "ci_width", "quantity", "question")
+CSV_COLUMNS = ("strategy", "seed", "n_ratings", "ci_width", "abs_error", "quantity",
+               "question")
 STRATEGY_CHOICES = ("random", "adaptive", "both")
 MAX_SEEDS = 1000
 ProgressFn = Callable[[int, int, str], None]
@@ -117,6 +121,14 @@ def _inputs(db: Database, study_name: str, question: adaptive.Question,
             ratings.positions[rated], tuple(order))
 
 
+def _mean_over_seeds(rows: list[np.ndarray]) -> np.ndarray:
+    """Mean over seeds of each checkpoint, NaN where no seed has a value (no warning)."""
+    arr = np.asarray(rows, dtype=np.float64)
+    ok = np.isfinite(arr)
+    n = ok.sum(axis=0)
+    return np.where(n > 0, np.where(ok, arr, 0.0).sum(axis=0) / np.maximum(n, 1), np.nan)
+
+
 def simulate_study(
     db: Database,
     actor: Actor,
@@ -171,8 +183,9 @@ def simulate_study(
             records.extend(
                 {"strategy": strat, "seed": sd, "n_ratings": int(n),
                  "ci_width": None if not math.isfinite(w) else float(w),
+                 "abs_error": None if not math.isfinite(e) else float(e),
                  "quantity": q.quantity, "question": q.text}
-                for n, w in zip(res.n_ratings, res.ci_width, strict=True)
+                for n, w, e in zip(res.n_ratings, res.ci_width, res.abs_error, strict=True)
             )
             done += 1
             if progress is not None:
@@ -180,10 +193,11 @@ def simulate_study(
     summary = None
     if len(strategies) == 2:
         n_r = curves["random"][0].n_ratings
-        with np.errstate(all="ignore"):
-            mean_r = np.nanmean([c.ci_width for c in curves["random"]], axis=0)
-            mean_a = np.nanmean([c.ci_width for c in curves["adaptive"]], axis=0)
-        summary = adaptive.savings_summary(n_r, mean_r, mean_a)
+        summary = adaptive.savings_summary(
+            n_r, _mean_over_seeds([c.ci_width for c in curves["random"]]),
+            _mean_over_seeds([c.ci_width for c in curves["adaptive"]]),
+            random_error=_mean_over_seeds([c.abs_error for c in curves["random"]]),
+            adaptive_error=_mean_over_seeds([c.abs_error for c in curves["adaptive"]]))
     n_ratings = int(np.isfinite(ratings).sum())
     log.info("simulated %s on %s: %d replays", q.text, study_name, total)
     return SimulationOutput(
@@ -202,8 +216,8 @@ def write_curves_csv(path: Path, output: SimulationOutput) -> Path:
         writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         for rec in output.records:
-            writer.writerow({**rec, "ci_width": "" if rec["ci_width"] is None
-                             else repr(rec["ci_width"])})
+            writer.writerow({**rec, **{k: "" if rec[k] is None else repr(rec[k])
+                                       for k in ("ci_width", "abs_error")}})
     tmp.replace(path)
     return path
 

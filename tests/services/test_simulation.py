@@ -60,8 +60,10 @@ def test_csv_has_the_documented_columns(rated, tmp_path):
     path = simulation.write_curves_csv(tmp_path / "curves.csv", out)
     with path.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == ["strategy", "seed", "n_ratings", "ci_width", "quantity",
-                             "question"]
+    assert list(rows[0]) == ["strategy", "seed", "n_ratings", "ci_width", "abs_error",
+                             "quantity", "question"]
+    # With every rating revealed the estimate is the full-data one.
+    assert float(rows[-1]["abs_error"]) == 0.0
     assert len(rows) == len(out.records) and {r["strategy"] for r in rows} == {"random"}
     assert {r["quantity"] for r in rows} == {"max_tau"} and rows[0]["question"] == "all"
     assert float(rows[-1]["ci_width"]) == out.records[-1]["ci_width"]

@@ -156,8 +156,23 @@ def test_replay_reveals_every_rating_once_and_ends_at_the_same_width():
         assert pairs == {(k, j) for k, j in zip(*np.nonzero(np.isfinite(ratings)), strict=True)}
         # Raters take turns: each of the first rounds reveals one rating per rater.
         assert res.reveals[:4, 0].tolist() == [0, 1, 2, 3]
-    # Same data and bootstrap seed at the end: the same width.
+    # Same data and bootstrap seed at the end: the same width, the full-data estimate.
     assert out["random"].ci_width[-1] == out["adaptive"].ci_width[-1]
+    assert out["random"].abs_error[-1] == 0.0 == out["adaptive"].abs_error[-1]
+    # The interim error is |interim tau_diff - final tau_diff|, checked at the first point.
+    res = out["random"]
+    first = res.reveals[: res.n_ratings[0]]
+    seen = np.full_like(ratings, np.nan)
+    seen[first[:, 0], first[:, 1]] = ratings[first[:, 0], first[:, 1]]
+    cols = np.isfinite(seen).any(axis=0)
+
+    def diff(m, h):
+        return (stats.kendalltau(m[0], h).statistic - stats.kendalltau(m[1], h).statistic)
+
+    everyone = np.isfinite(ratings).any(axis=0)
+    final = diff(metrics[:, everyone], -np.nanmean(ratings[:, everyone], axis=0))
+    interim = diff(metrics[:, cols], -np.nanmean(seen[:, cols], axis=0))
+    assert res.abs_error[0] == pytest.approx(abs(interim - final), abs=1e-12)
 
 
 def test_adaptive_replay_covers_every_pair_before_any_second_rating():

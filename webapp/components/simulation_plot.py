@@ -50,18 +50,25 @@ def curves_frame(source: pd.DataFrame | Mapping[str, Any] | Iterable[Mapping[str
     return frame
 
 
-def simulation_figure(curves: pd.DataFrame) -> go.Figure:
-    """Mean CI width per strategy over seeds, with a 10-90% band across seeds.
+def simulation_figure(curves: pd.DataFrame, measure: str = "ci_width") -> go.Figure:
+    """Mean CI width (or ``abs_error``) per strategy over seeds, with a 10-90% band.
 
     Args:
-        curves: Columns strategy, seed, n_ratings, ci_width (quantity optional).
+        curves: Columns strategy, seed, n_ratings, ci_width (quantity, abs_error optional).
+        measure: ``"ci_width"`` or ``"abs_error"`` (distance from the full-data estimate).
+
+    Raises:
+        ValueError: the measure is not a column of the curves.
     """
     frame = curves_frame(curves)
+    if measure not in frame.columns:
+        raise ValueError(f"simulation curves: no column {measure!r}")
+    frame[measure] = pd.to_numeric(frame[measure], errors="coerce")
     fig = go.Figure()
     quantity = str(frame["quantity"].iloc[0]) if "quantity" in frame and len(frame) else ""
     for strategy in sorted(frame["strategy"].unique(), key=lambda s: (s != "random", s)):
         part = frame[frame["strategy"] == strategy]
-        grouped = part.groupby("n_ratings")["ci_width"]
+        grouped = part.groupby("n_ratings")[measure]
         stats = pd.DataFrame({"mean": grouped.mean(), "lo": grouped.quantile(0.1),
                               "hi": grouped.quantile(0.9), "seeds": grouped.count()})
         colour = _COLOURS.get(str(strategy), "#2e8b57")
@@ -73,11 +80,12 @@ def simulation_figure(curves: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(
             x=x, y=stats["mean"], mode="lines+markers", name=f"{strategy} (mean of "
             f"{int(stats['seeds'].max())} seeds)", line={"color": colour, "width": 2},
-            hovertemplate="%{x} ratings: CI width %{y:.4f}<extra>" + str(strategy)
+            hovertemplate="%{x} ratings: %{y:.4f}<extra>" + str(strategy)
             + "</extra>"))
     fig.update_layout(
         xaxis_title="ratings so far (rater x pair)",
-        yaxis_title=_QUANTITY.get(quantity, "95% CI width"),
+        yaxis_title=(_QUANTITY.get(quantity, "95% CI width") if measure == "ci_width"
+                     else "|interim estimate - full-data estimate|"),
         legend={"orientation": "h", "y": -0.2}, margin={"t": 30},
     )
     return fig
@@ -98,6 +106,10 @@ def simulation_plot(curves: pd.DataFrame, savings: Mapping[str, Any] | None = No
         st.info("No simulation curves yet.")
         return
     st.plotly_chart(simulation_figure(frame), key=key, width="stretch")
+    if "abs_error" in frame.columns and frame["abs_error"].notna().any():
+        # A narrow interim CI is good news only if the estimate is near the final one too.
+        st.plotly_chart(simulation_figure(frame, "abs_error"), key=f"{key}_error",
+                        width="stretch")
     if not savings:
         return
     r_need = savings.get("random_ratings_to_target")
