@@ -85,7 +85,7 @@ def test_dashboard_shows_the_tau_table_and_plots(rated_env, make_app, all_text):
     assert [c.key for c in charts] == ["dash_forest", "dash_pairwise", "dash_scatter",
                                        "dash_sources", "dash_agreement"]
     assert "Reproduction: ours next to the published values" in all_text(at)
-    repro = at.dataframe[1].value
+    repro = _frame(at, "Our key")
     bleu_row = repro[repro["Our key"] == "bleu4"].iloc[0]
     assert bleu_row["Published tau-b"] == pytest.approx(0.345)
     assert "bleu" in bleu_row["Our signature"]
@@ -275,6 +275,16 @@ def test_dashboard_draws_the_paired_metric_matrix(reviewer_env, make_app, all_te
         assert heat["text"][i][j] == ("*" if entry["p_adjusted"] < 0.05 else "")
         assert f"{pairwise['correction'].capitalize()}-adjusted p = " \
                f"{entry['p_adjusted']:.4f}" in heat["customdata"][i][j]
+    table = _frame(at, "tau(A) - tau(B)")
+    assert [f"{a}|{b}" for a, b in zip(table["Metric A"], table["Metric B"], strict=True)] \
+        == list(pairwise["pairs"])
+    assert list(table["p adjusted"]) == pytest.approx(
+        [e["p_adjusted"] for e in pairwise["pairs"].values()])
+    # A Williams test that does not apply (identical rankings) is null, a blank cell.
+    williams = [e["williams_p"] for e in pairwise["pairs"].values()]
+    assert None in williams
+    assert list(table["Williams p"]) == pytest.approx(
+        [float("nan") if w is None else w for w in williams], nan_ok=True)
     text = all_text(at)
     assert "Is metric A better than metric B?" in text
     assert "after Holm correction over the matrix" in text

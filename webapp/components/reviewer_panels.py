@@ -117,6 +117,14 @@ def pairwise_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
         "dependent correlations."
     )
     rows = pairwise_rows(pairwise)
+    with st.expander(f"Paired tests as a table ({len(rows)} metric pairs)"):
+        st.dataframe(rows, hide_index=True, width="stretch", key="dash_pairwise_table",
+                     column_config={c: st.column_config.NumberColumn(format="%.4f")
+                                    for c in ("tau(A) - tau(B)", "CI low", "CI high", "p",
+                                              "p adjusted", "Williams p")})
+        st.caption("Williams p: Williams' T2 test for dependent correlations sharing the "
+                   "radiologists as target (Steiger 1980), on Spearman's rho; blank where it "
+                   "does not apply.")
     csv_download(rows, file_name=f"{report.get('study')}-paired-tests.csv",
                  key="dash_pairwise_download", label="Download paired tests (CSV)")
 
