@@ -141,6 +141,8 @@ def render_report(
     significant_only: bool = False,
     resamples: int = 1000,
     seed: int = 0,
+    unit: str | None = None,
+    correction: str = "holm",
 ) -> ReportBundle:
     """Render the paper report of one study (admin only).
 
@@ -151,6 +153,9 @@ def render_report(
         significant_only: Target clinically significant errors instead of all errors.
         resamples: Bootstrap resamples of every interval (0: none).
         seed: Bootstrap seed.
+        unit: Resampling unit of the ceiling and paired tests (``pair``, ``case`` or
+            ``rater_pair``; default: the metrics' own unit).
+        correction: Multiple-testing correction over the paired matrix (``holm``, ``bh``).
 
     Raises:
         PermissionDenied: for a non-admin.
@@ -165,7 +170,7 @@ def render_report(
     summary = studies.get_study_summary(db, actor, study_name=study_name)
     corr = analysis.study_correlation(
         db, actor, study_name=study_name, significant_only=significant_only,
-        resamples=resamples, seed=seed,
+        resamples=resamples, seed=seed, unit=unit, correction=correction,
     )
     agreement = analysis.study_agreement(
         db, actor, study_name=study_name, significant_only=significant_only

@@ -192,3 +192,14 @@ def test_the_static_engine_draws_svg_figures_with_the_system_chromium():
     svg = _static_export({"errors": fig})["errors"]
     assert svg.lstrip().startswith("<svg") and 'width="640"' in svg and 'height="320"' in svg
     assert "gen-a" in svg and "errors per source" in svg
+
+
+def test_the_report_uses_the_chosen_resampling_unit_and_correction(study, monkeypatch):
+    """The dashboard's unit and correction reach the report's ceiling and paired tests."""
+    db, _ = study
+    monkeypatch.setattr(reports, "_static_export", _no_static_engine)
+    html = reports.render_report(db, ADMIN, study_name="s1", resamples=20, seed=1,
+                                 unit="case", correction="bh").html
+    assert "resamples by case), two-sided p, bh correction" in html
+    default = reports.render_report(db, ADMIN, study_name="s1", resamples=20, seed=1).html
+    assert "holm correction" in default

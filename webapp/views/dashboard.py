@@ -331,7 +331,8 @@ def _report_html() -> bytes:
     # Runs on Streamlit's download thread when the button is clicked (never on a rerun):
     # the report re-bootstraps everything, too slow to build on every page run.
     bundle = reports.render_report(db, actor, study_name=study, significant_only=significant,
-                                   resamples=resamples, seed=seed)
+                                   resamples=resamples, seed=seed, unit=unit,
+                                   correction=correction)
     return bundle.html.encode("utf-8")
 
 
@@ -348,8 +349,8 @@ st.download_button(
     help=f"The report {why_not}." if why_not else
     "One self-contained HTML file: study design, raters and agreement, ceiling, the tau "
     "table, the paired matrix, the system ranking, failure modes, metric signatures, "
-    "versions and input hashes, with the target, resamples and seed chosen above (its "
-    "ceiling and paired tests resample pairs, Holm-corrected).",
+    "versions and input hashes, with the target, resamples, seed, resampling unit and "
+    "correction chosen above.",
 )
 
 
