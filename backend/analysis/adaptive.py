@@ -140,10 +140,11 @@ def question_weights(oriented: ArrayLike, question_kind: str) -> NDArray[np.floa
     x = np.atleast_2d(np.asarray(oriented, dtype=np.float64))
     if question_kind == "tau_diff" and x.shape[0] != 2:
         raise ValueError("tau_diff needs exactly two metric rows (A, B)")
-    with np.errstate(all="ignore"):
-        med = np.nanmedian(np.where(np.isfinite(x), x, np.nan), axis=1, keepdims=True)
-    filled = np.where(np.isfinite(x), x, med)
-    filled = np.where(np.isfinite(filled), filled, 0.0)
+    filled = x.copy()
+    for row in filled:
+        ok = np.isfinite(row)
+        # A pair without a value sits at the metric's median: it ranks neither way.
+        row[~ok] = float(np.median(row[ok])) if ok.any() else 0.0
     signs = np.sign(filled[:, :, None] - filled[:, None, :])
     if question_kind == "tau_diff":
         return (signs[0:1] - signs[1:2]) / 2.0
@@ -284,10 +285,9 @@ def question_ci_width(
             return float("nan")
         lo, hi = np.quantile(diff, q)
         return float(hi - lo)
-    with np.errstate(invalid="ignore"):
-        lo, hi = np.nanquantile(tau, q, axis=0)
-    widths = hi - lo
-    return float(np.nanmax(widths)) if np.isfinite(widths).any() else float("nan")
+    widths = [float(np.subtract(*np.quantile(col[np.isfinite(col)], q[::-1])))
+              for col in tau.T if np.isfinite(col).any()]
+    return max(widths) if widths else float("nan")
 
 
 def question_estimate(

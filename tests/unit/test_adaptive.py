@@ -225,3 +225,10 @@ def test_savings_ignore_an_early_dip_of_a_noisy_curve():
     ada = np.array([0.3, 0.6, 0.41, 0.4])  # a 3-pair bootstrap can look narrow by chance
     s = adaptive.savings_summary(n, rnd, ada)
     assert s["adaptive_ratings_to_target"] == 20 and s["saved_to_target"] == 10
+
+
+def test_missing_metric_values_sit_at_the_median(recwarn):
+    w = adaptive.question_weights(np.array([[1.0, np.nan, 3.0], [np.nan] * 3]), "tau_diff")
+    # Row A: the missing pair ties the median (2.0 vs 1 and 3); row B all missing: no order.
+    np.testing.assert_array_equal(w[0], np.array([[0, -1, -1], [1, 0, -1], [1, 1, 0]]) / 2)
+    assert not [x for x in recwarn if issubclass(x.category, RuntimeWarning)]
