@@ -69,10 +69,14 @@ def test_counts_survive_a_reload_and_admin_pages_stay_closed(server, browser, tm
     assert counts[(2, True)] == 2 and counts[(4, False)] == 1
     assert sum(counts.values()) == 3
     page.get_by_text("Saved ").wait_for()
-    page.screenshot(path="/tmp/rate.png")
 
     # A reload starts a new Streamlit session; the browser's session cookie logs the rater
-    # back in: same pair, counts intact, no login form.
+    # back in: same pair, counts intact, no login form. (The cookie is set by the server
+    # once the browser has exchanged the login ticket: wait for it, as a user would.)
+    deadline = time.monotonic() + 30
+    while not any(c["name"] == "radconcord_session" for c in page.context.cookies()):
+        assert time.monotonic() < deadline, "the server never set the session cookie"
+        time.sleep(0.2)
     page.reload()
     page.get_by_text("Candidate report").wait_for()
     assert page.get_by_label("Password", exact=True).count() == 0

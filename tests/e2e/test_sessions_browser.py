@@ -240,6 +240,9 @@ def test_a_failing_live_fragment_shows_a_reference_never_a_traceback(browser, tm
             page.goto(url)
             log_in(page, ADMIN, ADMIN_PASSWORD)
             page.get_by_text("Studies & progress").first.wait_for()
+            # The browser exchanges the login ticket for the cookie after the page is drawn;
+            # navigating before that would open the new page logged out.
+            assert _cookie(context) is not None
             page.goto(f"{url}/dashboard")
             page.get_by_test_id("stMetric").filter(has_text="Ratings").wait_for()
             # The live panels read the score table every second; take it away.
