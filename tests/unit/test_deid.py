@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pydicom
 import pytest
-from PIL import Image
 from pydicom.data import get_testdata_file
 from pydicom.datadict import tag_for_keyword
 from pydicom.dataset import Dataset
@@ -23,8 +22,6 @@ from backend.imaging.deid import (
     UidMapper,
     deidentify,
     deidentify_file,
-    strip_jpeg_metadata,
-    strip_png_metadata,
 )
 from backend.imaging.load import load_image
 from backend.imaging.render import RenderSettings, render_png
@@ -208,29 +205,6 @@ def test_burned_in_annotation_is_reported_and_kept(tmp_path):
     no = Dataset()
     no.BurnedInAnnotation = "NO"
     assert deidentify(no, UidMapper()).warnings == []
-
-
-def test_png_and_jpeg_metadata_stripped_losslessly():
-    arr = (np.arange(32 * 32) % 256).astype(np.uint8).reshape(32, 32)
-    from PIL import PngImagePlugin
-
-    info = PngImagePlugin.PngInfo()
-    info.add_text("Patient", "Doe^Jane")
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG", pnginfo=info)
-    stripped = strip_png_metadata(buf.getvalue())
-    assert b"Doe^Jane" in buf.getvalue() and b"Doe^Jane" not in stripped
-    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(stripped))), arr)
-
-    jbuf = io.BytesIO()
-    exif = Image.Exif()
-    exif[0x010E] = "Patient Doe^Jane"  # ImageDescription
-    Image.fromarray(arr).save(jbuf, format="JPEG", exif=exif, quality=90)
-    original = jbuf.getvalue()
-    jstripped = strip_jpeg_metadata(original)
-    assert b"Doe^Jane" in original and b"Doe^Jane" not in jstripped
-    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(jstripped))),
-                                  np.asarray(Image.open(io.BytesIO(original))))
 
 
 def _displayable_test_files() -> list[str]:

@@ -15,8 +15,6 @@ from backend.imaging.deid import (
     UidMapper,
     clean_raster,
     deidentify_file,
-    strip_jpeg_metadata,
-    strip_png_metadata,
 )
 from backend.imaging.load import load_image
 from backend.imaging.render import RenderSettings, render_png
@@ -120,14 +118,6 @@ def test_raster_pixels_exact_for_8_and_16_bit_grey_and_rgb(corpus):
         with Image.open(io.BytesIO(src)) as a, Image.open(io.BytesIO(out)) as b:
             assert b.mode == mode
             np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
-
-
-def test_old_strippers_leave_what_clean_raster_removes(corpus):
-    """Why the importer moved to clean_raster: private chunks and trailers survive."""
-    png = (corpus.folder / "rgb.png").read_bytes()
-    jpg = (corpus.folder / "photo.jpg").read_bytes()
-    assert hc.find_planted(strip_png_metadata(png))
-    assert hc.find_planted(strip_jpeg_metadata(jpg))
 
 
 def test_clean_raster_refuses_what_is_not_an_image():
