@@ -184,6 +184,10 @@ class Study(Base):
     status: Mapped[str] = mapped_column(String(16), default="open")
     # Where the pairs came from (import file hashes, builder metrics/signatures, seeds).
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # Per-study options chosen by the lead (e.g. ``highlight_differences``); recorded so an
+    # analysis can say how the raters saw the pairs. Keys are documented in
+    # backend/services/study_settings.py.
+    settings: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     pairs: Mapped[list[Pair]] = relationship(back_populates="study", order_by="Pair.position")
@@ -238,6 +242,38 @@ class Assignment(Base):
     last_active_at: Mapped[dt.datetime | None] = mapped_column(
         DateTime(timezone=True), default=None
     )
+    # Bumped by every change of this rater's counts or done-state of the pair: a save
+    # carries the version the rater saw, and a stale one (another tab) is refused.
+    version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class ActivitySpan(Base):
+    """An interval of a rater's own activity (input and focus events) on one pair.
+
+    Sent by the browser; ``client_id`` names the page load (tab) so a span resent after a
+    lost reply is stored once. Time on task is derived from these spans, never from the
+    server's view of requests.
+    """
+
+    __tablename__ = "activity_spans"
+    __table_args__ = (
+        UniqueConstraint("client_id", "assignment_id", "started_at",
+                         name="uq_activity_spans_client_start"),
+        CheckConstraint("active_ms >= 0", name="ck_activity_spans_active_ms"),
+        Index("ix_activity_spans_assignment", "assignment_id"),
+        Index("ix_activity_spans_rater_start", "rater_id", "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    assignment_id: Mapped[int] = mapped_column(
+        ForeignKey("assignments.id", ondelete="CASCADE"))
+    client_id: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    active_ms: Mapped[int] = mapped_column(Integer)
+    events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class Rating(Base):

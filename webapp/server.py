@@ -41,7 +41,7 @@ from starlette.routing import Route  # noqa: E402
 from backend import config  # noqa: E402
 from backend.services import sessions  # noqa: E402
 from db.session import Database  # noqa: E402
-from webapp import state  # noqa: E402
+from webapp import api, state  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ def _database() -> Database:
     with _db_lock:
         if _db is None:
             _db = Database(config.database_url())
+            api.set_database(_db)  # the API routes share it
         return _db
 
 
@@ -141,11 +142,13 @@ def _on_script_error(exc: Exception) -> bool:
 
 
 def routes() -> list[Route]:
-    """The cookie routes under ``server.baseUrlPath``."""
+    """The cookie routes and the components' API routes (``webapp/api``), under
+    ``server.baseUrlPath``."""
     return [
         Route(state.route_url(state.COOKIE_ROUTE), open_session, methods=["POST"]),
         Route(state.route_url(state.REFRESH_ROUTE), refresh_session, methods=["POST"]),
         Route(state.route_url(state.LOGOUT_ROUTE), close_session, methods=["POST"]),
+        *api.routes(str(st.get_option("server.baseUrlPath") or "")),
     ]
 
 

@@ -135,3 +135,30 @@ def test_0004_keeps_every_scoring_job_as_a_score_job(empty_url):
         assert new.id > 7
     assert "scoring_jobs" not in sa.inspect(engine).get_table_names()
     engine.dispose()
+
+
+def test_0005_gives_old_assignments_version_0_and_old_studies_empty_settings(empty_url):
+    """Rows written before 0005 get ``version`` 0 and ``settings`` {} (not NULL), so the
+    first versioned save of an old assignment and the settings reader both work."""
+    engine = make_engine(empty_url)
+    upgrade(engine, "0004")
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO users (id, username, display_name, role, password_hash, active, "
+            "must_change_password, created_at) VALUES (1, 'r1', '', 'rater', 'x', :t, :f, :now)"),
+            {"t": True, "f": False, "now": now})
+        conn.execute(sa.text(
+            "INSERT INTO studies (id, name, description, scheme, raters_per_pair, seed, "
+            "status, provenance, created_at) VALUES (1, 's', '', 'rexval', 1, 0, 'open', "
+            "'{}', :now)"), {"now": now})
+    upgrade(engine)
+    from db.models import Study
+    from db.session import make_sessionmaker
+
+    with make_sessionmaker(engine).begin() as s:
+        assert s.get(Study, 1).settings == {}
+    cols = {c["name"]: c for c in sa.inspect(engine).get_columns("assignments")}
+    assert cols["version"]["nullable"] is False
+    assert "activity_spans" in sa.inspect(engine).get_table_names()
+    engine.dispose()
