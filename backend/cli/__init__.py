@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "backend.cli.metrics",
     "backend.cli.scoring",
     "backend.cli.data",
+    "backend.cli.export",
     "backend.cli.studies",
     "backend.cli.accounts",
     "backend.cli.analysis",

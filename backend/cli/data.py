@@ -1,4 +1,4 @@
-"""Data commands: ``import-pairs``, ``import-rexval``, ``export``, ``import-demo`` and
+"""Data commands: ``import-pairs``, ``import-rexval``, ``import-demo`` and
 ``build-study``.
 
 Heavy modules (pydicom, SQLAlchemy models, metrics) are imported inside the handlers so that
@@ -65,20 +65,6 @@ def cmd_import_rexval(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    """Export a study as ReXVal files or JSONL with a manifest."""
-    from backend.services.exports import export_study
-    from backend.types import Actor
-
-    with database() as db, service_errors():
-        summary = export_study(
-            db, Actor.system(), study_name=args.study, fmt=args.format,
-            out_dir=Path(args.output),
-        )
-    print(f"wrote {len(summary.files)} files to {summary.out_dir}")
-    return 0
-
-
 def cmd_import_demo(args: argparse.Namespace) -> int:
     """Import the bundled demo study."""
     from backend.services.seed import import_demo
@@ -101,7 +87,7 @@ def _positive_int(text: str) -> int:
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
-    """Add ``import-pairs``, ``import-rexval``, ``export``, ``import-demo``, ``build-study``.
+    """Add ``import-pairs``, ``import-rexval``, ``import-demo``, ``build-study``.
 
     Args:
         subparsers: The object returned by ``ArgumentParser.add_subparsers``.
@@ -124,12 +110,6 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
                    help="6_valid_raters_per_rater_error_categories.csv")
     p.add_argument("--study", required=True, help="name of the new study")
     p.set_defaults(func=cmd_import_rexval)
-
-    p = subparsers.add_parser("export", help="export a study (ReXVal files or JSONL)")
-    p.add_argument("--study", required=True)
-    p.add_argument("--format", required=True, choices=("rexval", "jsonl"))
-    p.add_argument("--output", required=True, help="output folder (new or empty)")
-    p.set_defaults(func=cmd_export)
 
     p = subparsers.add_parser("import-demo", help="import the bundled demo study")
     p.add_argument("--study", default="Demo study", help="name of the new study")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import streamlit as st
 
@@ -123,3 +124,29 @@ def image_panel(
             note = notes[index] if index < len(notes) else None
             if note:
                 st.warning(note, icon=":material/warning:")
+
+
+def viewer_panel(db: Any, actor: Any, images: Sequence[Any], *, pair_key: str) -> None:  # noqa: ANN401
+    """Draw the case's images with their viewing controls (the rating screen's viewer).
+
+    Args:
+        db: The study database.
+        actor: The rater (the images service checks access on every call).
+        images: The pair's ``rating.ImageRef`` values (image_id, view, format).
+        pair_key: The pair on screen; zoom and pan start afresh for each new pair.
+    """
+    from backend.services import images as image_service
+    from backend.services.errors import ServiceError
+
+    del pair_key  # the Streamlit controls keep their values across pairs
+    settings = view_controls()
+    rendered: list[tuple[str, bytes | str]] = []
+    for image_id, view_name, fmt in order_views(images):
+        caption = f"{view_name or 'Image'} ({fmt.upper()})"
+        try:
+            rendered.append((caption, image_service.rendered_image(
+                db, actor, image_id=image_id, preset=settings.preset, center=settings.center,
+                width=settings.width, invert=settings.invert, zoom=settings.zoom)))
+        except ServiceError as exc:
+            rendered.append((caption, str(exc)))
+    image_panel(rendered)

@@ -16,12 +16,12 @@ import logging
 
 import streamlit as st
 
-from backend.services import images, rating
+from backend.services import rating
 from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from webapp import state
 from webapp.components.count_grid import cell_key, count_grid
-from webapp.components.image_viewer import image_panel, order_views, view_controls
+from webapp.components.image_viewer import viewer_panel
 from webapp.components.reports import report_pair
 
 PAIR_PARAM = "pair"
@@ -201,20 +201,7 @@ if flash:
 
 
 def _images() -> None:
-    # Window controls only when there is an image to window; the choice is kept for the
-    # session across pairs without images (see image_viewer.view_controls).
-    settings = view_controls()
-    rendered: list[tuple[str, bytes | str]] = []
-    for image_id, view_name, fmt in order_views(view.images):
-        caption = f"{view_name or 'Image'} ({fmt.upper()})"
-        try:
-            # The service checks access on every call and caches the render itself.
-            rendered.append((caption, images.rendered_image(
-                db, actor, image_id=image_id, preset=settings.preset, center=settings.center,
-                width=settings.width, invert=settings.invert, zoom=settings.zoom)))
-        except ServiceError as exc:
-            rendered.append((caption, str(exc)))
-    image_panel(rendered)
+    viewer_panel(db, actor, view.images, pair_key=view.opaque_id)
 
 
 def _grid_and_status() -> None:
