@@ -4,20 +4,31 @@ A rater may see only images of cases whose pairs are assigned to them; an admin 
 Renders are cached by (file sha256, settings) in a process-wide LRU cache: the same film at
 the same window is encoded once however many raters open it. Decoded images are cached
 separately (few entries: a 2000x2000 float32 film is 16 MB).
+
+The rating screen's canvas viewer does its own windowing in the browser: it asks
+:func:`viewer_pixels` for the modality values (after the Modality LUT, before any VOI
+transform) at a resolution matched to its canvas, plus everything the windowing needs (header
+windows, VOI LUT table, MONOCHROME1 flag, the resolved presets). The presets are resolved here
+with :func:`backend.imaging.window.resolve_window`, so the browser's Lung and Bone are the same
+windows as the PNG renderer's.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from PIL import Image as PILImage
 from sqlalchemy import exists, select
 
 from backend import config
 from backend.imaging.load import ImageLoadError, LoadedImage, load_image
 from backend.imaging.render import DEFAULT_MAX_SIDE, THUMBNAIL_SIDE, RenderSettings, render_png
+from backend.imaging.window import Window, resolve_window
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from backend.services.rating import HIDDEN_STATUSES
 from backend.services.types import Actor
@@ -58,6 +69,7 @@ def clear_caches() -> None:
     """Drop cached decodes and renders (tests, or after files are replaced)."""
     _load_cached.cache_clear()
     _render_cached.cache_clear()
+    _viewer_cached.cache_clear()
 
 
 def _check_access(s: Any, actor: Actor, case_id: int) -> None:
@@ -252,3 +264,160 @@ def images_for_pair(
             )
             for i in images
         ]
+
+
+# The viewer's pixel requests: a requested longest side is rounded up to a multiple of this
+# (never down: the browser gets at least the pixels it asked for), so that canvases of nearly
+# the same size share one cached encoding.
+VIEWER_SIDE_STEP = 128
+VIEWER_MIN_SIDE = 16
+
+
+@dataclass(frozen=True)
+class ViewerPixels:
+    """Modality values of one image for the browser viewer, and how to window them.
+
+    Attributes:
+        header: JSON-able description: ``rows``/``cols`` of ``data``, ``full_rows``/
+            ``full_cols`` of the image, ``dtype`` (``uint16``, ``int16`` or ``float32``,
+            little-endian), ``monochrome1``, ``photometric``, ``format``, ``bits_stored``,
+            ``pixel_min``/``pixel_max`` (finite values of the full image), ``windows``
+            (header Window Center/Width pairs), ``window_explanations``, ``voi_function``,
+            ``voi_lut`` (``{"first_mapped", "bits", "table"}`` or None), ``presets``
+            (``header``/``lung``/``bone`` resolved by ``backend.imaging.window``: ``center``,
+            ``width``, ``function`` and ``lut``: True when the VOI LUT table applies),
+            ``manual_step`` (a sensible step for the Manual centre/width inputs) and
+            ``values`` (what the numbers are: modality values, HU for CT).
+        data: The values, row-major, ``rows * cols`` items of ``dtype`` (little-endian).
+    """
+
+    header: dict[str, Any]
+    data: bytes
+
+
+def viewer_side(requested: int | None, longest: int) -> int:
+    """The longest side to send for a request of ``requested`` pixels (None: full size).
+
+    Args:
+        requested: The longest side the browser asked for (its canvas size times the device
+            pixel ratio), or None for full resolution.
+        longest: The image's longest side.
+
+    Returns:
+        ``requested`` rounded up to a multiple of :data:`VIEWER_SIDE_STEP`, at most
+        ``longest`` (never upscaled).
+    """
+    if requested is None:
+        return longest
+    rounded = int(math.ceil(max(requested, VIEWER_MIN_SIDE) / VIEWER_SIDE_STEP)) * VIEWER_SIDE_STEP
+    return min(longest, rounded)
+
+
+def _window_json(window: Window) -> dict[str, Any]:
+    return {"center": window.center, "width": window.width, "function": window.function,
+            "lut": window.lut is not None, "source": window.source}
+
+
+def _manual_step(image: LoadedImage, lo: float, hi: float, integral: bool) -> float:
+    """A step for the Manual centre/width inputs: about 1/256 of the stored range.
+
+    Stored integers of ``b`` bits step by ``2**(b-8)`` (1 for 8-bit, 128 for a 15-bit CR);
+    anything else (floats, HU) by 1, 2 or 5 times a power of ten near ``range / 256``.
+    """
+    if integral and not image.hounsfield:
+        return float(2 ** max(0, image.bits - 8))
+    target = max(hi - lo, 1e-6) / 256.0
+    power = 10.0 ** math.floor(math.log10(target))
+    step = next(power * f for f in (1.0, 2.0, 5.0, 10.0) if power * f >= target)
+    return max(1.0, step) if integral else step
+
+
+@functools.lru_cache(maxsize=8)
+def _viewer_cached(abs_path: str, sha256: str, side: int) -> ViewerPixels:
+    image = _load_cached(abs_path, sha256)
+    pixels = image.pixels
+    finite = pixels[np.isfinite(pixels)]
+    lo = float(finite.min()) if finite.size else 0.0
+    hi = float(finite.max()) if finite.size else 0.0
+    integral = bool(finite.size == pixels.size and np.array_equal(finite, np.rint(finite)))
+    if integral and lo >= 0 and hi <= 65535:
+        dtype = "uint16"
+    elif integral and lo >= -32768 and hi <= 32767:
+        dtype = "int16"
+    else:
+        dtype = "float32"
+    rows, cols = image.height, image.width
+    longest = max(rows, cols)
+    if side < longest:
+        scale = side / longest
+        size = (max(1, int(round(cols * scale))), max(1, int(round(rows * scale))))
+        # Area averaging (BOX) of the modality values: no aliasing, no ringing outside the
+        # original range. The browser windows the averages, as any viewer's mipmaps do.
+        pixels = np.asarray(
+            PILImage.fromarray(pixels, mode="F").resize(size, PILImage.Resampling.BOX),
+            dtype=np.float32,
+        )
+    if dtype == "float32":
+        out = np.ascontiguousarray(pixels, dtype="<f4")
+    else:
+        # Averages are rounded back to the stored integers (half the bytes of float32; a
+        # half-value step is far below any window width a viewer shows).
+        out = np.clip(np.rint(pixels), lo, hi).astype("<u2" if dtype == "uint16" else "<i2")
+    presets = {name: _window_json(resolve_window(image, name)) for name in ("header", "lung",
+                                                                             "bone")}
+    lut = image.voi_lut
+    header = {
+        "rows": int(out.shape[0]),
+        "cols": int(out.shape[1]),
+        "full_rows": rows,
+        "full_cols": cols,
+        "dtype": dtype,
+        "format": image.format,
+        "photometric": image.photometric,
+        "monochrome1": bool(image.invert_for_display),
+        "bits_stored": int(image.bits),
+        "hounsfield": bool(image.hounsfield),
+        "values": "HU" if image.hounsfield else "modality",
+        "pixel_min": lo,
+        "pixel_max": hi,
+        "windows": [[float(c), float(w)] for c, w in image.windows],
+        "window_explanations": list(image.window_explanations),
+        "voi_function": image.voi_function,
+        "voi_lut": None if lut is None else {
+            "first_mapped": int(lut.first_mapped), "bits": int(lut.bits),
+            "table": [float(v) for v in lut.table], "explanation": lut.explanation},
+        "presets": presets,
+        "manual_step": _manual_step(image, lo, hi, integral),
+    }
+    return ViewerPixels(header=header, data=out.tobytes())
+
+
+def viewer_pixels(db: Database, actor: Actor, *, image_id: int,
+                  max_side: int | None = None) -> ViewerPixels:
+    """Modality values of an image for the browser viewer (same access rules as
+    :func:`rendered_image`).
+
+    Args:
+        db: The database.
+        actor: Admin, or a rater with an assignment on a pair of the image's case.
+        image_id: The image.
+        max_side: Longest side wanted (the canvas size times the device pixel ratio); rounded
+            up to a multiple of :data:`VIEWER_SIDE_STEP`; None or more than the image: full
+            resolution. Never upscaled.
+
+    Returns:
+        The values and their header.
+
+    Raises:
+        PermissionDenied: A rater asked for an image outside their assignments.
+        NotFound: No such image (admin) or its file is missing.
+        InvalidInput: ``max_side`` below 16, or the file cannot be decoded.
+    """
+    if max_side is not None and max_side < VIEWER_MIN_SIDE:
+        raise InvalidInput(f"max_side must be at least {VIEWER_MIN_SIDE} pixels")
+    path, sha = _image_file(db, actor, image_id)
+    try:
+        image = _load_cached(path, sha)
+        return _viewer_cached(path, sha, viewer_side(max_side, max(image.height, image.width)))
+    except ImageLoadError as exc:
+        raise InvalidInput(str(exc)) from None
