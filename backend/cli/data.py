@@ -17,24 +17,38 @@ from backend.util import file_sha256
 
 
 def cmd_import_pairs(args: argparse.Namespace) -> int:
-    """Import a CSV/JSONL file of cases as a new study."""
-    from backend.datasets.pairs import parse_cases
-    from backend.services.imports import import_cases
+    """Import a CSV/JSONL file of cases as a new study (or, with ``--dry-run``, preview it)."""
+    from backend.cli.progress import progress_bar
+    from backend.datasets.pairs import read_cases
+    from backend.services.imports import import_cases, preview_import, preview_lines
     from backend.types import Actor
 
     path = Path(args.input)
+    images = Path(args.images) if args.images else None
+    if args.dry_run:
+        with database() as db, service_errors():
+            preview = preview_import(db, Actor.system(), study_name=args.study,
+                                     cases_file=path, images_dir=images, layout=args.layout)
+        for line in preview_lines(preview):
+            print(line)
+        return 0 if preview.ok else 1
     with service_errors():
-        cases = parse_cases(path, images_dir=Path(args.images) if args.images else None)
-    with database() as db, service_errors():
+        parsed = read_cases(path, images_dir=images, layout=args.layout)
+    detected = "" if parsed.layout_reason == "chosen" else f" (detected: {parsed.layout_reason})"
+    print(f"layout: {parsed.layout}{detected}", file=sys.stderr)
+    with database() as db, service_errors(), \
+            progress_bar(f"import {args.study}", unit="pair") as progress:
         summary = import_cases(
             db,
             Actor.system(),
             study_name=args.study,
-            cases=cases,
+            cases=parsed.cases,
             raters_per_pair=args.raters_per_pair,
             seed=args.seed,
-            provenance={"kind": "pairs-file", "file": path.name, "sha256": file_sha256(path)},
+            provenance={"kind": "pairs-file", "file": path.name, "sha256": file_sha256(path),
+                        "layout": parsed.layout},
             image_base=None,
+            progress=progress,
         )
     print(
         f"study {summary.study_name!r}: {summary.n_pairs} pairs, {summary.n_cases} cases "
@@ -100,6 +114,15 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
         help="folder that image paths are relative to; a case with no image paths takes"
         " DIR/<case_id>/* or DIR/<case_id>[_*].dcm/png/jpg",
     )
+    p.add_argument(
+        "--layout", choices=("auto", "long", "wide"), default="auto",
+        help="long: one row per candidate (case_id, reference, candidate, source); wide: one "
+        "column per generator; auto (default): detected only when the columns leave no doubt "
+        "(the reason is printed), else refused",
+    )
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the file and print what would be imported (cases, pairs, "
+                   "sources, images found and missing); write nothing")
     p.add_argument("--raters-per-pair", type=_positive_int, default=1)
     p.add_argument("--seed", type=int, default=0, help="assignment seed recorded on the study")
     p.set_defaults(func=cmd_import_pairs)
@@ -173,24 +196,21 @@ def cmd_build_study(args: argparse.Namespace) -> int:
         options = parse_set_options(args.set or [])
     if args.export and Path(args.export).exists() and any(Path(args.export).iterdir()):
         raise UserError(f"{args.export}: output folder exists and is not empty")
-    last = [-1]
+    from contextlib import nullcontext
 
-    def progress(done: int, total: int, message: str) -> None:
-        # One line per 10 % on stderr: enough to see it move, quiet in logs.
-        step = int(10 * done / total) if total else 10
-        if step != last[0]:
-            last[0] = step
-            print(f"[{done}/{total}] {message}", file=sys.stderr)
+    from backend.cli.progress import progress_bar
 
     actor = Actor.system()
+    bar = nullcontext(None) if args.quiet else progress_bar(f"build {args.name}", unit="step")
     with database() as db, service_errors():
-        summary = build_study.build_study(
-            db, actor, study_name=args.name, tests=args.tests, corpus=args.corpus,
-            metrics=metrics, per_metric=args.per_metric, top_k=args.top_k, engine=args.engine,
-            seed=args.seed, limit_tests=args.limit_tests, raters=raters,
-            raters_per_pair=args.raters_per_pair, options=options,
-            progress=None if args.quiet else progress,
-        )
+        with bar as progress:
+            summary = build_study.build_study(
+                db, actor, study_name=args.name, tests=args.tests, corpus=args.corpus,
+                metrics=metrics, per_metric=args.per_metric, top_k=args.top_k,
+                engine=args.engine, seed=args.seed, limit_tests=args.limit_tests,
+                raters=raters, raters_per_pair=args.raters_per_pair, options=options,
+                progress=progress,
+            )
         print(f"study {summary.study_name!r}: {summary.n_pairs} pairs for {summary.n_cases} "
               f"test reports ({summary.n_picks_before_dedup} metric picks before dedup), "
               f"metrics {', '.join(summary.metrics)}, engine {summary.engine}, "

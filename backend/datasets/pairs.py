@@ -4,10 +4,22 @@ Accepted layouts (one file, UTF-8, optional BOM):
 
 - **long**: columns ``case_id`` (or ``id``), ``reference``, ``candidate`` and optionally
   ``source``; several rows per case (one per candidate), the reference repeated identically.
+  JSONL lines may instead carry ``candidates`` as ``{source: text}`` or
+  ``[{"text": ..., "source": ...}]``.
 - **wide**: ``case_id`` (or ``id``), ``reference`` and one column per generator; the column
   name is the candidate's source. Empty cells mean "no candidate from that source".
-- JSONL lines hold the same keys; a line may also carry ``candidates`` as
-  ``{source: text}`` or ``[{"text": ..., "source": ...}]``.
+- JSONL lines hold the same keys.
+
+The layout is chosen by the caller (``layout="long"`` or ``"wide"``) or detected
+(``"auto"``) only when the columns leave no doubt: a ``candidate`` (or ``candidates``) column
+means long; no such column, no ``source`` column and at least one other column means wide,
+each other column a generator. Everything else is refused before a row is read, naming the
+columns: a long file with unknown columns (``candidat``, ``Source``), a ``source`` column
+without ``candidate``, a wide file whose generator column looks like a misspelt column name
+(``candidat``: "did you mean 'candidate'?"), a wide file with long-layout columns. So a typo
+never becomes a generator called ``candidat`` with the ``source`` column silently dropped.
+Columns written by this app's own JSONL export (``position``, ``pair_id``, ``input_hash``) are
+known and ignored, so an export re-imports as it is.
 
 Optional ``images`` (or ``image``): paths separated by ``;`` (a list in JSONL, whose items
 may be ``{"path": ..., "view": ...}`` objects), relative to the images folder if one is given,
@@ -27,7 +39,9 @@ absolute, without path separators, not ``.``/``..`` and not resolving outside th
 
 from __future__ import annotations
 
+import difflib
 import glob
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +61,134 @@ from backend.scoring.pairs_reader import (
 from backend.types import CandidateInput, CaseInput, ImageInput
 from backend.util import json_type
 
-__all__ = ["MAX_FILE_BYTES", "MAX_REPORT_BYTES", "images_in_folder", "parse_cases",
-           "unusable_lookup_id"]
+__all__ = ["LAYOUTS", "MAX_FILE_BYTES", "MAX_REPORT_BYTES", "CasesFile", "images_in_folder",
+           "parse_cases", "read_cases", "unusable_lookup_id"]
 
 ID_FIELDS = ("case_id", "id")
-RESERVED_FIELDS = {"case_id", "id", "reference", "candidate", "source", "images", "image",
-                   "notes", "view", "views", "candidates"}
+#: Columns of either layout.
+COMMON_FIELDS = ("case_id", "id", "reference", "images", "image", "notes", "view", "views")
+#: Columns only the long layout has (``candidates``: JSONL only).
+LONG_FIELDS = ("candidate", "source", "candidates")
+#: Columns our own JSONL export writes besides the import's: read back and ignored.
+EXPORT_FIELDS = ("position", "pair_id", "input_hash")
+RESERVED_FIELDS = {*COMMON_FIELDS, *LONG_FIELDS, *EXPORT_FIELDS}
+#: Names a misspelt column is compared with ("did you mean ...?").
+_SUGGESTIBLE = ("case_id", "id", "reference", "candidate", "candidates", "source", "images",
+                "image", "notes", "view", "views")
 DEFAULT_SOURCE = "unspecified"
+#: ``auto`` detects the layout when the columns leave no doubt.
+LAYOUTS = ("auto", "long", "wide")
+
+
+@dataclass(frozen=True)
+class CasesFile:
+    """A parsed cases file and how it was read.
+
+    Attributes:
+        cases: The cases, in order of first appearance.
+        layout: ``long`` or ``wide``.
+        layout_reason: Why that layout (``"chosen"`` when the caller named it).
+        columns: The columns (CSV header, or every JSONL key in order of appearance).
+        ignored: Known columns that are read and not used (export bookkeeping).
+        missing_images: ``(where, path)`` of image paths naming no file (only when parsed
+            with ``collect_missing=True``; otherwise a missing image is an error).
+    """
+
+    cases: list[CaseInput]
+    layout: str
+    layout_reason: str
+    columns: tuple[str, ...]
+    ignored: tuple[str, ...] = ()
+    missing_images: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+def suggest_column(name: str) -> str | None:
+    """The known column ``name`` looks like a misspelling of (``candidat`` -> ``candidate``)."""
+    low = name.strip().lower()
+    if low in _SUGGESTIBLE:
+        return low  # a case or spacing difference: ``Candidate``, ``source ``
+    match = difflib.get_close_matches(low, _SUGGESTIBLE, n=1, cutoff=0.8)
+    return match[0] if match else None
+
+
+def _unknown(columns: list[str]) -> str:
+    parts = []
+    for c in columns:
+        hint = suggest_column(c)
+        parts.append(f"{c!r}" + (f" (did you mean {hint!r}?)" if hint else ""))
+    return ", ".join(parts)
+
+
+def choose_layout(path: Path, columns: list[str], layout: str = "auto") -> tuple[str, str]:
+    """Decide (or check) the layout of a file with ``columns``; refuse doubtful files.
+
+    Args:
+        path: The file, for messages.
+        columns: Its columns (CSV header or JSONL keys).
+        layout: ``auto``, ``long`` or ``wide``.
+
+    Returns:
+        ``(layout, reason)``, layout ``long`` or ``wide``.
+
+    Raises:
+        InvalidInput: an unknown layout; unknown or misspelt columns, named (with the known
+            column each looks like); a file whose layout cannot be told.
+    """
+    if layout not in LAYOUTS:
+        raise InvalidInput(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    where = f"{path}: header"
+    extra = [c for c in columns if c not in RESERVED_FIELDS]
+    has_long = [c for c in LONG_FIELDS if c in columns]
+    has_candidate = "candidate" in columns or "candidates" in columns
+    if layout == "auto":
+        if has_candidate:
+            layout, reason = "long", "it has a 'candidate' column"
+        elif "source" in columns:
+            raise InvalidInput(
+                f"{where}: column 'source' belongs to the long layout (one row per candidate), "
+                "but there is no 'candidate' column"
+                + (f"; unknown column(s) {_unknown(extra)}" if extra else "")
+                + "; fix the header, or choose the layout explicitly")
+        elif not extra:
+            raise InvalidInput(
+                f"{where}: no candidate column ('candidate', or one column per generator)")
+        else:
+            misspelt = [c for c in extra if suggest_column(c)]
+            if misspelt:
+                raise InvalidInput(
+                    f"{where}: unknown column(s) {_unknown(misspelt)}; without a 'candidate' "
+                    "column every other column would become a generator, so the layout is "
+                    "not clear: fix the header, or choose the wide layout explicitly and "
+                    "rename the column")
+            return "wide", (f"no 'candidate' column, so every other column is a generator: "
+                            f"{', '.join(extra)}")
+    else:
+        reason = "chosen"
+    if layout == "long":
+        if not has_candidate:
+            raise InvalidInput(
+                f"{where}: long layout: missing column 'candidate'"
+                + (f"; unknown column(s) {_unknown(extra)}" if extra else ""))
+        if extra:
+            raise InvalidInput(
+                f"{where}: unknown column(s) {_unknown(extra)}; the long layout takes "
+                "case_id (or id), reference, candidate, source, images and notes")
+        return "long", reason
+    # wide
+    if has_long:
+        raise InvalidInput(
+            f"{where}: wide layout: column(s) {', '.join(repr(c) for c in has_long)} belong "
+            "to the long layout (one row per candidate); in the wide layout each generator "
+            "has its own column")
+    misspelt = [c for c in extra if suggest_column(c)]
+    if misspelt:
+        raise InvalidInput(
+            f"{where}: wide layout: column(s) {_unknown(misspelt)} look like misspelt column "
+            "names, not generators; rename them")
+    if not extra:
+        raise InvalidInput(f"{where}: wide layout: no generator column (one column per "
+                           "generator, besides case_id, reference and images)")
+    return "wide", reason
 
 
 def _report(path: Path, where: str, field: str, value: Any) -> str:
@@ -74,9 +209,11 @@ def _case_id(path: Path, row: Record) -> str:
     raise field_error(path, row.where, "case_id", "missing case id")
 
 
-def _candidates(path: Path, row: Record, wide_columns: list[str]) -> list[CandidateInput]:
+def _candidates(path: Path, row: Record, layout: str) -> list[CandidateInput]:
     f = row.fields
     out: list[CandidateInput] = []
+    if layout == "wide":
+        return _wide_candidates(path, row)
     if "candidates" in f and f["candidates"] not in (None, ""):
         cands = f["candidates"]
         if isinstance(cands, dict):
@@ -102,8 +239,14 @@ def _candidates(path: Path, row: Record, wide_columns: list[str]) -> list[Candid
         text = _report(path, row.where, "candidate", f["candidate"])
         source = check_label(path, row.where, "source", f.get("source"))
         return [CandidateInput(text, source or DEFAULT_SOURCE)]
-    for column in wide_columns:
-        value = f.get(column)
+    raise field_error(path, row.where, "candidate", "missing (long layout: one candidate per "
+                                                    "row, or 'candidates' in JSONL)")
+
+
+def _wide_candidates(path: Path, row: Record) -> list[CandidateInput]:
+    out: list[CandidateInput] = []
+    for column in (c for c in row.fields if c not in RESERVED_FIELDS):
+        value = row.fields.get(column)
         if value in (None, ""):
             continue
         if len(column) > MAX_LABEL_CHARS or "\x00" in column:
@@ -172,8 +315,25 @@ def images_in_folder(base: Path, case_id: str) -> list[ImageInput]:
     return [ImageInput(path=p.resolve()) for p in found]
 
 
-def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> list[CaseInput]:
-    """Read a CSV or JSONL file of cases.
+def parse_cases(path: str | Path, *, images_dir: str | Path | None = None,
+                layout: str = "auto") -> list[CaseInput]:
+    """Read a CSV or JSONL file of cases (see :func:`read_cases`); the cases only."""
+    return read_cases(path, images_dir=images_dir, layout=layout).cases
+
+
+def _columns(parsed: Any) -> list[str]:
+    if parsed.header is not None:
+        return list(parsed.header)
+    seen: dict[str, None] = {}
+    for row in parsed.records:
+        for key in row.fields:
+            seen.setdefault(key, None)
+    return list(seen)
+
+
+def read_cases(path: str | Path, *, images_dir: str | Path | None = None,
+               layout: str = "auto", collect_missing: bool = False) -> CasesFile:
+    """Read a CSV or JSONL file of cases, its layout chosen or detected (module docstring).
 
     Args:
         path: The file (``.csv``, or ``.jsonl``/``.ndjson``).
@@ -181,12 +341,17 @@ def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> li
             images must lie inside it. When given, a case whose rows name no image takes the
             images found for it by name in this folder (see :func:`images_in_folder`), so a
             folder of DICOM/PNG/JPEG files organised by case id imports without listing files.
+        layout: ``auto`` (detected only when unambiguous), ``long`` or ``wide``.
+        collect_missing: List image paths that name no file in
+            :attr:`CasesFile.missing_images` instead of refusing the first (a dry run).
 
     Returns:
-        Cases in order of first appearance, candidates in row/column order.
+        The cases (in order of first appearance, candidates in row/column order) and the
+        layout with the reason it was chosen.
 
     Raises:
-        InvalidInput: Any problem, naming the file, row and field.
+        InvalidInput: Any problem, naming the file, row and field; unknown or misspelt
+            columns are named with the column each looks like.
     """
     path = Path(path)
     base = Path(images_dir) if images_dir is not None else path.resolve().parent
@@ -194,26 +359,28 @@ def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> li
         raise InvalidInput(f"{base}: images folder does not exist")
     parsed = read_records(path, max_bytes=MAX_FILE_BYTES)
     rows = parsed.records
-    columns = list(parsed.header or ())
+    columns = _columns(parsed)
     if parsed.header is not None:
         require_columns(path, columns, [ID_FIELDS, "reference"])
-        if "candidate" not in columns and not (set(columns) - RESERVED_FIELDS):
-            raise InvalidInput(
-                f"{path}: header: no candidate column ('candidate', or one column per source)"
-            )
     if not rows:
         raise InvalidInput(f"{path}: no data rows")
+    layout, reason = choose_layout(path, columns, layout)
+    missing: list[tuple[str, str]] = []
     cases: dict[str, CaseInput] = {}
     seen_images: dict[str, set[Path]] = {}
     first_row: dict[str, Record] = {}
+    named_images: set[str] = set()
     for row in rows:
-        wide = [c for c in row.fields if c not in RESERVED_FIELDS]
         case_id = _case_id(path, row)
         if "reference" not in row.fields:
             raise field_error(path, row.where, "reference", "missing")
         reference = _report(path, row.where, "reference", row.fields["reference"])
-        candidates = _candidates(path, row, wide)
-        images = record_images(path, row, base)
+        candidates = _candidates(path, row, layout)
+        lost: list[str] | None = [] if collect_missing else None
+        images = record_images(path, row, base, missing=lost)
+        missing.extend((row.where, p) for p in lost or ())
+        if lost:
+            named_images.add(case_id)  # it names images (missing ones): no lookup by id
         case = cases.get(case_id)
         if case is None:
             case = CaseInput(case_id=case_id, reference=reference, candidates=[], images=[])
@@ -233,16 +400,23 @@ def parse_cases(path: str | Path, *, images_dir: str | Path | None = None) -> li
     for case in cases.values():
         if not case.candidates:
             raise InvalidInput(f"{path}: case {case.case_id!r}: no candidate report")
-        if images_dir is not None and not case.images:
+        if images_dir is not None and not case.images and case.case_id not in named_images:
             try:
                 case.images.extend(images_in_folder(base, case.case_id))
             except (ValueError, OSError) as exc:
                 row = first_row[case.case_id]
                 name = next((n for n in ID_FIELDS if row.fields.get(n) not in (None, "")),
                             "case_id")
-                reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+                reason_text = exc.strerror if isinstance(exc, OSError) else str(exc)
                 raise InvalidInput(
                     f"{path}: {row.where}, field {name!r}: case id {case.case_id!r} cannot be "
-                    f"looked up in the images folder: {reason}"
+                    f"looked up in the images folder: {reason_text}"
                 ) from None
-    return list(cases.values())
+    return CasesFile(
+        cases=list(cases.values()),
+        layout=layout,
+        layout_reason=reason,
+        columns=tuple(columns),
+        ignored=tuple(c for c in columns if c in EXPORT_FIELDS),
+        missing_images=tuple(missing),
+    )

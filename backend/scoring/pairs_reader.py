@@ -410,11 +410,20 @@ def resolve_image_path(path: str | os.PathLike[str], where: str, field: str, raw
     return candidate
 
 
-def record_images(path: str | os.PathLike[str], record: Record, base: Path) -> list[ImageInput]:
+def record_images(path: str | os.PathLike[str], record: Record, base: Path, *,
+                  missing: list[str] | None = None) -> list[ImageInput]:
     """The images a record names in ``images`` (or ``image``), resolved inside ``base``.
 
     The value is paths separated by ``;`` (a CSV cell or a JSON string) or a JSON list whose
     items are paths or ``{"path": ..., "view": ...}`` objects. Blank items are skipped.
+
+    Args:
+        path: The input file, for messages.
+        record: The record.
+        base: The folder images must lie in.
+        missing: When given, a path that stays inside ``base`` but names no file is appended
+            to it (as written in the file) and left out, instead of refused: a dry run lists
+            every missing image at once. A path escaping ``base`` is always refused.
 
     Raises:
         InvalidInput: A value of another type, a non-text item, or a path outside ``base``
@@ -440,5 +449,16 @@ def record_images(path: str | os.PathLike[str], record: Record, base: Path) -> l
     else:
         raise field_error(path, record.where, field, "expected ';'-separated paths or a list, "
                                                      f"got {json_type(raw)}")
-    return [ImageInput(path=resolve_image_path(path, record.where, field, p, base), view=view)
-            for p, view in items if p]
+    out: list[ImageInput] = []
+    root = base.resolve()
+    for p, view in items:
+        if not p:
+            continue
+        if missing is not None:
+            candidate = (root / p).resolve()
+            if candidate.is_relative_to(root) and not candidate.is_file():
+                missing.append(p)
+                continue
+        out.append(ImageInput(path=resolve_image_path(path, record.where, field, p, base),
+                              view=view))
+    return out

@@ -949,6 +949,184 @@ def import_rexval(
     return dataclasses.replace(summary, n_raters=n_raters, n_ratings=n_ratings)
 
 
+# ------------------------------------------------------------------------------ dry run
+
+
+@dataclass(frozen=True)
+class ImportPreview:
+    """What an import of a cases file would create; nothing is written to compute it.
+
+    Attributes:
+        study_name: The new study's name.
+        file: The cases file as the user knows it (the uploaded name, not a server path).
+        layout: ``long`` or ``wide``.
+        layout_reason: Why (``"chosen"`` when given explicitly).
+        columns: The file's columns.
+        n_cases: Cases.
+        n_pairs: Pairs (one per candidate).
+        sources: Candidate source -> pairs, in order of first appearance.
+        n_images: Image files found.
+        missing_images: ``"row N (line L): path"`` of each listed image that is not there.
+        n_cases_without_images: Cases with no image.
+        warnings: Things to know that do not stop the import.
+        problems: What would make the import fail (empty when it can run).
+        runs_on_worker: Whether the pages send an import of this size to the worker.
+    """
+
+    study_name: str
+    file: str
+    layout: str
+    layout_reason: str
+    columns: tuple[str, ...]
+    n_cases: int
+    n_pairs: int
+    sources: dict[str, int]
+    n_images: int
+    missing_images: tuple[str, ...]
+    n_cases_without_images: int
+    warnings: tuple[str, ...]
+    problems: tuple[str, ...]
+    runs_on_worker: bool
+
+    @property
+    def ok(self) -> bool:
+        """Whether the import would run (no problem found)."""
+        return not self.problems
+
+
+def _name_problem(db: Database, study_name: str) -> str | None:
+    from backend.services.job_inputs import check_name_not_pending
+
+    name = (study_name or "").strip()
+    if not name:
+        return "study name is empty"
+    if len(name) > 128:
+        return "study name is longer than 128 characters"
+    with db.read() as s:
+        status = s.scalar(select(Study.status).where(Study.name == name))
+    if status == STUDY_STAGING:
+        return f"study {name!r} is being imported right now; choose another name"
+    if status is not None:
+        return f"study {name!r} already exists; choose another name"
+    try:
+        check_name_not_pending(db, name)
+    except InvalidInput as exc:
+        return str(exc)
+    return None
+
+
+def preview_import(
+    db: Database,
+    actor: Actor,
+    *,
+    study_name: str,
+    cases_file: Path,
+    images_dir: Path | None = None,
+    layout: str = "auto",
+    file_name: str | None = None,
+) -> ImportPreview:
+    """Dry run of an import of a cases file: parse and check everything, write nothing.
+
+    Reads the file (layout chosen or detected, unknown columns refused), checks the name,
+    every case and every listed image (present, and a DICOM, PNG or JPEG file by its first
+    bytes); images are not de-identified or decoded here (the import does that). Missing
+    images are all listed rather than the first one refused.
+
+    Args:
+        db: The database (read only).
+        actor: Must be an admin.
+        study_name: The name the new study would get.
+        cases_file: The cases file.
+        images_dir: Folder image paths are relative to (default: the file's folder); a case
+            naming no image takes the files found for its id there.
+        layout: ``auto``, ``long`` or ``wide``.
+        file_name: How to name the file in the preview (an upload's own name).
+
+    Returns:
+        The preview; :attr:`ImportPreview.problems` says what would stop the import.
+
+    Raises:
+        PermissionDenied: The actor is not an admin.
+        InvalidInput: An unreadable or malformed file (file, row and field named).
+    """
+    from backend.datasets.pairs import read_cases
+
+    require_admin(actor)
+    parsed = read_cases(cases_file, images_dir=images_dir, layout=layout, collect_missing=True)
+    cases = parsed.cases
+    problems: list[str] = []
+    warnings: list[str] = []
+    name_problem = _name_problem(db, study_name)
+    if name_problem:
+        problems.append(name_problem)
+    try:
+        _check_cases(cases)
+    except InvalidInput as exc:
+        problems.append(str(exc))
+    missing = tuple(f"{where}: {path}" for where, path in parsed.missing_images)
+    if missing:
+        problems.append(f"{len(missing)} image file(s) listed in the file are missing")
+    n_images = 0
+    for case in cases:
+        for image in case.images:
+            n_images += 1
+            if sniff_format(Path(image.path)) not in EXTENSIONS:
+                problems.append(f"case {case.case_id}: {Path(image.path).name}: not a DICOM, "
+                                "PNG or JPEG file")
+    sources: dict[str, int] = {}
+    for case in cases:
+        for cand in case.candidates:
+            sources[cand.source] = sources.get(cand.source, 0) + 1
+    without = sum(1 for case in cases if not case.images)
+    if without and without < len(cases):
+        warnings.append(f"{without} of {len(cases)} cases have no image")
+    if parsed.ignored:
+        warnings.append("columns written by an export are ignored: "
+                        + ", ".join(parsed.ignored))
+    n_pairs, _ = cases_size(cases)
+    return ImportPreview(
+        study_name=(study_name or "").strip(),
+        file=file_name or Path(cases_file).name,
+        layout=parsed.layout,
+        layout_reason=parsed.layout_reason,
+        columns=parsed.columns,
+        n_cases=len(cases),
+        n_pairs=n_pairs,
+        sources=sources,
+        n_images=n_images,
+        missing_images=missing,
+        n_cases_without_images=without,
+        warnings=tuple(warnings),
+        problems=tuple(problems),
+        runs_on_worker=needs_worker(n_pairs, n_images),
+    )
+
+
+def preview_lines(preview: ImportPreview, *, max_missing: int = 20) -> list[str]:
+    """The preview as plain lines (the CLI prints them; the Import page shows the same)."""
+    layout = preview.layout + ("" if preview.layout_reason == "chosen"
+                               else f" (detected: {preview.layout_reason})")
+    lines = [
+        f"dry run of {preview.file} -> study {preview.study_name!r}: nothing was written",
+        f"layout: {layout}",
+        f"cases: {preview.n_cases}",
+        f"pairs: {preview.n_pairs}",
+        "sources: " + ", ".join(f"{k} ({v})" for k, v in preview.sources.items()),
+        f"images found: {preview.n_images}; missing: {len(preview.missing_images)}; "
+        f"cases without an image: {preview.n_cases_without_images}",
+    ]
+    lines += [f"missing image: {m}" for m in preview.missing_images[:max_missing]]
+    if len(preview.missing_images) > max_missing:
+        lines.append(f"... and {len(preview.missing_images) - max_missing} more missing")
+    lines += [f"warning: {w}" for w in preview.warnings]
+    lines += [f"problem: {p}" for p in preview.problems]
+    lines.append("the import would run on the worker (large)" if preview.runs_on_worker
+                 and preview.ok else "")
+    lines.append("ready to import" if preview.ok
+                 else "the import would be refused: fix the problems above")
+    return [line for line in lines if line]
+
+
 # ----------------------------------------------------------------- imports on the worker
 
 #: The job kind that runs an import on the worker (``backend.jobs.kinds.imports``).
@@ -985,6 +1163,8 @@ def enqueue_import(
     gt_file: Path | None = None,
     ratings_file: Path | None = None,
     device: str | None = None,
+    layout: str = "auto",
+    file_names: dict[Path, str] | None = None,
 ) -> Any:  # noqa: ANN401 - backend.services.jobs.JobView (imported lazily)
     """Check an import of files already saved under the data folder and queue it.
 
@@ -1007,6 +1187,9 @@ def enqueue_import(
         gt_file: ReXVal's pairs file (``fmt="rexval"``), inside ``upload_dir``.
         ratings_file: ReXVal's ratings file (``fmt="rexval"``), inside ``upload_dir``.
         device: Only a worker on this device may run it (``None``: any worker).
+        layout: The cases file's layout: ``auto``, ``long`` or ``wide``.
+        file_names: Saved path -> the name the file was uploaded under: the job's errors
+            name the uploads so, never by their path on the server.
 
     Returns:
         The queued job (a ``backend.services.jobs.JobView``).
@@ -1034,7 +1217,9 @@ def enqueue_import(
     check_name_not_pending(db, name)
     params: dict[str, Any] = {"format": fmt, "study_name": name,
                               "upload_dir": data_relative(upload_dir),
-                              "provenance": dict(provenance or {})}
+                              "provenance": dict(provenance or {}),
+                              "file_names": {data_relative(Path(k)): str(v)
+                                             for k, v in (file_names or {}).items()}}
     if fmt == "cases":
         if cases_file is None:
             raise InvalidInput("cases file: none given")
@@ -1046,9 +1231,9 @@ def enqueue_import(
                 f"images folder {images}: an import of this size runs on the worker, which "
                 f"reads files only inside the data folder {config.data_dir()}; put the "
                 "images in a folder there and name that folder") from None
-        parse_cases(cases_file, images_dir=images)
+        parse_cases(cases_file, images_dir=images, layout=layout)
         params.update(cases_file=data_relative(cases_file), images_dir=images_rel,
-                      description=description)
+                      description=description, layout=layout)
     else:
         if gt_file is None or ratings_file is None:
             raise InvalidInput("ReXVal import: give both the pairs file and the ratings file")

@@ -133,8 +133,9 @@ def test_a_neutralised_header_cell_names_the_plain_column_in_both(tmp_path):
         writer.writerow(["a", "R.", "C.", "C2."])
     assert f.read_text(encoding="utf-8").splitlines()[0] == "id,reference,candidate,'=gen"
     assert read_records(f).header == ("id", "reference", "candidate", "=gen")
-    (case,) = parse_cases(f)
-    assert [c.source for c in case.candidates] == ["unspecified"]
+    # A long file with an extra column is refused, naming the plain column (never dropped).
+    with pytest.raises(InvalidInput, match=r"header: unknown column\(s\) '=gen'; the long"):
+        parse_cases(f)
     g = tmp_path / "g.csv"
     with g.open("w", encoding="utf-8", newline="") as fh:
         writer = SafeCsvWriter(fh)

@@ -71,7 +71,7 @@ def _import(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         images = resolve_data_path(param(params, "images_dir", str), "images folder")
         ctx.progress(0, 0, "reading the cases file")
         cases = parse_cases(resolve_data_path(param(params, "cases_file", str), "cases file"),
-                            images_dir=images)
+                            images_dir=images, layout=param(params, "layout", str, "auto"))
         summary = imports.import_cases(
             ctx.db, actor, study_name=name, cases=cases,
             description=param(params, "description", str, ""), provenance=provenance,
@@ -93,18 +93,47 @@ def _import(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def named_as_uploaded(message: str, params: dict[str, Any]) -> str:
+    """``message`` with the saved files' server paths replaced by their uploaded names.
+
+    The page saved the uploads under the data folder; the admin knows them by the names they
+    uploaded (params ``file_names``: data-relative path -> name), and the upload folder is
+    "the uploaded files".
+    """
+    from backend import config
+
+    root = config.data_dir()
+    names = param(params, "file_names", dict, {})
+    # Longest first: a file's path contains its folder's.
+    for rel, name in sorted(names.items(), key=lambda kv: -len(str(kv[0]))):
+        for form in {str(root / rel), str((root / rel).resolve())}:
+            message = message.replace(form, str(name))
+    upload = param(params, "upload_dir", str, None)
+    if upload:
+        for form in {str(root / upload), str((root / upload).resolve())}:
+            message = message.replace(form + "/", "").replace(form, "the uploaded files")
+    return message
+
+
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     """Import the saved files; remove the upload folder once the job is over.
 
     Raises:
-        InvalidInput: bad params or files (file, row and field named); nothing is created.
+        InvalidInput: bad params or files (file, row and field named, as uploaded);
+            nothing is created.
         JobCancelled: cancelled, claim lost or worker stopping (nothing is created).
     """
     from backend.services.job_inputs import remove_upload_dir
 
     upload_dir = param(params, "upload_dir", str, None)
     try:
-        out = _import(ctx, params)
+        try:
+            out = _import(ctx, params)
+        except InvalidInput as exc:
+            text = named_as_uploaded(str(exc), params)
+            if text == str(exc):
+                raise
+            raise InvalidInput(text) from None
     except JobCancelled as exc:
         # A lost claim or a stopping worker leaves the job to another run: keep the files.
         if exc.reason == CANCELLED_BY_USER:
