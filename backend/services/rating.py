@@ -11,6 +11,11 @@ transactions already hold the database write lock), which serialises two browser
 same rater on the same pair and makes each audit event's ``old_count`` exact, while different
 raters never wait for each other on PostgreSQL.
 
+Every change of a rater's counts or done-state of a pair bumps that assignment's ``version``
+in the same transaction. A save may carry the version the rater saw (``expected_version``); a
+stale one (another tab or window changed the pair since) is refused with :class:`StaleWrite`,
+which carries the stored counts and version so the screen can show them. Nothing is written.
+
 Writes never fail because another writer (an import, a scoring job, another rater) holds the
 database for a moment: each one retries with backoff for up to ``SAVE_RETRY_SECONDS`` (SQLite
 "database is locked", PostgreSQL serialization failures, deadlocks, lock timeouts) and only
@@ -25,7 +30,7 @@ import logging
 import numbers
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -62,10 +67,9 @@ _ATTEMPT_SECONDS = 1.5
 _SQLITE_POLL_SECONDS = 0.02
 _T = TypeVar("_T")
 
-# Time on task is a best-effort measure: it must not keep the rater waiting long.
-ACTIVITY_RETRY_SECONDS = 1.0
 BUSY_MESSAGE = "Not saved: the database is busy; your count is kept, try again"
 BUSY_ACTION_MESSAGE = "Not saved: the database is busy; nothing was changed, try again"
+STALE_MESSAGE = "Not saved: changed in another window, reloaded"
 
 
 class SaveFailed(ServiceError):
@@ -73,6 +77,23 @@ class SaveFailed(ServiceError):
 
     def __init__(self, message: str = BUSY_MESSAGE) -> None:
         super().__init__(message)
+
+
+class StaleWrite(ServiceError):
+    """A save carried a version of the pair older than the stored one; nothing was written.
+
+    Attributes:
+        counts: the stored counts, every cell of ``CELLS``.
+        version: the stored version, to be carried by the next save.
+        completed_at: the stored done-state.
+    """
+
+    def __init__(self, *, counts: dict[tuple[int, bool], int], version: int,
+                 completed_at: dt.datetime | None, message: str = STALE_MESSAGE) -> None:
+        super().__init__(message)
+        self.counts = counts
+        self.version = version
+        self.completed_at = completed_at
 
 
 def _write(db: Database, work: Callable[[Any], _T], *, what: str,
@@ -177,6 +198,12 @@ class RaterPairView:
     completed_at: dt.datetime | None
     prev_opaque_id: str | None
     next_opaque_id: str | None
+    # The version of the rater's counts and done-state: a save carries it back.
+    version: int = 0
+    # The study lead's choice (``Study.settings["highlight_differences"]``), off by default.
+    highlight_differences: bool = False
+    # The study is closed: counts are shown, not editable.
+    read_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -186,6 +213,17 @@ class SaveResult:
     saved_at: dt.datetime
     count: int
     changed: bool
+    version: int = 0  # the pair's version after the save
+
+
+@dataclass(frozen=True)
+class CountsSaved:
+    """Outcome of :func:`set_counts`: what is stored now."""
+
+    saved_at: dt.datetime
+    version: int
+    counts: dict[tuple[int, bool], int]  # every cell of CELLS
+    changed: tuple[tuple[int, bool], ...]  # the cells this save changed, in CELLS order
 
 
 @dataclass(frozen=True)
@@ -196,14 +234,6 @@ class CompletionStatus:
     completed_at: dt.datetime | None
     # The next pair still to do after this one in the rater's order (wrapping); None if none.
     next_open_opaque_id: str | None
-
-
-@dataclass(frozen=True)
-class ActivityResult:
-    """Time on task after ``record_activity``."""
-
-    active_seconds: float
-    last_active_at: dt.datetime
 
 
 # -- internals ------------------------------------------------------------------------------
@@ -333,6 +363,58 @@ def _validate_cell(category: object, significant: object, count: object) -> None
         raise InvalidInput(f"count: must be an integer 0-{MAX_COUNT}, got {count!r}")
 
 
+def _validate_version(expected_version: object) -> None:
+    if expected_version is not None and (not _is_int(expected_version)
+                                         or int(expected_version) < 0):
+        raise InvalidInput(f"expected_version: must be an integer >= 0, got {expected_version!r}")
+
+
+def _check_version(s: Session, actor: Actor, t: _Target, expected_version: int | None) -> None:
+    """Refuse a save based on an older view of the pair (called with the row lock held)."""
+    stored = int(t.assignment.version or 0)
+    if expected_version is not None and int(expected_version) != stored:
+        raise StaleWrite(counts=_counts(s, actor, t.pair_id), version=stored,
+                         completed_at=as_utc(t.assignment.completed_at))
+
+
+def _bump(t: _Target) -> int:
+    t.assignment.version = int(t.assignment.version or 0) + 1
+    return t.assignment.version
+
+
+def _set_cell(s: Session, actor: Actor, t: _Target, category: int, significant: bool,
+              count: int, now: dt.datetime) -> bool:
+    """Store one cell and audit it; False (nothing written) when it already holds ``count``."""
+    # Read in its own statement, after the lock is held: under PostgreSQL's READ COMMITTED
+    # a statement that waited for a row lock re-reads only the locked row, so a count
+    # joined into the locking query could be stale and break the audit chain.
+    old = s.scalar(
+        select(Rating.count).where(
+            Rating.rater_id == actor.user_id,
+            Rating.pair_id == t.pair_id,
+            Rating.category == category,
+            Rating.significant == significant,
+        )
+    )
+    if (old if old is not None else 0) == count:
+        return False
+    _upsert_rating(s, rater_id=actor.user_id, pair_id=t.pair_id, category=category,
+                   significant=significant, count=count, now=now)
+    s.add(
+        RatingEvent(
+            rater_id=actor.user_id,
+            pair_id=t.pair_id,
+            action="set",
+            category=category,
+            significant=significant,
+            old_count=old,
+            new_count=count,
+            at=now,
+        )
+    )
+    return True
+
+
 # -- services -------------------------------------------------------------------------------
 
 
@@ -433,6 +515,7 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
         )
         counts = _counts(s, actor, t.pair_id)
         ids = [oid for oid, _ in _queue(s, actor, t.study_id)]
+        settings = s.scalar(select(Study.settings).where(Study.id == t.study_id)) or {}
     pos = ids.index(str(opaque_id))
     return RaterPairView(
         opaque_id=str(opaque_id),
@@ -446,6 +529,10 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
         completed_at=as_utc(t.assignment.completed_at),
         prev_opaque_id=ids[pos - 1] if pos > 0 else None,
         next_opaque_id=ids[pos + 1] if pos + 1 < len(ids) else None,
+        version=int(t.assignment.version or 0),
+        highlight_differences=bool(settings.get("highlight_differences", False))
+        if isinstance(settings, dict) else False,
+        read_only=t.study_status in READ_ONLY_STATUSES,
     )
 
 
@@ -457,12 +544,14 @@ def set_count(
     category: int,
     significant: bool,
     count: int,
+    expected_version: int | None = None,
 ) -> SaveResult:
     """Autosave one cell: the number of errors of a category and significance.
 
-    Idempotent: saving the value already stored changes nothing and logs no event. Otherwise
-    the cell is upserted and one ``RatingEvent`` (old and new count) is appended in the same
-    transaction. A missing cell counts as 0.
+    Idempotent: saving the value already stored changes nothing, logs no event and keeps the
+    version. Otherwise the cell is upserted, one ``RatingEvent`` (old and new count) is
+    appended and the pair's version is bumped, in the same transaction. A missing cell
+    counts as 0.
 
     Args:
         db: the study database.
@@ -471,17 +560,21 @@ def set_count(
         category: ReXVal error category 1-6.
         significant: clinically significant (True) or insignificant (False) errors.
         count: 0-99.
+        expected_version: the version the rater saw (``RaterPairView.version``); None
+            skips the check.
 
     Returns:
-        When it was saved, the stored count, and whether anything changed.
+        When it was saved, the stored count, whether anything changed, and the version.
 
     Raises:
         InvalidInput: a value out of range.
         NotFound: the pair is not assigned to the actor.
         PermissionDenied: the study is closed.
+        StaleWrite: ``expected_version`` is not the stored version; nothing was written.
         SaveFailed: the database stayed busy for ``SAVE_RETRY_SECONDS``; nothing was stored.
     """
     _validate_cell(category, significant, count)
+    _validate_version(expected_version)
     category, count = int(category), int(count)
 
     def work(s: Session) -> SaveResult:
@@ -490,52 +583,80 @@ def set_count(
         # A pair marked done stays editable (a rater going back to fix a count must never
         # lose the edit); the change is audited like any other.
         _writable(t)
-        # Read in its own statement, after the lock is held: under PostgreSQL's READ COMMITTED
-        # a statement that waited for a row lock re-reads only the locked row, so a count
-        # joined into the locking query could be stale and break the audit chain.
-        old = s.scalar(
-            select(Rating.count).where(
-                Rating.rater_id == actor.user_id,
-                Rating.pair_id == t.pair_id,
-                Rating.category == category,
-                Rating.significant == significant,
-            )
-        )
-        if (old if old is not None else 0) == count:
-            return SaveResult(saved_at=now, count=count, changed=False)
-        _upsert_rating(
-            s,
-            rater_id=actor.user_id,
-            pair_id=t.pair_id,
-            category=category,
-            significant=significant,
-            count=count,
-            now=now,
-        )
-        s.add(
-            RatingEvent(
-                rater_id=actor.user_id,
-                pair_id=t.pair_id,
-                action="set",
-                category=category,
-                significant=significant,
-                old_count=old,
-                new_count=count,
-                at=now,
-            )
-        )
-        return SaveResult(saved_at=now, count=count, changed=True)
+        _check_version(s, actor, t, expected_version)
+        changed = _set_cell(s, actor, t, category, significant, count, now)
+        version = _bump(t) if changed else int(t.assignment.version or 0)
+        return SaveResult(saved_at=now, count=count, changed=changed, version=version)
 
     return _write(db, work, what=f"count of pair {opaque_id!r}", message=BUSY_MESSAGE)
 
 
+def set_counts(
+    db: Database,
+    actor: Actor,
+    *,
+    opaque_id: str,
+    cells: Mapping[tuple[int, bool], int],
+    expected_version: int | None,
+) -> CountsSaved:
+    """Autosave several cells of one pair at once (the grid's pending changes), all or none.
+
+    Each changed cell is upserted and audited as by :func:`set_count`; the version is bumped
+    once when anything changed. An empty ``cells`` stores nothing and answers what is stored
+    (after the version check).
+
+    Args:
+        db: the study database.
+        actor: the rater the pair is assigned to.
+        opaque_id: the pair as the rater knows it.
+        cells: count by (category, significant).
+        expected_version: the version the rater saw; None skips the check.
+
+    Returns:
+        When it was saved, the new version, every stored count and the cells that changed.
+
+    Raises:
+        InvalidInput: a cell or count out of range (nothing is written).
+        NotFound: the pair is not assigned to the actor.
+        PermissionDenied: the study is closed.
+        StaleWrite: ``expected_version`` is not the stored version; nothing was written.
+        SaveFailed: the database stayed busy for ``SAVE_RETRY_SECONDS``; nothing was stored.
+    """
+    if not isinstance(cells, Mapping):
+        raise InvalidInput(f"cells: must be a mapping of (category, significant) to count, "
+                           f"got {type(cells).__name__}")
+    for key, count in cells.items():
+        if not isinstance(key, tuple) or len(key) != 2:
+            raise InvalidInput(f"cells: key must be (category, significant), got {key!r}")
+        _validate_cell(key[0], key[1], count)
+    _validate_version(expected_version)
+    wanted = {(int(c), bool(g)): int(n) for (c, g), n in cells.items()}
+
+    def work(s: Session) -> CountsSaved:
+        now = utcnow()
+        t = _target(s, actor, opaque_id, lock=True)
+        _writable(t)
+        _check_version(s, actor, t, expected_version)
+        changed = []
+        for cell in CELLS:  # a fixed order: audit events come out in grid order
+            if cell in wanted and _set_cell(s, actor, t, *cell, wanted[cell], now):
+                changed.append(cell)
+        version = _bump(t) if changed else int(t.assignment.version or 0)
+        s.flush()
+        return CountsSaved(saved_at=now, version=version, counts=_counts(s, actor, t.pair_id),
+                           changed=tuple(changed))
+
+    return _write(db, work, what=f"counts of pair {opaque_id!r}", message=BUSY_MESSAGE)
+
+
 def complete_pair(
-    db: Database, actor: Actor, *, opaque_id: str, confirm_zero: bool = False
+    db: Database, actor: Actor, *, opaque_id: str, confirm_zero: bool = False,
+    expected_version: int | None = None,
 ) -> CompletionStatus:
     """Mark a pair done.
 
     Cells never entered are stored as explicit zeros so a done pair always has all twelve
-    cells. Marking a done pair again changes nothing.
+    cells. Marking a done pair again changes nothing. Marking it bumps the pair's version.
 
     Args:
         db: the study database.
@@ -543,18 +664,23 @@ def complete_pair(
         opaque_id: the pair.
         confirm_zero: must be True when every count is 0 (the rater confirms "no errors"
             rather than forgetting to enter them).
+        expected_version: the version of the counts the rater saw when asking to mark the
+            pair done; None skips the check.
 
     Raises:
         InvalidInput: all counts are zero and ``confirm_zero`` is False.
         NotFound: the pair is not assigned to the actor.
         PermissionDenied: the study is closed.
+        StaleWrite: ``expected_version`` is not the stored version; nothing was written.
         SaveFailed: the database stayed busy for ``SAVE_RETRY_SECONDS``; nothing was stored.
     """
+    _validate_version(expected_version)
 
     def work(s: Session) -> CompletionStatus:
         now = utcnow()
         t = _target(s, actor, opaque_id, lock=True)
         _writable(t)
+        _check_version(s, actor, t, expected_version)
         if t.assignment.completed_at is None:
             counts = _counts(s, actor, t.pair_id)
             if not any(counts.values()) and not confirm_zero:
@@ -582,6 +708,7 @@ def complete_pair(
                         now=now,
                     )
             t.assignment.completed_at = now
+            _bump(t)
             s.add(RatingEvent(rater_id=actor.user_id, pair_id=t.pair_id, action="complete", at=now))
             s.flush()
             # The queue-ordering hook: an adaptive study reorders this rater's open pairs so
@@ -613,54 +740,13 @@ def reopen_pair(db: Database, actor: Actor, *, opaque_id: str) -> CompletionStat
         _writable(t)
         if t.assignment.completed_at is not None:
             t.assignment.completed_at = None
+            _bump(t)
             s.add(RatingEvent(rater_id=actor.user_id, pair_id=t.pair_id, action="reopen", at=now))
             s.flush()
         nxt = _next_open(_queue(s, actor, t.study_id), str(opaque_id))
         return CompletionStatus(str(opaque_id), None, nxt)
 
     return _write(db, work, what=f"reopening of pair {opaque_id!r}")
-
-
-def record_activity(
-    db: Database,
-    actor: Actor,
-    *,
-    opaque_id: str,
-    now: dt.datetime | None = None,
-    idle_cap_seconds: float = 60,
-) -> ActivityResult:
-    """Add time on task: the gap since the last activity on this pair, capped.
-
-    A rater who leaves the page open over lunch gets at most ``idle_cap_seconds`` for that
-    gap. The first call on a pair only starts the clock.
-
-    Args:
-        db: the study database.
-        actor: the rater the pair is assigned to.
-        opaque_id: the pair on screen.
-        now: the time of the activity (default: now, UTC); naive values are taken as UTC.
-        idle_cap_seconds: the most one gap can add.
-
-    Raises:
-        NotFound: the pair is not assigned to the actor.
-        SaveFailed: the database stayed busy for ``ACTIVITY_RETRY_SECONDS``.
-    """
-    now = as_utc(now) or utcnow()
-
-    def work(s: Session) -> ActivityResult:
-        t = _target(s, actor, opaque_id, lock=True)
-        a = t.assignment
-        last = as_utc(a.last_active_at)
-        if last is not None:
-            gap = (now - last).total_seconds()
-            a.active_seconds = float(a.active_seconds or 0.0) + min(max(gap, 0.0), idle_cap_seconds)
-        # A late, out-of-order call must not move the clock backwards.
-        if last is None or now > last:
-            a.last_active_at = now
-        return ActivityResult(float(a.active_seconds or 0.0), as_utc(a.last_active_at))
-
-    return _write(db, work, what=f"time on task of pair {opaque_id!r}",
-                  budget=ACTIVITY_RETRY_SECONDS)
 
 
 def assigned_case_ids(db: Database, actor: Actor) -> frozenset[int]:
@@ -684,22 +770,24 @@ __all__ = [
     "BUSY_MESSAGE",
     "CELLS",
     "SAVE_RETRY_SECONDS",
-    "ActivityResult",
+    "STALE_MESSAGE",
     "CompletionStatus",
+    "CountsSaved",
     "ImageRef",
     "QueueItem",
     "RaterPairView",
     "RaterStudy",
     "SaveFailed",
     "SaveResult",
+    "StaleWrite",
     "as_utc",
     "assigned_case_ids",
     "complete_pair",
     "get_pair",
     "rater_queue",
     "rater_studies",
-    "record_activity",
     "reopen_pair",
     "set_count",
+    "set_counts",
     "utcnow",
 ]

@@ -60,11 +60,12 @@ def test_pair_view_fields_are_exactly_the_blinded_ones():
     names = [f.name for f in dataclasses.fields(rating.RaterPairView)]
     assert names == [
         "opaque_id", "study_name", "index", "total", "reference_text", "candidate_text",
-        "images", "counts", "completed_at", "prev_opaque_id", "next_opaque_id",
+        "images", "counts", "completed_at", "prev_opaque_id", "next_opaque_id", "version",
+        "highlight_differences", "read_only",
     ]
     assert rating.ImageRef._fields == ("image_id", "view", "format")
     for cls in (rating.RaterStudy, rating.QueueItem, rating.SaveResult,
-                rating.CompletionStatus, rating.ActivityResult):
+                rating.CompletionStatus, rating.CountsSaved):
         for f in dataclasses.fields(cls):
             assert not any(word in f.name for word in ("source", "score", "metric", "pair_id",
                                                        "rater")), (cls.__name__, f.name)
@@ -111,7 +112,8 @@ def test_unassigned_pair_is_not_found_and_untouched(world):
         lambda: rating.set_count(db, r3, opaque_id=theirs, category=1, significant=True, count=1),
         lambda: rating.complete_pair(db, r3, opaque_id=theirs, confirm_zero=True),
         lambda: rating.reopen_pair(db, r3, opaque_id=theirs),
-        lambda: rating.record_activity(db, r3, opaque_id=theirs),
+        lambda: rating.set_counts(db, r3, opaque_id=theirs, cells={(1, True): 1},
+                                  expected_version=0),
     ):
         with pytest.raises(NotFound):
             call()
@@ -124,7 +126,7 @@ def test_unassigned_pair_is_not_found_and_untouched(world):
         assert s.scalar(select(func.count(Rating.id))) == 0
         assert s.scalar(select(func.count(RatingEvent.id))) == 0
         assert s.scalar(select(func.count(Assignment.id)).where(
-            Assignment.last_active_at.is_not(None))) == 0
+            Assignment.version != 0)) == 0
     assert [st.name for st in rating.rater_studies(db, r3)] == ["Elsewhere"]
 
 

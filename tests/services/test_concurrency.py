@@ -58,7 +58,7 @@ def test_twenty_raters_save_at_once(any_db, make_study, fast_password_hashing):
         mine: list[tuple] = []
         try:
             barrier.wait(timeout=60)
-            for step in range(CALLS):
+            for _ in range(CALLS):
                 oid = rng.choice(queues[actor.username])
                 # Few cells, so the two tabs of a rater collide often.
                 cat, sig = rng.choice([(1, True), (1, False), (2, True), (4, False)])
@@ -66,8 +66,6 @@ def test_twenty_raters_save_at_once(any_db, make_study, fast_password_hashing):
                 res = rating.set_count(db, actor, opaque_id=oid, category=cat, significant=sig,
                                        count=count)
                 mine.append((actor.username, oid, cat, sig, count, res.changed))
-                if step % 5 == 0:
-                    rating.record_activity(db, actor, opaque_id=oid)
         except BaseException as exc:  # collected and re-raised in the main thread
             errors.append(exc)
         log[label] = mine

@@ -118,13 +118,10 @@ def test_timestamps_are_aware_utc(pg_db, make_study, fast_password_hashing):
     # A session time zone far from UTC must not shift what the services return.
     with pg_db.engine.begin() as conn:
         conn.execute(text("SELECT set_config('TimeZone', 'Pacific/Kiritimati', false)"))
-    at = dt.datetime(2025, 6, 1, 23, 30, tzinfo=dt.UTC)
-    rating.record_activity(pg_db, r1, opaque_id=oid, now=at)
     done = rating.complete_pair(pg_db, r1, opaque_id=oid, confirm_zero=True)
     view = rating.get_pair(pg_db, r1, opaque_id=oid)
     assert view.completed_at == done.completed_at
     assert view.completed_at.utcoffset() == dt.timedelta(0)
-    res = rating.record_activity(pg_db, r1, opaque_id=oid, now=at + dt.timedelta(seconds=9))
-    assert res.active_seconds == pytest.approx(9.0) and res.last_active_at.utcoffset() == (
-        dt.timedelta(0)
-    )
+    saved = rating.set_counts(pg_db, r1, opaque_id=oid, cells={(1, True): 1},
+                              expected_version=view.version)
+    assert saved.saved_at.utcoffset() == dt.timedelta(0)

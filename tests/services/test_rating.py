@@ -1,10 +1,9 @@
-"""Rater services on both databases: queue, pair view, autosave with audit, done state, time
-on task, and the admin progress/summary views built on them."""
+"""Rater services on both databases: queue, pair view, autosave with audit, done state, and
+the admin progress/summary views built on them (versioned saves: test_rating_versions.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import sqlite3
 import threading
 import time
@@ -183,33 +182,6 @@ def test_closed_study_is_read_only_and_draft_is_hidden(any_db, make_study,
         rating.get_pair(any_db, r1, opaque_id=oid)
     with pytest.raises(NotFound):
         rating.rater_queue(any_db, r1, study_name="S")
-
-
-def test_time_on_task_caps_idle_gaps(any_db, make_study, fast_password_hashing):
-    r1 = _setup(any_db, make_study, n_pairs=2)["r1"]
-    oid = rating.rater_queue(any_db, r1, study_name="S")[0].opaque_id
-    t0 = dt.datetime(2025, 3, 1, 9, 0, tzinfo=dt.UTC)
-    res = rating.record_activity(any_db, r1, opaque_id=oid, now=t0)
-    assert res.active_seconds == 0.0 and res.last_active_at == t0
-    res = rating.record_activity(any_db, r1, opaque_id=oid, now=t0 + dt.timedelta(seconds=12))
-    assert res.active_seconds == pytest.approx(12.0)
-    # Lunch break: a 40-minute gap adds only the cap.
-    t1 = t0 + dt.timedelta(minutes=40, seconds=12)
-    res = rating.record_activity(any_db, r1, opaque_id=oid, now=t1, idle_cap_seconds=60)
-    assert res.active_seconds == pytest.approx(72.0)
-    # Naive datetimes are UTC; an out-of-order (earlier) call adds nothing.
-    naive = (t1 + dt.timedelta(seconds=5)).replace(tzinfo=None)
-    assert rating.record_activity(any_db, r1, opaque_id=oid, now=naive).active_seconds == (
-        pytest.approx(77.0)
-    )
-    res = rating.record_activity(any_db, r1, opaque_id=oid, now=t0)
-    assert res.active_seconds == pytest.approx(77.0)
-    assert res.last_active_at == t1 + dt.timedelta(seconds=5)
-    prog = progress.study_progress(any_db, SYSTEM, study_name="S")
-    by_user = {r.username: r for r in prog.raters}
-    assert by_user["r1"].active_seconds == pytest.approx(77.0)
-    assert by_user["r1"].last_active_at == t1 + dt.timedelta(seconds=5)
-    assert by_user["r2"].active_seconds == 0.0 and by_user["r2"].last_active_at is None
 
 
 def test_rater_studies_progress_and_summaries(any_db, make_study, fast_password_hashing):
