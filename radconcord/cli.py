@@ -1,0 +1,62 @@
+"""The ``radconcord`` console script: ``python -m backend`` under the package's name.
+
+``radconcord app [streamlit args]`` starts the web app from the installed package (the same
+``streamlit run webapp/server.py`` that ``scripts/run-app.sh`` runs in a checkout); every
+other command is ``python -m backend``'s.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# The checkout's .streamlit/config.toml, which an installed package does not have beside the
+# current folder (tests/packaging checks that the two agree).
+STREAMLIT_SETTINGS: dict[str, str] = {
+    "server.headless": "true",
+    "server.runOnSave": "false",
+    "server.maxUploadSize": "1024",
+    "browser.gatherUsageStats": "false",
+    "client.toolbarMode": "minimal",
+    "client.showErrorDetails": "none",
+    "client.disableDataExport": "true",
+    "theme.base": "light",
+    "theme.primaryColor": "#1f6f8b",
+}
+
+
+def app_command(argv: list[str]) -> list[str]:
+    """The ``streamlit run`` command line of ``radconcord app`` (loopback unless
+    ``RADCONCORD_HOST`` says otherwise, as ``scripts/run-app.sh``)."""
+    import webapp
+
+    server = Path(webapp.__file__).resolve().parent / "server.py"
+    address = os.environ.get("RADCONCORD_HOST", "127.0.0.1")
+    settings = [f"--{name}={value}" for name, value in STREAMLIT_SETTINGS.items()]
+    return [sys.executable, "-m", "streamlit", "run", str(server),
+            f"--server.address={address}", *settings, *argv]
+
+
+def _app(argv: list[str]) -> int:
+    """Run the Streamlit app from the installed package."""
+    cmd = app_command(argv)
+    try:
+        return subprocess.call(cmd)
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``radconcord`` script; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["app"]:
+        return _app(args[1:])
+    from backend.cli import main as backend_main
+
+    return backend_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
