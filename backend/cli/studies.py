@@ -1,4 +1,5 @@
-"""Database and study commands: ``init-db``, ``seed-demo``, ``assign``.
+"""Database and study commands: ``init-db``, ``seed-demo``, ``assign``, ``archive-study``,
+``unarchive-study``, ``delete-study`` and ``study-settings``.
 
 Account commands (``create-user``, ``reset-password``, ...) are in ``backend.cli.accounts``.
 """
@@ -6,8 +7,10 @@ Account commands (``create-user``, ``reset-password``, ...) are in ``backend.cli
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from backend.cli.common import database, service_errors
+from backend.cli.common import UserError, database, service_errors
 
 
 def _init_db(args: argparse.Namespace) -> int:
@@ -60,6 +63,70 @@ def _assign(args: argparse.Namespace) -> int:
     return 0
 
 
+def _archive(args: argparse.Namespace) -> int:
+    from backend.services import studies
+    from backend.types import Actor
+
+    fn = studies.unarchive_study if args.undo else studies.archive_study
+    with database() as db, service_errors():
+        summary = fn(db, Actor.system(), study_name=args.study)
+    print(f"study {summary.name!r} is now {summary.status}")
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    from backend.services import studies
+    from backend.types import Actor
+
+    confirm = args.confirm
+    if confirm is None:
+        if not sys.stdin.isatty():
+            raise UserError("delete-study: give --confirm NAME (the study's name) to confirm")
+        confirm = input(f"Type the study name ({args.study}) to delete it: ")
+    with database() as db, service_errors():
+        done = studies.delete_study(db, Actor.system(), study_name=args.study, confirm=confirm,
+                                    export_root=Path(args.export_root) if args.export_root
+                                    else None)
+    print(f"deleted study {done.study_name!r}: {done.n_pairs} pairs, {done.n_ratings} rating "
+          f"cells, {done.n_files_removed} image files")
+    if done.export_dir is not None:
+        print(f"its ratings were exported first to {done.export_dir}")
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> int:
+    from backend.services import study_settings
+    from backend.types import Actor
+
+    changes = {}
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        spec = study_settings.SETTINGS.get(key.strip())
+        if not sep or spec is None:
+            raise UserError(f"--set {item!r}: expected KEY=VALUE with KEY one of "
+                            f"{', '.join(study_settings.SETTINGS)}")
+        if spec.type is bool:
+            low = value.strip().lower()
+            if low not in ("true", "false", "on", "off", "yes", "no", "1", "0"):
+                raise UserError(f"--set {item!r}: expected true or false")
+            changes[spec.key] = low in ("true", "on", "yes", "1")
+        else:
+            changes[spec.key] = spec.type(value)
+    with database() as db, service_errors():
+        if changes:
+            now = study_settings.update_study_settings(db, Actor.system(),
+                                                       study_name=args.study, **changes)
+        else:
+            now = study_settings.study_settings(db, Actor.system(), args.study)
+    for key, value in now.values.items():
+        changed = now.changed_at.get(key)
+        caveat = study_settings.SETTINGS[key].caveat
+        print(f"{key} = {str(value).lower() if isinstance(value, bool) else value}"
+              + (f" (changed {changed})" if changed else " (default)")
+              + (f"  # {caveat}" if caveat else ""))
+    return 0
+
+
 def _redact(url: str) -> str:
     """``url`` without its password."""
     from sqlalchemy.engine import make_url
@@ -83,3 +150,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--per-pair", type=int, required=True, help="raters per pair (k)")
     p.add_argument("--seed", type=int, default=0, help="seed of the assignment and orders")
     p.set_defaults(func=_assign)
+
+    p = subparsers.add_parser(
+        "archive-study",
+        help="archive a study (kept, hidden from raters and lists); --undo brings it back",
+    )
+    p.add_argument("--study", required=True, help="study name")
+    p.add_argument("--undo", action="store_true", help="unarchive: back to closed")
+    p.set_defaults(func=_archive)
+
+    p = subparsers.add_parser(
+        "delete-study",
+        help="delete a study and its ratings (exported first when it has any)",
+    )
+    p.add_argument("--study", required=True, help="study name")
+    p.add_argument("--confirm", metavar="NAME", help="the study name again, to confirm")
+    p.add_argument("--export-root", metavar="DIR",
+                   help="where its ratings are exported first (default: "
+                        "<data dir>/deleted-studies)")
+    p.set_defaults(func=_delete)
+
+    p = subparsers.add_parser("study-settings", help="show or change a study's settings")
+    p.add_argument("--study", required=True, help="study name")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="e.g. highlight_differences=true (repeatable)")
+    p.set_defaults(func=_settings)

@@ -511,6 +511,36 @@ def _delete_study_rows(db: Database, study_id: int, user_ids: Sequence[int] = ()
     return paths
 
 
+def delete_staged_study(db: Database, study_id: int) -> int:
+    """Delete a study already set to the staging status, then its now unused image files.
+
+    Used by an admin's delete (``studies.delete_study``): the study is first made a staging
+    study (invisible everywhere, its import state naming this process), so a delete
+    interrupted half-way is finished by :func:`cleanup_stale_imports` instead of leaving a
+    half-deleted study in view.
+
+    Returns:
+        How many image files were removed.
+    """
+    paths = _delete_study_rows(db, study_id)
+    root = config.data_dir()
+    removed = 0
+    for rel in _unreferenced(db, paths):
+        try:
+            (root / rel).unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def staging_state() -> dict[str, Any]:
+    """A fresh import state (host, pid, heartbeat) for a study about to be staged."""
+    now = dt.datetime.now(dt.UTC).isoformat()
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": now,
+            "heartbeat": now, "created_users": []}
+
+
 def _discard(db: Database, staging: _Staging, writer: _FileWriter) -> None:
     """Undo a failed import: its rows, then the files it created that nothing else uses."""
     try:

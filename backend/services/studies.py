@@ -1,21 +1,53 @@
-"""Study listings: admins see every study with counts and sources; raters only their own."""
+"""Study listings and lifecycle: admins see every study with counts and sources (archived
+ones on request), raters only their own; admins archive, unarchive and delete studies.
+
+Lifecycle (admin only):
+
+- **archive**: status ``archived``. The study is kept whole but hidden from raters (with
+  ``archived`` in ``rating.HIDDEN_STATUSES``) and from the default listings every admin page
+  picks studies from (Dashboard, Assign, Export, Metrics, ...); :func:`list_studies` with
+  ``archived=True`` lists them. Each change is recorded in the study's provenance
+  (``lifecycle``: action, time, admin, previous status).
+- **unarchive**: back to ``closed`` (raters see it read-only until an admin reopens it).
+- **delete**: removes the study with its pairs, assignments, ratings, activity and jobs
+  (and the image files no other study uses). A study with any rating is first exported
+  (JSONL: pairs, ratings, images and manifest) into ``<data dir>/deleted-studies/``; if the
+  export fails nothing is deleted. The study is hidden (archived) before the export, so no
+  rating can change after it, then staged (``importing``) and deleted in short
+  transactions; a delete cut short is finished by ``imports.cleanup_stale_imports``.
+"""
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
+import logging
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from backend.services.errors import require_admin
+from backend import config
+from backend.services.errors import InvalidInput, require_admin
 from backend.services.rating import RaterStudy, as_utc, rater_studies
 from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import STUDY_STAGING, Assignment, Pair, Study
+from db.models import STUDY_STAGING, Assignment, Job, Pair, Rating, Study
 from db.session import Database
+
+logger = logging.getLogger(__name__)
+
+#: Status of an archived study: kept, hidden from raters and from the default listings.
+ARCHIVED = "archived"
+#: The status an unarchived study gets (read-only for raters until reopened).
+UNARCHIVED_STATUS = "closed"
+#: Folder under the data folder where a deleted study's ratings are exported first.
+DELETED_EXPORTS_SUBDIR = "deleted-studies"
+#: Provenance key of the archive/unarchive/delete record.
+LIFECYCLE_KEY = "lifecycle"
 
 
 @dataclass(frozen=True)
@@ -77,23 +109,26 @@ def _summary(s: Session, study: Study) -> StudySummary:
     )
 
 
-def list_studies(db: Database, actor: Actor) -> list[StudySummary] | list[RaterStudy]:
+def list_studies(db: Database, actor: Actor, *,
+                 archived: bool = False) -> list[StudySummary] | list[RaterStudy]:
     """Studies visible to the actor, by name.
 
-    Admins get a ``StudySummary`` per study (counts, sources, provenance); raters get their
-    own ``RaterStudy`` entries (done/total), which carry no sources or other raters' data.
+    Admins get a ``StudySummary`` per study (counts, sources, provenance): the studies in
+    use, or with ``archived=True`` the archived ones only; raters get their own
+    ``RaterStudy`` entries (done/total), which carry no sources or other raters' data.
     A study still being imported (status ``importing``) is listed to nobody.
 
     Args:
         db: the study database.
         actor: any account.
+        archived: admins: list the archived studies instead of the others.
     """
     if not actor.is_admin:
         return rater_studies(db, actor)
+    wanted = Study.status == ARCHIVED if archived else Study.status.not_in(
+        (STUDY_STAGING, ARCHIVED))
     with db.read() as s:
-        studies = s.scalars(
-            select(Study).where(Study.status != STUDY_STAGING).order_by(Study.name)
-        ).all()
+        studies = s.scalars(select(Study).where(wanted).order_by(Study.name)).all()
         return [_summary(s, st) for st in studies]
 
 
@@ -108,3 +143,160 @@ def get_study_summary(db: Database, actor: Actor, *, study_name: str) -> StudySu
     with db.read() as s:
         study = get_study(s, study_name)
         return _summary(s, study)
+
+
+def _record(provenance: dict[str, Any] | None, action: str, actor: Actor,
+            previous: str) -> dict[str, Any]:
+    out = copy.deepcopy(provenance or {})
+    out.setdefault(LIFECYCLE_KEY, []).append({
+        "action": action, "at": dt.datetime.now(dt.UTC).isoformat(),
+        "by": actor.username, "from": previous})
+    return out
+
+
+def _set_status(db: Database, actor: Actor, study_name: str, status: str, action: str,
+                allowed_from: tuple[str, ...]) -> tuple[StudySummary, str]:
+    require_admin(actor)
+    with db.begin() as s:
+        study = get_study(s, study_name)
+        previous = study.status
+        if previous not in allowed_from:
+            raise InvalidInput(f"study {study_name!r} is {previous}; it cannot be {action}")
+        study.status = status
+        study.provenance = _record(study.provenance, action, actor, previous)
+        s.flush()
+        return _summary(s, study), previous
+
+
+def archive_study(db: Database, actor: Actor, *, study_name: str) -> StudySummary:
+    """Archive a study (admin only): kept whole, hidden from raters and default lists.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+        InvalidInput: the study is already archived.
+    """
+    summary, _ = _set_status(db, actor, study_name, ARCHIVED, "archived",
+                             ("open", "closed", "draft"))
+    return summary
+
+
+def unarchive_study(db: Database, actor: Actor, *, study_name: str) -> StudySummary:
+    """Bring an archived study back as ``closed`` (admin only).
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+        InvalidInput: the study is not archived.
+    """
+    summary, _ = _set_status(db, actor, study_name, UNARCHIVED_STATUS, "unarchived",
+                             (ARCHIVED,))
+    return summary
+
+
+@dataclass(frozen=True)
+class DeleteSummary:
+    """What a delete removed, and where the ratings were exported first.
+
+    Attributes:
+        study_name: The deleted study.
+        n_pairs: Pairs removed.
+        n_ratings: Rating cells removed (all of them are in the export).
+        export_dir: The export written before the delete (``None``: there were no ratings).
+        n_files_removed: Image files removed (no other study used them).
+    """
+
+    study_name: str
+    n_pairs: int
+    n_ratings: int
+    export_dir: Path | None
+    n_files_removed: int
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:60] or "study"
+
+
+def delete_study(
+    db: Database,
+    actor: Actor,
+    *,
+    study_name: str,
+    confirm: str,
+    export_root: Path | None = None,
+) -> DeleteSummary:
+    """Delete a study, its pairs, assignments and ratings (admin only).
+
+    When the study has any rating, they are exported first (format ``jsonl``, with the
+    pairs, images and manifest) into ``export_root/<study>-<time>/``; the study is deleted
+    only if that export succeeded. The study is hidden (archived) before it is exported, so
+    the export holds every rating it ever had; if the export fails, its status is restored
+    and nothing is deleted.
+
+    Args:
+        db: The database.
+        actor: Must be an admin.
+        study_name: The study.
+        confirm: Must repeat the study's name exactly (a page asks the admin to type it).
+        export_root: Where the export goes (default ``<data dir>/deleted-studies``).
+
+    Returns:
+        What was removed and where the ratings were exported.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+        InvalidInput: the confirmation does not match; a job of the study is queued or
+            running; the export failed (nothing deleted).
+    """
+    from backend.services import exports, imports
+
+    require_admin(actor)
+    if (confirm or "").strip() != study_name:
+        raise InvalidInput(f"to delete study {study_name!r}, type its name exactly to confirm")
+    with db.read() as s:
+        study = get_study(s, study_name)
+        study_id, previous, provenance = study.id, study.status, study.provenance
+        busy = list(s.scalars(select(Job.id).where(
+            Job.study_id == study_id, Job.status.in_(("queued", "running")))))
+    if busy:
+        raise InvalidInput(f"study {study_name!r} has job(s) {', '.join(f'#{j}' for j in busy)} "
+                           "queued or running; cancel them (Metrics page) before deleting it")
+    if previous != ARCHIVED:
+        # Hidden first: from now on no rater can change a rating the export would miss.
+        _set_status(db, actor, study_name, ARCHIVED, "archived (to delete)",
+                    (previous,))
+    with db.read() as s:
+        n_pairs = s.scalar(select(func.count(Pair.id)).where(Pair.study_id == study_id)) or 0
+        n_ratings = s.scalar(select(func.count(Rating.id)).join(Pair, Pair.id == Rating.pair_id)
+                             .where(Pair.study_id == study_id)) or 0
+    export_dir: Path | None = None
+    if n_ratings:
+        root = Path(export_root) if export_root is not None else (
+            config.data_dir() / DELETED_EXPORTS_SUBDIR)
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        target = root / f"{_slug(study_name)}-{stamp}"
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            export_dir = exports.export_study(db, actor, study_name=study_name, fmt="jsonl",
+                                              out_dir=target).out_dir
+        except Exception as exc:
+            with db.begin() as s:
+                s.execute(update(Study).where(Study.id == study_id)
+                          .values(status=previous, provenance=provenance))
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InvalidInput(f"study {study_name!r} was not deleted: exporting its "
+                               f"{n_ratings} rating cells to {target} failed ({reason})") from None
+    with db.begin() as s:
+        # Invisible everywhere from here; an interrupted delete is finished by the cleanup
+        # of stale imports (its state names this process).
+        s.execute(update(Study).where(Study.id == study_id).values(
+            status=STUDY_STAGING,
+            provenance={imports.IMPORT_STATE_KEY: {**imports.staging_state(),
+                                                   "deleting": True}}))
+    n_files = imports.delete_staged_study(db, study_id)
+    logger.warning("study %r deleted by %s (%d pairs, %d rating cells%s)", study_name,
+                   actor.username, n_pairs, n_ratings,
+                   f", exported to {export_dir}" if export_dir else "")
+    return DeleteSummary(study_name=study_name, n_pairs=int(n_pairs), n_ratings=int(n_ratings),
+                         export_dir=export_dir, n_files_removed=n_files)

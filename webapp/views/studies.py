@@ -1,20 +1,34 @@
-"""Admin: every study with its size and sources, and the live progress of one study."""
+"""Admin: every study with its size and sources, the live progress of one study, its
+settings (highlight differences), and archive / unarchive / delete.
+
+Archived studies are listed only under the "Archived" filter here; every other page picks
+from the studies in use. Deleting asks for the study's name typed out; a study with ratings
+is exported first (the page says where)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import progress, studies
+from backend.services import progress, studies, study_settings
 from webapp import state
 
 actor = state.require_actor()
 state.require_admin_page(actor)
 db = state.get_db()
 
+FLASH = "studies_flash"
+
 st.title("Studies & progress")
-summaries = state.call(studies.list_studies, db, actor)
+flash = st.session_state.pop(FLASH, None)
+if flash:
+    st.success(flash)
+show = st.segmented_control("Show", ["In use", "Archived"], default="In use",
+                            key="studies_filter") or "In use"
+archived = show == "Archived"
+summaries = state.call(studies.list_studies, db, actor, archived=archived)
 if not summaries:
-    st.info("No studies yet. Use **Import** to create one.")
+    st.info("No archived studies." if archived
+            else "No studies yet. Use **Import** to create one.")
     st.stop()
 
 st.dataframe(
@@ -36,6 +50,62 @@ st.dataframe(
 )
 
 study_name = st.selectbox("Progress of", [s.name for s in summaries], key="progress_study")
+
+
+def _toggle_highlight(name: str) -> None:
+    # A callback: the rerun that follows shows the recorded state.
+    value = bool(st.session_state[f"highlight_{name}"])
+    state.call(study_settings.update_study_settings, state.get_db(),
+               state.require_live_session(), study_name=name, highlight_differences=value)
+
+
+def settings_panel(name: str) -> None:
+    """The study's settings (recorded with the study, exported with it)."""
+    current = state.call(study_settings.study_settings, db, actor, name)
+    spec = study_settings.SETTINGS["highlight_differences"]
+    st.toggle(spec.label, value=current.highlight_differences, key=f"highlight_{name}",
+              on_change=_toggle_highlight, args=(name,))
+    changed = current.changed_at.get(spec.key)
+    st.caption(f"Off by default. {spec.caveat}"
+               + (f" Last changed {changed[:19].replace('T', ' ')} UTC." if changed else ""))
+
+
+def lifecycle_panel(name: str, status: str) -> None:
+    """Archive or unarchive, and delete (with the study's name typed to confirm)."""
+    if status == studies.ARCHIVED:
+        st.caption("Archived: kept, hidden from raters and from the other pages' lists. "
+                   "Unarchive brings it back as closed.")
+        if st.button("Unarchive", key="unarchive_study", icon=":material/unarchive:"):
+            done = state.call(studies.unarchive_study, db, actor, study_name=name)
+            st.session_state[FLASH] = f"Study {done.name} is {done.status} again."
+            st.rerun()
+    else:
+        st.caption("Archive keeps the study and its ratings but hides it from raters and "
+                   "from the lists of the other pages; it can be unarchived.")
+        if st.button("Archive", key="archive_study", icon=":material/archive:"):
+            state.call(studies.archive_study, db, actor, study_name=name)
+            st.session_state[FLASH] = (f"Study {name} archived: see it under "
+                                       "Show: Archived.")
+            st.rerun()
+    st.markdown("**Delete**")
+    st.caption("Deletes the study, its pairs, assignments and ratings. A study with ratings "
+               "is exported first (JSONL: pairs, ratings, images, manifest) into the data "
+               "folder; if the export fails nothing is deleted.")
+    typed = st.text_input(f"Type the study name ({name}) to confirm", key=f"delete_confirm_{name}")
+    if st.button("Delete study", key="delete_study", type="primary",
+                 icon=":material/delete_forever:", disabled=typed.strip() != name):
+        done = state.call(studies.delete_study, db, actor, study_name=name, confirm=typed)
+        where = (f" Its {done.n_ratings} rating cells were exported first to "
+                 f"`{done.export_dir}`." if done.export_dir else " It had no ratings.")
+        st.session_state[FLASH] = f"Deleted study {name} ({done.n_pairs} pairs).{where}"
+        st.rerun()
+
+
+chosen = next(s for s in summaries if s.name == study_name)
+with st.expander("Settings", expanded=False):
+    settings_panel(study_name)
+with st.expander("Archive or delete", expanded=False):
+    lifecycle_panel(study_name, chosen.status)
 
 
 @st.fragment(run_every="15s")

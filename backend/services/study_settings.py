@@ -1,0 +1,181 @@
+"""Per-study settings chosen by the lead (admin only), recorded with the study.
+
+Settings change how raters see the pairs, so an analysis must be able to say which were in
+force: every change is recorded in ``Study.settings`` with its time and the admin, and
+:func:`export_settings` gives the block an export manifest carries.
+
+Stored shape (``Study.settings``, a JSON object): each known key at the top level with its
+value (absent: the default), and ``history``, a list of ``{"key", "from", "to", "at", "by"}``
+in the order the changes were made. Known keys:
+
+``highlight_differences`` (bool, default ``False``)
+    Mark the words where the candidate report differs from the reference on the rating
+    screen. Off by default: it may bias raters (they may look only where it points).
+
+A new key is one more :class:`Setting` in :data:`SETTINGS`; unknown keys are refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.services.errors import InvalidInput, require_admin
+from backend.services.repo import get_study
+from backend.services.types import Actor
+from db.session import Database
+
+#: Key of the change log inside ``Study.settings``.
+HISTORY_KEY = "history"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One known study setting.
+
+    Attributes:
+        key: Its name in ``Study.settings``.
+        type: The Python type a value must have (exactly: ``True`` is not an ``int``).
+        default: Its value when never set.
+        label: Short label for a page.
+        caveat: What the lead must know before changing it.
+    """
+
+    key: str
+    type: type
+    default: Any
+    label: str
+    caveat: str = ""
+
+
+#: Every known setting, by key.
+SETTINGS: dict[str, Setting] = {
+    s.key: s for s in (
+        Setting(
+            key="highlight_differences",
+            type=bool,
+            default=False,
+            label="Highlight differences between the reference and the candidate",
+            caveat="May bias raters; recorded with the study.",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """A study's settings as in force now.
+
+    Attributes:
+        study_name: The study.
+        values: Every known key with its value (the default where never set).
+        changed_at: When each key was last changed (absent: never).
+        history: Every change, oldest first (``key``, ``from``, ``to``, ``at``, ``by``).
+    """
+
+    study_name: str
+    values: dict[str, Any]
+    changed_at: dict[str, str] = field(default_factory=dict)
+    history: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def highlight_differences(self) -> bool:
+        """Whether raters see the differences highlighted."""
+        return bool(self.values["highlight_differences"])
+
+
+def effective(raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every known setting's value from a stored ``Study.settings`` (defaults filled in).
+
+    Pure: any service that already loaded the study (the rating screen's) can call it.
+    """
+    raw = raw or {}
+    out = {}
+    for key, spec in SETTINGS.items():
+        value = raw.get(key, spec.default)
+        out[key] = value if isinstance(value, spec.type) else spec.default
+    return out
+
+
+def export_settings(raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The block an export manifest carries: values in force and their change history."""
+    raw = raw or {}
+    return {"values": effective(raw), HISTORY_KEY: copy.deepcopy(list(raw.get(HISTORY_KEY, [])))}
+
+
+def _view(study_name: str, raw: Mapping[str, Any] | None) -> StudySettings:
+    history = tuple(copy.deepcopy(list((raw or {}).get(HISTORY_KEY, []))))
+    changed = {h["key"]: h["at"] for h in history if isinstance(h, dict) and "key" in h}
+    return StudySettings(study_name=study_name, values=effective(raw), changed_at=changed,
+                         history=history)
+
+
+def study_settings(db: Database, actor: Actor, study_name: str) -> StudySettings:
+    """A study's settings (admin only).
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+    """
+    require_admin(actor)
+    with db.read() as s:
+        study = get_study(s, study_name)
+        return _view(study.name, study.settings)
+
+
+def _checked(changes: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(changes) - set(SETTINGS))
+    if unknown:
+        raise InvalidInput(f"unknown study setting(s): {', '.join(unknown)} "
+                           f"(known: {', '.join(SETTINGS)})")
+    for key, value in changes.items():
+        spec = SETTINGS[key]
+        # bool is an int in Python; an int is never a switch and a switch never a count.
+        if not isinstance(value, spec.type) or (spec.type is not bool and isinstance(value, bool)):
+            raise InvalidInput(f"study setting {key!r} must be {spec.type.__name__}, "
+                               f"got {value!r}")
+    return dict(changes)
+
+
+def update_study_settings(db: Database, actor: Actor, *, study_name: str,
+                          **changes: Any) -> StudySettings:  # noqa: ANN401 - typed per key
+    """Change some of a study's settings (admin only); each change is recorded.
+
+    Only keys whose value differs are recorded; every change gets the time and the admin.
+
+    Args:
+        db: The database.
+        actor: Must be an admin.
+        study_name: The study.
+        **changes: ``key=value`` for known keys (see :data:`SETTINGS`).
+
+    Returns:
+        The settings now in force.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+        InvalidInput: an unknown key or a value of the wrong type (nothing is changed).
+    """
+    require_admin(actor)
+    wanted = _checked(changes)
+    now = dt.datetime.now(dt.UTC).isoformat()
+    with db.begin() as s:
+        study = get_study(s, study_name, for_update=True)
+        raw = copy.deepcopy(dict(study.settings or {}))
+        current = effective(raw)
+        history = list(raw.get(HISTORY_KEY, []))
+        for key, value in wanted.items():
+            if current[key] == value and key in raw:
+                continue
+            if current[key] != value:
+                history.append({"key": key, "from": current[key], "to": value, "at": now,
+                                "by": actor.username})
+            raw[key] = value
+        raw[HISTORY_KEY] = history
+        # A new dict: the JSON column is not mutation-tracked.
+        study.settings = raw
+        return _view(study.name, raw)
