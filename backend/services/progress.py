@@ -1,4 +1,10 @@
-"""Study progress for admins: per rater done/total/time on task, per pair completed ratings."""
+"""Study progress for admins: per rater done/total/time on task, per pair completed ratings.
+
+Time on task is the measure of :mod:`backend.services.activity` (the rater's own activity
+spans, unioned per pair, idle gaps cut); per rater the total over their pairs and the median
+per pair over the pairs with any active time. Pairs are numbered 1..N (``number``) wherever
+a person reads them; ``position`` is the 0-based storage order.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
+from backend.services.activity import summarize
 from backend.services.errors import require_admin
 from backend.services.rating import as_utc
 from backend.services.repo import get_study
@@ -23,8 +30,11 @@ class RaterProgress:
     display_name: str
     completed: int
     total: int
-    active_seconds: float  # time on task summed over the rater's pairs (idle gaps capped)
+    active_seconds: float  # time on task summed over the rater's pairs (activity spans)
     last_active_at: dt.datetime | None
+    # Median time on task per pair over the pairs with any active time (None: none yet).
+    median_seconds: float | None = None
+    pairs_with_time: int = 0
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,11 @@ class PairProgress:
     source: str
     assigned: int
     completed: int
+
+    @property
+    def number(self) -> int:
+        """The pair's 1-based number, as every page and export shows it."""
+        return self.position + 1
 
 
 @dataclass(frozen=True)
@@ -75,7 +90,6 @@ def study_progress(db: Database, actor: Actor, *, study_name: str) -> StudyProgr
                 User.display_name,
                 func.count(Assignment.id),
                 func.count(Assignment.completed_at),
-                func.coalesce(func.sum(Assignment.active_seconds), 0.0),
                 func.max(Assignment.last_active_at),
             )
             .join(Assignment, Assignment.rater_id == User.id)
@@ -83,6 +97,13 @@ def study_progress(db: Database, actor: Actor, *, study_name: str) -> StudyProgr
             .group_by(User.id, User.username, User.display_name)
             .order_by(User.username)
         ).all()
+        per_pair: dict[str, list[float]] = {}
+        for username, secs in s.execute(
+            select(User.username, Assignment.active_seconds)
+            .join(Assignment, Assignment.rater_id == User.id)
+            .where(Assignment.study_id == study.id)
+        ):
+            per_pair.setdefault(username, []).append(float(secs or 0.0))
         pair_rows = s.execute(
             select(
                 Pair.position,
@@ -96,16 +117,19 @@ def study_progress(db: Database, actor: Actor, *, study_name: str) -> StudyProgr
             .group_by(Pair.id, Pair.position, Pair.opaque_id, Pair.source)
             .order_by(Pair.position)
         ).all()
+        times = {u: summarize(v) for u, v in per_pair.items()}
         raters = tuple(
             RaterProgress(
                 username=u,
                 display_name=d,
                 completed=int(done),
                 total=int(total),
-                active_seconds=float(secs),
+                active_seconds=times[u].total_seconds,
                 last_active_at=as_utc(last),
+                median_seconds=times[u].median_seconds,
+                pairs_with_time=times[u].pairs_with_time,
             )
-            for u, d, total, done, secs, last in rater_rows
+            for u, d, total, done, last in rater_rows
         )
         pairs = tuple(
             PairProgress(

@@ -1,0 +1,406 @@
+"""Time on task from the rater's own activity: spans sent by the browser, unioned per pair.
+
+The rating page's invisible tracker (``webapp/components/activity``) watches the rater's own
+input and focus events (keys, pointer presses and moves, wheel, scroll, input, focus, tab
+visibility) and cuts them into *spans*: intervals in which the rater was active on the pair
+on screen. The rules, applied in the browser:
+
+* The rater is active from an event until the next one, as long as the gap is at most the
+  idle cut ``T`` (:func:`idle_cut_seconds`, ``RADCONCORD_IDLE_CUT_S``, default
+  :data:`DEFAULT_IDLE_CUT_S` = 30 s). After the last event the activity continues up to ``T``
+  (reading without touching anything), then stops: a longer gap adds at most ``T``.
+* Nothing counts while the tab is hidden or the window has no focus.
+* Time goes to the pair on screen: a change of pair ends the span of the old pair and (when
+  the rater is still active) starts one for the new pair at that instant. A pair passed
+  through in half a second gets half a second.
+* Spans are sent every ~10 s, on a change of pair and when the page is hidden or left; each
+  carries the page load's random ``client_id`` so a span resent after a lost reply is stored
+  once (unique ``(client_id, assignment_id, started_at)``).
+
+This module checks and stores the spans and keeps the derived numbers: the time on task of an
+assignment (``Assignment.active_seconds``) is the length of the **union** of its spans, so two
+tabs of the same rater on the same pair count once; ``last_active_at`` is the end of the
+latest span. A rater's time in a study is the sum over their assignments (one browser window
+has the focus at a time, so spans of different pairs do not overlap).
+
+A span is refused (and the others of the batch are still stored) when its pair is not one of
+the rater's assignments (the same message as a pair that does not exist, so ids cannot be
+probed), its study is not open, it ends before it starts, lasts longer than
+:data:`MAX_SPAN_SECONDS`, ends more than :data:`FUTURE_TOLERANCE_SECONDS` in the future or
+started more than :data:`MAX_AGE` ago.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import os
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from backend.services.errors import InvalidInput
+from backend.services.types import Actor
+from db.models import STUDY_STAGING, ActivitySpan, Assignment, Pair, Study
+from db.session import Database
+
+log = logging.getLogger(__name__)
+
+IDLE_CUT_ENV = "RADCONCORD_IDLE_CUT_S"
+#: Seconds of activity an event stands for when nothing follows it (the idle cut ``T``).
+DEFAULT_IDLE_CUT_S = 30.0
+FLUSH_ENV = "RADCONCORD_ACTIVITY_FLUSH_S"
+#: Seconds between two sends of the browser's spans (also sent on a change of pair).
+DEFAULT_FLUSH_S = 10.0
+#: The longest span accepted (the browser cuts spans at every send, so they are ~10 s).
+MAX_SPAN_SECONDS = 600.0
+#: How far in the future a span may end (the browser corrects its clock by the server's).
+FUTURE_TOLERANCE_SECONDS = 120.0
+#: How old a span may be when it arrives (a laptop asleep with unsent spans).
+MAX_AGE = dt.timedelta(days=7)
+#: Most spans in one request.
+MAX_SPANS_PER_BATCH = 500
+MAX_EVENTS_PER_SPAN = 1_000_000
+CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+#: Only open studies take time on task: a closed study's numbers are final.
+OPEN_STATUS = "open"
+# Studies no rater may know of: their pairs answer like pairs that do not exist.
+HIDDEN_STATUSES = ("draft", STUDY_STAGING)
+
+
+def _env_seconds(name: str, default: float, low: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds; using %g", name, raw, default)
+        return default
+    if not math.isfinite(value) or value < low:
+        log.warning("%s=%r is below %g s; using %g", name, raw, low, default)
+        return default
+    return value
+
+
+def idle_cut_seconds() -> float:
+    """The idle cut ``T`` in seconds (``RADCONCORD_IDLE_CUT_S``; default 30, at least 0.5)."""
+    return _env_seconds(IDLE_CUT_ENV, DEFAULT_IDLE_CUT_S, 0.5)
+
+
+def flush_seconds() -> float:
+    """Seconds between sends (``RADCONCORD_ACTIVITY_FLUSH_S``; default 10, at least 0.5)."""
+    return _env_seconds(FLUSH_ENV, DEFAULT_FLUSH_S, 0.5)
+
+
+@dataclass(frozen=True)
+class SpanInput:
+    """One active interval on one pair, as the browser reports it.
+
+    Attributes:
+        opaque_id: The pair on screen (the id the rater knows).
+        started_at: Start (aware; naive values are taken as UTC).
+        ended_at: End.
+        events: Input and focus events seen in the span.
+    """
+
+    opaque_id: str
+    started_at: dt.datetime
+    ended_at: dt.datetime
+    events: int = 0
+
+
+@dataclass(frozen=True)
+class RefusedSpan:
+    """A span that was not stored, with the field at fault and why."""
+
+    index: int
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    """Outcome of :func:`record_spans`.
+
+    Attributes:
+        stored: New spans written.
+        duplicates: Spans already stored (a resend), left as they were.
+        refused: Spans not stored, by their index in the batch.
+        active_seconds: ``opaque_id -> time on task`` of each pair the batch touched.
+    """
+
+    stored: int
+    duplicates: int
+    refused: tuple[RefusedSpan, ...]
+    active_seconds: dict[str, float]
+
+
+class _Refused(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def _from_ms(value: object, field: str) -> dt.datetime:
+    # Booleans are ints to Python; a timestamp that is a bool is a client bug.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _Refused(field, f"{field}: must be milliseconds since 1970 (a number), "
+                              f"got {value!r}")
+    try:
+        return dt.datetime.fromtimestamp(float(value) / 1000.0, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        raise _Refused(field, f"{field}: {value!r} is not a valid time") from None
+
+
+def _coerce(item: SpanInput | Mapping[str, Any]) -> SpanInput:
+    """A span from a ``SpanInput`` or a JSON object ``{pair, start, end, events}`` (ms)."""
+    if isinstance(item, SpanInput):
+        if not isinstance(item.started_at, dt.datetime):
+            raise _Refused("start", f"start: must be a datetime, got {item.started_at!r}")
+        if not isinstance(item.ended_at, dt.datetime):
+            raise _Refused("end", f"end: must be a datetime, got {item.ended_at!r}")
+        span = SpanInput(str(item.opaque_id), _utc(item.started_at), _utc(item.ended_at),
+                         item.events)
+    elif isinstance(item, Mapping):
+        unknown = sorted(set(item) - {"pair", "start", "end", "events"})
+        if unknown:
+            raise _Refused(unknown[0], f"unknown field(s) {', '.join(map(repr, unknown))}; "
+                                       "a span has pair, start, end, events")
+        pair = item.get("pair")
+        if not isinstance(pair, str) or not pair:
+            raise _Refused("pair", f"pair: must be the pair's id (text), got {pair!r}")
+        span = SpanInput(pair, _from_ms(item.get("start"), "start"),
+                         _from_ms(item.get("end"), "end"), item.get("events", 0))
+    else:
+        raise _Refused("span", f"must be an object with pair, start, end, events; got "
+                               f"{type(item).__name__}")
+    events = span.events
+    if isinstance(events, bool) or not isinstance(events, int) or not (
+            0 <= events <= MAX_EVENTS_PER_SPAN):
+        raise _Refused("events", f"events: must be an integer 0-{MAX_EVENTS_PER_SPAN}, "
+                                 f"got {events!r}")
+    return span
+
+
+def _check_times(span: SpanInput, now: dt.datetime) -> None:
+    length = (span.ended_at - span.started_at).total_seconds()
+    if length < 0:
+        raise _Refused("end", f"end: {span.ended_at.isoformat()} is before the start "
+                              f"{span.started_at.isoformat()}")
+    if length > MAX_SPAN_SECONDS:
+        raise _Refused("end", f"end: the span lasts {length:.0f} s, more than the "
+                              f"{MAX_SPAN_SECONDS:.0f} s a span may last")
+    ahead = (span.ended_at - now).total_seconds()
+    if ahead > FUTURE_TOLERANCE_SECONDS:
+        raise _Refused("end", f"end: {span.ended_at.isoformat()} is {ahead:.0f} s in the "
+                              "future")
+    if span.started_at < now - MAX_AGE:
+        raise _Refused("start", f"start: {span.started_at.isoformat()} is older than "
+                                f"{MAX_AGE.days} days")
+
+
+def union_seconds(intervals: Iterable[tuple[dt.datetime, dt.datetime]]) -> float:
+    """Length in seconds of the union of ``[start, end]`` intervals (overlaps count once).
+
+    Args:
+        intervals: ``(start, end)`` pairs in any order; empty or reversed ones add nothing.
+    """
+    total = 0.0
+    current: tuple[dt.datetime, dt.datetime] | None = None
+    for start, end in sorted((_utc(a), _utc(b)) for a, b in intervals):
+        if end <= start:
+            continue
+        if current is None or start > current[1]:
+            if current is not None:
+                total += (current[1] - current[0]).total_seconds()
+            current = (start, end)
+        elif end > current[1]:
+            current = (current[0], end)
+    if current is not None:
+        total += (current[1] - current[0]).total_seconds()
+    return total
+
+
+def _insert_ignore(s: Session) -> Any:  # noqa: ANN401 - a dialect's insert construct
+    dialect = s.get_bind().dialect.name
+    if dialect == "postgresql":
+        return pg_insert
+    if dialect == "sqlite":
+        return sqlite_insert
+    raise RuntimeError(f"unsupported database dialect {dialect!r}")  # pragma: no cover
+
+
+def refresh_assignment(s: Session, assignment: Assignment) -> float:
+    """Recompute an assignment's cached time on task from its spans (caller's session).
+
+    Returns:
+        The new ``active_seconds``.
+    """
+    rows = s.execute(
+        select(ActivitySpan.started_at, ActivitySpan.ended_at)
+        .where(ActivitySpan.assignment_id == assignment.id)
+    ).all()
+    assignment.active_seconds = union_seconds((a, b) for a, b in rows)
+    assignment.last_active_at = max((_utc(b) for _, b in rows), default=None)
+    return float(assignment.active_seconds)
+
+
+def record_spans(
+    db: Database,
+    actor: Actor,
+    *,
+    client_id: str,
+    spans: Sequence[SpanInput | Mapping[str, Any]],
+    now: dt.datetime | None = None,
+) -> RecordResult:
+    """Store a batch of the rater's activity spans and update their pairs' time on task.
+
+    Each valid span is stored once (a resend of the same ``client_id``, pair and start is a
+    duplicate, not an error); each invalid one is refused with its index, field and reason
+    while the rest of the batch is stored. The touched assignments' ``active_seconds`` (union
+    of their spans) and ``last_active_at`` are recomputed in the same transaction, with their
+    rows locked, so two tabs sending at once cannot lose each other's spans.
+
+    Args:
+        db: The study database.
+        actor: The rater (only their own assignments take spans).
+        client_id: The page load that measured the spans (8-64 letters, digits, ``-``, ``_``).
+        spans: ``SpanInput`` values or JSON objects ``{"pair", "start", "end", "events"}``
+            with times in milliseconds since 1970 (UTC).
+        now: The server's time (default: now); tests pass it.
+
+    Raises:
+        InvalidInput: a bad ``client_id`` or more than ``MAX_SPANS_PER_BATCH`` spans.
+    """
+    if not isinstance(client_id, str) or not CLIENT_ID_RE.match(client_id):
+        raise InvalidInput(f"client_id: must be 8-64 letters, digits, '-' or '_', got "
+                           f"{client_id!r}")
+    if len(spans) > MAX_SPANS_PER_BATCH:
+        raise InvalidInput(f"spans: {len(spans)} in one batch, at most {MAX_SPANS_PER_BATCH}")
+    now = _utc(now) if now is not None else dt.datetime.now(dt.UTC)
+    refused: list[RefusedSpan] = []
+    valid: list[tuple[int, SpanInput]] = []
+    for index, item in enumerate(spans):
+        try:
+            span = _coerce(item)
+            _check_times(span, now)
+        except _Refused as exc:
+            refused.append(RefusedSpan(index, exc.field, f"span {index}: {exc.message}"))
+            continue
+        valid.append((index, span))
+    if not valid:
+        return RecordResult(0, 0, tuple(refused), {})
+
+    wanted = sorted({span.opaque_id for _, span in valid})
+    stored = duplicates = 0
+    times: dict[str, float] = {}
+    with db.begin() as s:
+        rows = s.execute(
+            select(Assignment, Pair.opaque_id, Study.status, Study.name)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .join(Study, Study.id == Assignment.study_id)
+            .where(Assignment.rater_id == actor.user_id, Pair.opaque_id.in_(wanted))
+            .order_by(Assignment.id)
+            # Two tabs of the same rater sending at once: the second waits, then unions the
+            # first one's committed spans too (PostgreSQL; SQLite has one writer anyway).
+            .with_for_update(of=Assignment)
+        ).all()
+        found = {oid: (a, status, name) for a, oid, status, name in rows}
+        touched: dict[str, Assignment] = {}
+        insert = _insert_ignore(s)
+        for index, span in valid:
+            hit = found.get(span.opaque_id)
+            # Hidden studies (draft, importing) answer like a pair that does not exist.
+            if hit is None or hit[1] in HIDDEN_STATUSES:
+                refused.append(RefusedSpan(
+                    index, "pair", f"span {index}: pair {span.opaque_id!r} is not in your "
+                                   "assignments"))
+                continue
+            assignment, status, study_name = hit
+            if status != OPEN_STATUS:
+                refused.append(RefusedSpan(
+                    index, "pair", f"span {index}: study {study_name!r} is {status}; its "
+                                   "time on task no longer changes"))
+                continue
+            # RETURNING tells a stored row from a skipped one on both databases (the ORM
+            # reports a rowcount of 1 for a skipped insert on PostgreSQL).
+            inserted = s.execute(
+                insert(ActivitySpan).values(
+                    rater_id=actor.user_id, assignment_id=assignment.id, client_id=client_id,
+                    started_at=span.started_at, ended_at=span.ended_at,
+                    active_ms=round((span.ended_at - span.started_at).total_seconds() * 1000),
+                    events=int(span.events), received_at=now,
+                ).on_conflict_do_nothing(
+                    index_elements=["client_id", "assignment_id", "started_at"])
+                .returning(ActivitySpan.id)
+            ).first()
+            if inserted is not None:
+                stored += 1
+            else:
+                duplicates += 1
+            touched[span.opaque_id] = assignment
+        s.flush()
+        for oid, assignment in touched.items():
+            times[oid] = refresh_assignment(s, assignment)
+    refused.sort(key=lambda r: r.index)
+    return RecordResult(stored, duplicates, tuple(refused), times)
+
+
+@dataclass(frozen=True)
+class RaterTime:
+    """One rater's time on task in a study.
+
+    Attributes:
+        total_seconds: Sum of the time on task of the rater's pairs.
+        pairs_with_time: Pairs with any active time.
+        median_seconds: Median time per pair over those pairs (None when none).
+    """
+
+    total_seconds: float
+    pairs_with_time: int
+    median_seconds: float | None
+
+
+def summarize(seconds: Iterable[float]) -> RaterTime:
+    """Total, count and median of per-pair times (pairs without time left out of the median).
+
+    The one definition used by the dashboard, the progress page and a reader of the export.
+    """
+    values = [float(v) for v in seconds]
+    worked = [v for v in values if v > 0]
+    return RaterTime(total_seconds=float(sum(values)), pairs_with_time=len(worked),
+                     median_seconds=float(statistics.median(worked)) if worked else None)
+
+
+__all__ = [
+    "DEFAULT_FLUSH_S",
+    "DEFAULT_IDLE_CUT_S",
+    "FLUSH_ENV",
+    "IDLE_CUT_ENV",
+    "MAX_SPANS_PER_BATCH",
+    "MAX_SPAN_SECONDS",
+    "RaterTime",
+    "RecordResult",
+    "RefusedSpan",
+    "SpanInput",
+    "flush_seconds",
+    "idle_cut_seconds",
+    "record_spans",
+    "refresh_assignment",
+    "summarize",
+    "union_seconds",
+]
