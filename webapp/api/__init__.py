@@ -118,4 +118,4 @@ def routes(base_url_path: str = "") -> list[Route]:
 
 
 # One module per concern; each owns its routes (see the module docstrings).
-API_MODULES: tuple[str, ...] = ("images", "rating")
+API_MODULES: tuple[str, ...] = ("images", "rating", "activity")
