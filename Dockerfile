@@ -25,17 +25,21 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-COPY requirements.txt .
-# torch pinned and taken from the CPU index first so nothing resolves a CUDA build by accident.
-RUN pip install "torch==2.13.0" --index-url "${TORCH_INDEX}" \
- && pip install -r requirements.txt
+# torch pinned and taken from the CPU index first so nothing resolves a CUDA build by accident;
+# pyproject.toml names torch without a build, so this one satisfies it.
+RUN pip install "torch==2.13.0" --index-url "${TORCH_INDEX}"
 
+# The package (backend, db with its migrations, webapp, radconcord, demo assets) installed
+# editable with its dependencies and every extra (PostgreSQL, report figures, ray,
+# datasets): `streamlit run webapp/server.py` and the `radconcord` command run the same code.
+COPY pyproject.toml README.md alembic.ini ./
 COPY backend ./backend
 COPY db ./db
 COPY webapp ./webapp
+COPY radconcord ./radconcord
 COPY assets ./assets
 COPY .streamlit ./.streamlit
-COPY alembic.ini pyproject.toml README.md ./
+RUN pip install -e ".[all]"
 
 RUN useradd --create-home --uid 10001 radconcord && mkdir -p /data && chown radconcord /data
 USER radconcord

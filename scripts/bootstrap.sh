@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything RadConcord needs on a fresh Debian/Ubuntu machine, idempotently.
-#   scripts/bootstrap.sh app   -> JRE (METEOR) + runtime Python deps in .venv
-#   scripts/bootstrap.sh test  -> also chromium, chromium-driver, postgresql + dev deps
+#   scripts/bootstrap.sh app   -> JRE (METEOR) + `pip install -e .[all]` in .venv
+#   scripts/bootstrap.sh test  -> also chromium, chromium-driver, postgresql + `.[dev]`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-app}"
@@ -27,13 +27,22 @@ fi
 
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-# torch first and pinned: this exact version is the CPU build on our machines; letting another
-# requirement resolve torch could pull a multi-GB CUDA build.
-.venv/bin/python -m pip install -q "torch==2.13.0"
-if [ "$mode" = "test" ]; then
-  .venv/bin/python -m pip install -q -r requirements-dev.txt
-else
-  .venv/bin/python -m pip install -q -r requirements.txt
+# torch first and pinned: this exact version is the CPU build on our machines; pyproject.toml
+# names torch without a build, so the installed one satisfies it and nothing resolves a
+# multi-GB CUDA build. On a GPU host install the CUDA wheel of your choice instead.
+TORCH="${RADCONCORD_TORCH:-torch==2.13.0}"
+if [ "$mode" = "test" ]; then extras="dev"; else extras="all"; fi
+# The package itself, editable (the checkout is what runs), with its dependencies from
+# pyproject.toml; skipped when pyproject.toml and the mode did not change since the last run.
+stamp=".venv/.radconcord-installed"
+want="$mode $(sha256sum pyproject.toml | cut -c1-64)"
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -x .venv/bin/radconcord ] \
+    && .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  echo "bootstrap: ready ($mode, unchanged)"
+  exit 0
 fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q "$TORCH"
+.venv/bin/python -m pip install -q -e ".[$extras]"
+echo "$want" > "$stamp"
 echo "bootstrap: ready ($mode)"
