@@ -1,0 +1,76 @@
+"""The browser's activity clock (webapp/components/activity/activity.js, ``createTracker``) run
+in node on a scripted rater whose true times are known: continuous work, a change of pair, an
+idle gap longer than the cut, a pass through a pair in half a second, a blurred window."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+JS = Path(__file__).resolve().parents[2] / "webapp" / "components" / "activity" / "activity.js"
+
+SCRIPT = r"""
+import { createTracker } from "./activity.mjs";
+const t = createTracker({ idleMs: 2000 });
+const spans = [];
+const take = (at) => spans.push(...t.take(at));
+const work = (from, to) => { for (let x = from; x <= to; x += 250) t.activity(x); };
+t.activity(0);            // the page load
+t.setPair("A", 0);
+work(0, 4000);            // 4 s on A, the last event is the click on Next
+take(2600);               // a periodic send in the middle of the work
+t.setPair("B", 4300);     // the next pair is on screen 0.3 s later
+work(4300, 6300);         // 2 s on B, then nothing
+take(10000);              // the send after the idle gap: B ends 2 s after its last event
+t.activity(12000);        // back: a click on Next
+t.setPair("C", 12300);
+t.activity(12800);        // half a second on C: Next again
+t.setPair("D", 13100);
+take(20000);              // D gets the cut after the last event (12.8 + 2 s)
+t.activity(30000);        // on D again
+t.inactive(30500);        // the window loses the focus: time stops at once
+take(40000);
+t.setPair(null, 41000);   // left the rating page: events count for no pair
+t.activity(41500);
+take(50000);
+console.log(JSON.stringify(spans));
+"""
+
+
+def _run(tmp_path: Path) -> list[dict]:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node not found: install nodejs (apt-get install -y nodejs) to test the "
+                    "browser components")
+    shutil.copyfile(JS, tmp_path / "activity.mjs")
+    (tmp_path / "run.mjs").write_text(SCRIPT, encoding="utf-8")
+    out = subprocess.run([node, "run.mjs"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60, check=True)
+    return json.loads(out.stdout)
+
+
+def test_scripted_rater_gets_its_true_times(tmp_path):
+    spans = _run(tmp_path)
+    per_pair: dict[str, float] = {}
+    for s in spans:
+        assert s["end"] > s["start"]
+        per_pair[s["pair"]] = per_pair.get(s["pair"], 0) + (s["end"] - s["start"])
+    assert per_pair == {
+        "A": 4300,          # 0 -> 4.3 s (until the next pair is on screen)
+        "B": 4000 + 300,    # 4.3 -> 8.3 s (2 s of work, then the 2 s cut), 12 -> 12.3 s
+        "C": 800,           # passed through: 12.3 -> 13.1 s (the old measure gave ~61 s)
+        "D": 1700 + 500,    # 13.1 -> 14.8 s (the cut), 30 -> 30.5 s (then the blur)
+    }
+    # Spans never overlap: the rater is on one pair at a time.
+    ordered = sorted(spans, key=lambda s: s["start"])
+    assert all(a["end"] <= b["start"] for a, b in zip(ordered, ordered[1:], strict=False))
+    # The periodic send cut A's open span at 2.6 s; the pieces join up.
+    a = [s for s in spans if s["pair"] == "A"]
+    assert [(s["start"], s["end"]) for s in a] == [(0, 2600), (2600, 4300)]
+    # Events are counted per span: 17 on A (0, 0.25, ..., 4 s; the page load came before
+    # any pair was on screen).
+    assert sum(s["events"] for s in a) == 17
