@@ -5,6 +5,11 @@ cache in the database unless ``--no-cache``) and writes ``id`` then one column p
 key, in request order. ``score --study NAME --metrics KEYS`` scores a study into the database
 inline, or queues a job for the worker with ``--enqueue``. User errors are one line
 ``error: ...`` with exit status 2 and leave no output file behind.
+
+Every run prints ``status FAMILY: done | unavailable: REASON | failed: ERROR`` per family
+and draws progress on stderr (:func:`backend.cli.progress.progress_bar`). With
+``--skip-unavailable`` the families that can run are scored even when another is unavailable
+or fails; the exit status is 1 when a family failed or none was scored.
 """
 
 from __future__ import annotations
@@ -93,19 +98,24 @@ def _run(
     pairs: list[Any], metrics: list[str], options: dict[str, Any], args: argparse.Namespace, db: Any
 ) -> Any:
     """Call the runner, turning its user-facing errors into ``UserError``."""
+    from backend.cli.progress import progress_bar
     from backend.scoring.runner import MetricFailed, ScoringError, score
 
     try:
-        return score(
-            pairs,
-            metrics,
-            options=options,
-            device=args.device,
-            batch_size=args.batch_size,
-            db=db,
-            skip_unavailable=args.skip_unavailable,
-            progress=_progress_printer(),
-        )
+        with progress_bar("score", unit="pair") as progress:
+            return score(
+                pairs,
+                metrics,
+                options=options,
+                device=args.device,
+                batch_size=args.batch_size,
+                db=db,
+                skip_unavailable=args.skip_unavailable,
+                # With --skip-unavailable a family that fails to load or score is reported
+                # and the others are scored; without it the first problem stops the run.
+                keep_going=args.skip_unavailable,
+                progress=progress,
+            )
     except (ScoringError, MetricUnavailable, MetricInputError) as exc:
         raise UserError(str(exc)) from None
     except MetricFailed as exc:
@@ -113,21 +123,14 @@ def _run(
         raise UserError(f"{exc} (run with -v for the traceback)") from None
 
 
-def _progress_printer() -> Any:
-    if not sys.stderr.isatty():
-        return None
-
-    def show(done: int, total: int, message: str) -> None:
-        print(f"\r[{done}/{total}] {message}"[:120].ljust(80), end="", file=sys.stderr)
-        if done >= total:
-            print(file=sys.stderr)
-
-    return show
-
-
 def _report(table: Any) -> None:
+    """Print each family's status (stdout), skipped families and empty pairs (stderr)."""
     for family, reason in table.unavailable.items():
         print(f"skipped metric '{family}': {reason}", file=sys.stderr)
+    for family, error in table.failed.items():
+        print(f"failed metric '{family}': {error}", file=sys.stderr)
+    for family, run in table.families.items():
+        print(f"status {family}: {run.status_text}")
     if table.empty_ids:
         shown = ", ".join(table.empty_ids[:20])
         more = f" and {len(table.empty_ids) - 20} more" if len(table.empty_ids) > 20 else ""
@@ -137,7 +140,7 @@ def _report(table: Any) -> None:
             file=sys.stderr,
         )
     for family, run in table.families.items():
-        if run.unavailable:
+        if run.status != "done":
             continue
         print(
             f"{family}: {run.computed} computed, {run.cached} from cache"
@@ -172,6 +175,16 @@ def _score_file(args: argparse.Namespace, metrics: list[str], options: dict[str,
     except OSError as exc:
         raise UserError(f"--output: cannot write {out}: {exc.strerror or exc}") from None
     print(f"wrote {len(table.ids)} pairs x {len(table.columns)} keys to {out}")
+    return _exit_status(table)
+
+
+def _exit_status(table: Any) -> int:
+    """0 when every family ran or was skipped as unavailable (asked for); 1 when one failed
+    or nothing at all was scored."""
+    if table.failed or not table.done:
+        print(f"error: {len(table.failed)} metric(s) failed, {len(table.done)} scored",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -205,4 +218,4 @@ def _score_study(args: argparse.Namespace, metrics: list[str], options: dict[str
         table = _run(pairs, metrics, options, args, db)
     _report(table)
     print(f"scored {len(table.ids)} pairs of study '{args.study}' into the database")
-    return 0
+    return _exit_status(table)

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from backend.metrics import registry
 from backend.metrics.base import (
     Metric,
+    MetricInputError,
     MetricResult,
     MetricUnavailable,
     Resources,
@@ -126,6 +127,25 @@ class FamilyRun:
     seconds: float = 0.0
     corpus: dict[str, float] = field(default_factory=dict)
     unavailable: str | None = None
+    failed: str | None = None
+
+    @property
+    def status(self) -> str:
+        """``done``, ``unavailable`` (cannot run here) or ``failed`` (raised while scoring)."""
+        if self.unavailable:
+            return "unavailable"
+        if self.failed:
+            return "failed"
+        return "done"
+
+    @property
+    def status_text(self) -> str:
+        """``done``, ``unavailable: <reason>`` or ``failed: <error>``, for people."""
+        if self.unavailable:
+            return f"unavailable: {self.unavailable}"
+        if self.failed:
+            return f"failed: {self.failed}"
+        return "done"
 
 
 @dataclass
@@ -141,6 +161,16 @@ class ScoreTable:
     def unavailable(self) -> dict[str, str]:
         """``family -> reason`` for families skipped because they cannot run here."""
         return {f: r.unavailable for f, r in self.families.items() if r.unavailable}
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """``family -> error`` for families that raised while scoring (``keep_going``)."""
+        return {f: r.failed for f, r in self.families.items() if r.failed}
+
+    @property
+    def done(self) -> list[str]:
+        """The families scored in full."""
+        return [f for f, r in self.families.items() if r.status == "done"]
 
 
 class MetricPool:
@@ -341,6 +371,7 @@ def score(
     progress: ProgressFn | None = None,
     skip_unavailable: bool = False,
     pool: MetricPool | None = None,
+    keep_going: bool = False,
 ) -> ScoreTable:
     """Score ``pairs`` with ``metrics``, using and filling the score cache in ``db``.
 
@@ -356,6 +387,11 @@ def score(
             pairs x families. It may raise to stop early (committed batches stay).
         skip_unavailable: Record unavailable families in the result instead of raising.
         pool: Warm metric instances to reuse (the worker keeps one per process).
+        keep_going: Score every family that can be scored: a family that turns out
+            unavailable when its model loads, or fails while scoring, is recorded
+            (``FamilyRun.unavailable`` / ``FamilyRun.failed``, no column) and the next family
+            is scored; its batches committed before the failure stay cached. Implies
+            ``skip_unavailable``. A stop requested through ``progress`` still stops all.
 
     Returns:
         The values of every requested key for every pair (``nan`` where undefined).
@@ -388,6 +424,7 @@ def score(
         dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
         raise ScoringError(f"duplicate pair id(s): {', '.join(dupes)}")
     pool = pool or MetricPool()
+    skip_unavailable = skip_unavailable or keep_going
 
     # Create every family first: an unknown option or a missing family fails before any
     # batch is computed or stored.
@@ -434,21 +471,35 @@ def score(
                 if progress is not None:
                     progress(done, total, message)
 
-            _score_family(
-                plan,
-                pairs=pairs,
-                hashes=hashes,
-                scored_idx=scored_idx,
-                unique_idx=unique_idx,
-                n_empty=len(pairs) - len(scored_idx),
-                values=fam_values,
-                device=device,
-                batch_size=batch_size,
-                db=db,
-                tick=tick,
-            )
+            try:
+                _score_family(
+                    plan,
+                    pairs=pairs,
+                    hashes=hashes,
+                    scored_idx=scored_idx,
+                    unique_idx=unique_idx,
+                    n_empty=len(pairs) - len(scored_idx),
+                    values=fam_values,
+                    device=device,
+                    batch_size=batch_size,
+                    db=db,
+                    tick=tick,
+                )
+            except MetricUnavailable as exc:
+                if not keep_going:
+                    raise
+                plan.run.unavailable = _reason(str(exc), plan.family)
+            except (MetricFailed, MetricInputError) as exc:
+                if not keep_going:
+                    raise
+                log.warning("scoring %s failed; going on with the other families: %s",
+                            plan.family, exc)
+                plan.run.failed = _reason(str(exc), plan.family)
+            if plan.run.status != "done":
+                # Its share of the progress is skipped, so the bar still ends at the total.
+                tick(len(pairs), f"{plan.family}: {plan.run.status}")
         for key in plan.keys:
-            if plan.metric is None:
+            if plan.metric is None or plan.run.status != "done":
                 continue
             columns[key] = [
                 math.nan if empty[i] else fam_values[key].get(hashes[i], math.nan)
@@ -461,6 +512,15 @@ def score(
         families={p.family: p.run for p in plans},
         empty_ids=[ids[i] for i in range(len(pairs)) if empty[i]],
     )
+
+
+def _reason(message: str, family: str) -> str:
+    """``message`` without the ``metric '<family>' is unavailable: `` prefix (the family is
+    named beside it wherever the reason is shown)."""
+    for prefix in (f"metric '{family}' is unavailable: ",):
+        if message.startswith(prefix):
+            return message[len(prefix):]
+    return message
 
 
 def _score_family(
@@ -518,6 +578,12 @@ def _score_family(
         metric.load(run.device)
     except MetricUnavailable as exc:
         raise MetricUnavailable(f"metric '{family}' is unavailable: {exc}") from None
+    except (ScoringError, MetricInputError):
+        raise
+    except Exception as exc:
+        # A model that will not load (a corrupt checkpoint, out of memory) fails this family.
+        raise MetricFailed(f"metric '{family}' could not load its model: "
+                           f"{type(exc).__name__}: {exc}") from exc
 
     if corpus_dependent:
         # The whole scored set in one call: the values depend on it.

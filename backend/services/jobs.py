@@ -11,11 +11,13 @@ see one shape of a job, built in one place.
 
 from __future__ import annotations
 
+import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from backend import jobs
 from backend.errors import InvalidInput, NotFound, require_admin
-from backend.jobs.queue import JobInfo, WorkerInfo, can_take
+from backend.jobs.queue import WORKER_ALIVE_AFTER, JobInfo, WorkerInfo, can_take
 from backend.services.repo import get_study
 from backend.types import Actor
 
@@ -124,3 +126,109 @@ def unserved(jobs_: list[JobView], workers: list[WorkerView]) -> list[JobView]:
         j for j in jobs_
         if j.status == jobs.QUEUED and not any(can_take(w, j) for w in alive)
     ]
+
+
+#: How to start a worker, as the pages and the CLI say it.
+START_WORKER = "python -m backend worker"
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """Whether any worker is alive, for a status line.
+
+    Attributes:
+        alive: Workers heartbeating now.
+        last_heartbeat: The newest heartbeat of any worker, alive or gone (``None``: no
+            worker ever ran against this database).
+        waiting: Queued jobs that no alive worker may take.
+        message: One sentence for people: who is alive, or how to start one.
+    """
+
+    alive: tuple[WorkerView, ...]
+    last_heartbeat: dt.datetime | None
+    waiting: tuple[JobView, ...]
+    message: str
+
+    @property
+    def any_alive(self) -> bool:
+        """Whether at least one worker is alive."""
+        return bool(self.alive)
+
+
+def worker_status(db: Any, actor: Actor, *, now: dt.datetime | None = None) -> WorkerStatus:
+    """Whether a worker is alive (heartbeat within ``WORKER_ALIVE_AFTER`` s) and which
+    queued jobs wait with none that may take them (admin only).
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+    """
+    require_admin(actor)
+    everyone = jobs.list_workers(db, include_gone=True)
+    alive = tuple(w for w in everyone if w.alive)
+    beats = [w.heartbeat_at for w in everyone if w.heartbeat_at is not None]
+    last = max(beats) if beats else None
+    waiting = tuple(unserved(jobs.list_jobs(db), list(alive)))
+    if alive:
+        devices = ", ".join(sorted({w.device for w in alive}))
+        n = len(alive)
+        message = f"{n} worker{'s' if n > 1 else ''} alive ({devices})"
+    else:
+        now = now or dt.datetime.now(dt.UTC)
+        ago = ("no worker has ever run here" if last is None
+               else f"the last heartbeat was {_age(now - last)} ago")
+        message = (f"No worker is alive (none has sent a heartbeat in the last "
+                   f"{WORKER_ALIVE_AFTER:.0f} s; {ago}): start one with `{START_WORKER}`")
+    return WorkerStatus(alive=alive, last_heartbeat=last, waiting=waiting, message=message)
+
+
+def _age(delta: dt.timedelta) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} days"
+
+
+@dataclass(frozen=True)
+class FamilyStatus:
+    """One metric family of a finished ``score`` job.
+
+    Attributes:
+        family: The family.
+        status: ``done``, ``unavailable`` or ``failed``.
+        detail: The reason (unavailable) or the error (failed); empty when done.
+        computed: Pair inputs computed by the job.
+        cached: Pair inputs found in the score cache.
+    """
+
+    family: str
+    status: str
+    detail: str
+    computed: int
+    cached: int
+
+
+def score_families(job: JobView) -> list[FamilyStatus]:
+    """The per-family status a ``score`` job recorded (empty for other kinds or no result).
+
+    Results of jobs from before statuses were recorded count as done.
+    """
+    if job.kind != "score" or not job.result:
+        return []
+    out = []
+    for family, entry in (job.result.get("families") or {}).items():
+        entry = entry if isinstance(entry, dict) else {}
+        status = str(entry.get("status") or "done")
+        out.append(FamilyStatus(
+            family=str(family), status=status,
+            detail=str(entry.get("reason") or entry.get("error") or ""),
+            computed=int(entry.get("computed") or 0), cached=int(entry.get("cached") or 0)))
+    return out
+
+
+def partial(job: JobView) -> bool:
+    """Whether a done job left part of its work undone (a family unavailable or failed)."""
+    return job.status == jobs.DONE and any(f.status != "done" for f in score_families(job))

@@ -55,6 +55,10 @@ def test_metrics_page_queues_a_scoring_job_and_says_no_worker_runs(study_env, ma
                                                                   all_text):
     at = _metrics(make_app, study_env.admin)
     assert NO_WORKER not in all_text(at)  # nothing waits yet
+    # ...but the page says no worker is alive, before anything is queued.
+    assert [w.value for w in at.warning] == [
+        "No worker is alive (none has sent a heartbeat in the last 60 s; no worker has ever "
+        "run here): start one with `python -m backend worker`."]
     at.multiselect(key="score_families").set_value(["bleu"])
     _submit(at, "enqueue", timeout=120)
     assert not at.exception and not at.error
@@ -65,7 +69,7 @@ def test_metrics_page_queues_a_scoring_job_and_says_no_worker_runs(study_env, ma
     table = _table(at, JOB_COLUMNS)
     assert list(table["Status"]) == ["queued"] and list(table["What"]) == ["bleu"]
     assert list(table["Study"]) == [study_env.study]
-    assert NO_WORKER in [w.value for w in at.warning]
+    assert f"Job #{queued[0].id} is waiting. {NO_WORKER}" in [w.value for w in at.warning]
 
 
 def test_metrics_page_shows_jobs_of_every_kind_and_the_workers_alive(study_env, make_app,

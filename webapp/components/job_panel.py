@@ -1,4 +1,5 @@
-"""A live panel for one job: kind, status, progress, Cancel, and why it is not moving.
+"""A live panel for one job: kind, status, progress, Cancel, and why it is not moving; a
+finished ``score`` job shows its status per metric family (a partial success as a warning).
 
 Pages that queue a long task (scoring, probes, an oracle build, an import) show it with
 :func:`job_panel`. While the job is queued or running the panel is a fragment that polls
@@ -15,7 +16,7 @@ from backend.services import jobs
 from backend.services.jobs import JobView
 from webapp import state
 
-NO_WORKER = "No worker is running: start one with `python -m backend worker`."
+NO_WORKER = f"No worker is running: start one with `{jobs.START_WORKER}`."
 
 
 def waiting_reason(job: JobView, workers: list[jobs.WorkerView]) -> str | None:
@@ -44,11 +45,27 @@ def draw_job(job: JobView, workers: list[jobs.WorkerView] | None = None) -> None
         if reason:
             st.warning(reason)
     elif job.status == "done":
-        st.success(job.message or "done")
+        families = jobs.score_families(job)
+        if jobs.partial(job):
+            st.warning(job.message)
+        else:
+            st.success(job.message or "done")
+        if families:
+            family_table(families, key=f"families-{job.id}")
     elif job.status == "failed":
         st.error(f"Job #{job.id} failed: {job.error or 'no reason recorded'}")
     else:
         st.info(f"Job #{job.id} was cancelled. {job.message}".strip())
+
+
+def family_table(families: list[jobs.FamilyStatus], *, key: str) -> None:
+    """A score job's status per metric family: done, unavailable (why) or failed (error)."""
+    st.dataframe(
+        [{"Family": f.family, "Status": f.status, "Reason or error": f.detail,
+          "Computed": f.computed, "Cached": f.cached} for f in families],
+        hide_index=True, width="stretch", key=key,
+        column_config={"Reason or error": st.column_config.TextColumn(width="large")},
+    )
 
 
 def job_panel(job_id: int, *, key: str, run_every: float = 1.0) -> JobView | None:

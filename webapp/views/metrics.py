@@ -1,5 +1,7 @@
 """Admin: the metric catalogue (available or why not), queue scoring, watch every job
-(progress, Cancel) and the workers alive (device, current job, last heartbeat)."""
+(progress, Cancel), each score job's status per family (done, unavailable: why, failed:
+error), and whether a worker is alive (a status line; a waiting job with no worker says how
+to start one)."""
 
 from __future__ import annotations
 
@@ -97,9 +99,17 @@ def jobs_panel() -> None:
     live_db = state.get_db()
     all_jobs = state.call(jobs.list_jobs, live_db, me)
     workers = state.call(jobs.list_workers, live_db, me)
+    status = state.call(jobs.worker_status, live_db, me)
+    with st.container(key="worker_status"):
+        if status.any_alive:
+            st.success(f"Worker: {status.message}.", icon=":material/check_circle:")
+        else:
+            st.warning(f"{status.message}.", icon=":material/error:")
     unserved = jobs.unserved(all_jobs, workers)
     if unserved and not any(w.alive for w in workers):
-        st.warning(job_panel.NO_WORKER)
+        waiting = ", ".join(f"#{j.id}" for j in unserved)
+        st.warning(f"Job {waiting} {'is' if len(unserved) == 1 else 'are'} waiting. "
+                   f"{job_panel.NO_WORKER}")
     else:
         for job in unserved:
             st.warning(f"Job #{job.id}: {job_panel.waiting_reason(job, workers)}")
@@ -141,8 +151,7 @@ def jobs_panel() -> None:
                 "Kind": j.kind,
                 "Study": j.study_name or "",
                 "What": _what(j),
-                "Status": j.status + (" (cancelling)" if j.cancel_requested
-                                      and j.status == "running" else ""),
+                "Status": _status(j),
                 "Progress": j.fraction,
                 "Done": f"{j.progress_done} / {j.progress_total}",
                 "Message": j.error or j.message,
@@ -160,6 +169,21 @@ def jobs_panel() -> None:
             "Message": st.column_config.TextColumn(width="large"),
         },
     )
+    scored = [j for j in all_jobs if jobs.score_families(j)][:10]
+    if scored:
+        st.markdown("**Scoring: status per metric family**")
+        st.dataframe(
+            [
+                {"Job": j.id, "Study": j.study_name or "", "Family": f.family,
+                 "Status": f.status, "Reason or error": f.detail, "Computed": f.computed,
+                 "Cached": f.cached}
+                for j in scored for f in jobs.score_families(j)
+            ],
+            hide_index=True,
+            width="stretch",
+            key="families_table",
+            column_config={"Reason or error": st.column_config.TextColumn(width="large")},
+        )
     cancellable = [j for j in all_jobs if j.status in ("queued", "running")
                    and not j.cancel_requested]
     if cancellable:
@@ -169,6 +193,18 @@ def jobs_panel() -> None:
                 f"Cancel job #{job.id}", key=f"cancel_job_{job.id}", icon=":material/cancel:",
                 on_click=_cancel, args=(job.id,),
             )
+
+
+def _status(job: jobs.JobView) -> str:
+    """The job's status, with a partial success said plainly."""
+    if job.status == "running" and job.cancel_requested:
+        return "running (cancelling)"
+    if jobs.partial(job):
+        bad = [f for f in jobs.score_families(job) if f.status != "done"]
+        kinds = sorted({f.status for f in bad})
+        return (f"done with {len(bad)} {'family' if len(bad) == 1 else 'families'} "
+                f"{' or '.join(kinds)}")
+    return job.status
 
 
 def _cancel(job_id: int) -> None:
