@@ -2,11 +2,15 @@
 
 Uploaded files are saved under the data folder (``job_inputs.new_upload_dir``) and parsed
 here first, so a bad file is refused at once, named as it was uploaded (never by the server's
-path). A small import then runs inline (it needs no model and takes seconds); an import with
-more than ``imports.WORKER_MIN_PAIRS`` (2,000) pairs or more than
-``imports.WORKER_MIN_IMAGES`` (50) images is queued as an ``import`` job instead: the worker
-de-identifies and writes it (staged: the study appears only when complete) while the page
-shows the job panel (progress, Cancel); the job id stays in the URL (``?import_job=``).
+path). The layout (long: one row per candidate; wide: one column per generator) is chosen or
+detected only when the columns leave no doubt; unknown columns are refused by name.
+**Dry run** shows what the import would create (cases, pairs, sources, images found and
+missing, warnings, problems) and writes nothing. A small import then runs inline with a
+progress bar (it needs no model and takes seconds); an import with more than
+``imports.WORKER_MIN_PAIRS`` (2,000) pairs or more than ``imports.WORKER_MIN_IMAGES`` (50)
+images is queued as an ``import`` job instead: the worker de-identifies and writes it
+(staged: the study appears only when complete) while the page shows the job panel
+(progress, Cancel); the job id stays in the URL (``?import_job=``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 import streamlit as st
 
 from backend.datasets import rexval
-from backend.datasets.pairs import parse_cases
+from backend.datasets.pairs import read_cases
 from backend.services import imports, job_inputs
 from backend.services.errors import InvalidInput
 from webapp import state
@@ -53,16 +57,55 @@ def _show(summary: imports.ImportSummary | dict[str, Any]) -> None:
         st.warning(warning)
 
 
-def _run(folder: Path, names: dict[Path, str], large: bool, inline: Callable[[], Any],
-         queue: Callable[[], Any]) -> None:
-    """Import inline, or queue the import; the upload folder goes unless a job owns it."""
+LAYOUTS = {
+    "auto": "Detect (only when the columns leave no doubt)",
+    "long": "Long: one row per candidate (case_id, reference, candidate, source)",
+    "wide": "Wide: one column per generator",
+}
+
+
+def _show_preview(preview: imports.ImportPreview) -> None:
+    """The dry run's findings; nothing was written."""
+    with st.container(key="import_preview", border=True):
+        st.markdown(f"**Dry run of {preview.file}** for study **{preview.study_name}**: "
+                    "nothing was written.")
+        layout = preview.layout + ("" if preview.layout_reason == "chosen"
+                                   else f" (detected: {preview.layout_reason})")
+        st.markdown(f"Layout: {layout}")
+        c1, c2, c3, c4 = st.columns(4)
+        c1.metric("Cases", preview.n_cases)
+        c2.metric("Pairs", preview.n_pairs)
+        c3.metric("Images found", preview.n_images)
+        c4.metric("Images missing", len(preview.missing_images))
+        st.dataframe([{"Source": k, "Pairs": v} for k, v in preview.sources.items()],
+                     hide_index=True, key="preview_sources")
+        for missing in preview.missing_images[:50]:
+            st.markdown(f"- missing image: {missing}")
+        for warning in preview.warnings:
+            st.warning(warning)
+        for problem in preview.problems:
+            st.error(problem)
+        if preview.ok:
+            st.success("Ready to import" + (" (on the worker: a large import)."
+                                            if preview.runs_on_worker else "."))
+
+
+def _run(folder: Path, names: dict[Path, str], large: bool,
+         inline: Callable[[imports.ProgressFn], Any], queue: Callable[[], Any]) -> None:
+    """Import inline (with a progress bar), or queue the import; the upload folder goes
+    unless a job owns it."""
     queued = None
     try:
         if large:
             queued = call_with_uploads(folder, names, queue)
         else:
-            with st.spinner("Importing..."):
-                summary = call_with_uploads(folder, names, inline)
+            bar = st.progress(0.0, text="Importing...")
+
+            def progress(done: int, total: int, message: str) -> None:
+                bar.progress(min(1.0, done / total) if total else 0.0, text=message)
+
+            summary = call_with_uploads(folder, names, inline, progress)
+            bar.empty()
     finally:
         if queued is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -80,19 +123,24 @@ with cases_tab:
     st.caption(
         "CSV or JSONL, one row per candidate (`case_id, reference, candidate, source`) or one "
         "column per generator; optional `images` column with file names separated by `;`. "
-        "Upload the images named there (PNG, JPEG or DICOM), or give a folder on the server."
+        "Upload the images named there (PNG, JPEG or DICOM), or give a folder on the server. "
+        "**Dry run** first to see what would be imported."
     )
     with st.form("import_cases"):
         study_name = st.text_input("New study name", key="import_study")
         description = st.text_area("Description", key="import_description", height=80)
         cases_file = st.file_uploader("Cases file", type=["csv", "jsonl", "ndjson"],
                                       key="import_cases_file")
+        layout = st.radio("Layout", list(LAYOUTS), format_func=LAYOUTS.get,
+                          key="import_layout")
         image_files = st.file_uploader("Images", accept_multiple_files=True,
                                        type=["png", "jpg", "jpeg", "dcm", "dicom"],
                                        key="import_images")
         server_folder = st.text_input("...or images folder on the server", key="import_folder")
-        submitted = st.form_submit_button("Import", type="primary")
-    if submitted:
+        left, right = st.columns(2)
+        submitted = left.form_submit_button("Import", type="primary")
+        dry_run = right.form_submit_button("Dry run (write nothing)", icon=":material/preview:")
+    if submitted or dry_run:
         if not study_name.strip():
             st.error("Study name: give the new study a name.")
         elif cases_file is None:
@@ -107,24 +155,37 @@ with cases_tab:
                     names[_save(upload, folder)] = upload.name
                 images_dir = Path(server_folder).expanduser() if server_folder.strip() \
                     else folder
-                cases = call_with_uploads(folder, names, parse_cases, path,
-                                          images_dir=images_dir)
+                if dry_run:
+                    preview = call_with_uploads(
+                        folder, names, imports.preview_import, db, actor,
+                        study_name=study_name, cases_file=path, images_dir=images_dir,
+                        layout=layout, file_name=cases_file.name)
+                    shutil.rmtree(folder, ignore_errors=True)
+                    _show_preview(preview)
+                    st.stop()
+                parsed = call_with_uploads(folder, names, read_cases, path,
+                                           images_dir=images_dir, layout=layout)
             except BaseException as exc:
                 shutil.rmtree(folder, ignore_errors=True)
                 if isinstance(exc, InvalidInput):
                     state.stop_with_error(exc)
                 raise
+            cases = parsed.cases
+            if parsed.layout_reason != "chosen":
+                st.caption(f"Layout: {parsed.layout} (detected: {parsed.layout_reason}).")
             provenance = {"file": cases_file.name,
-                          "sha256": hashlib.sha256(cases_file.getvalue()).hexdigest()}
+                          "sha256": hashlib.sha256(cases_file.getvalue()).hexdigest(),
+                          "layout": parsed.layout}
             _run(
                 folder, names, imports.needs_worker(*imports.cases_size(cases)),
-                inline=lambda: imports.import_cases(
+                inline=lambda progress: imports.import_cases(
                     db, actor, study_name=study_name.strip(), cases=cases,
-                    description=description, provenance=provenance, image_base=images_dir),
+                    description=description, provenance=provenance, image_base=images_dir,
+                    progress=progress),
                 queue=lambda: imports.enqueue_import(
                     db, actor, fmt="cases", study_name=study_name.strip(), upload_dir=folder,
                     cases_file=path, images_dir=images_dir, description=description,
-                    provenance=provenance),
+                    provenance=provenance, layout=layout, file_names=names),
             )
 
 with rexval_tab:
@@ -157,12 +218,12 @@ with rexval_tab:
             n_pairs = sum(1 for row in gt.rows for text in row.candidates if text.strip())
             _run(
                 folder, names, imports.needs_worker(n_pairs),
-                inline=lambda: imports.import_rexval(
+                inline=lambda progress: imports.import_rexval(
                     db, actor, gt_path=gt_path, ratings_path=ratings_path,
-                    study_name=rexval_name.strip()),
+                    study_name=rexval_name.strip(), progress=progress),
                 queue=lambda: imports.enqueue_import(
                     db, actor, fmt="rexval", study_name=rexval_name.strip(), upload_dir=folder,
-                    gt_file=gt_path, ratings_file=ratings_path),
+                    gt_file=gt_path, ratings_file=ratings_path, file_names=names),
             )
 
 job_id = job_ref.current(JOB_KEY)
