@@ -187,7 +187,7 @@ def score(
 
     from backend.metrics import registry
     from backend.scoring.hashing import input_hash
-    from backend.scoring.runner import ScorePair, ScoringError
+    from backend.scoring.runner import ScorePair, ScoringError, resolve_device
     from backend.scoring.runner import score as run_score
     from backend.util import file_sha256
 
@@ -204,6 +204,11 @@ def score(
     pair_images = _pair_images(images, len(refs))
     if batch_size < 1:
         raise InputError(f"{_SCORE}: batch_size must be at least 1 (got {batch_size})")
+    try:
+        # The name is checked now, even when no requested metric loads a model.
+        resolve_device(device, needs_model=False)
+    except ScoringError as exc:
+        raise InputError(f"{_SCORE}: {exc}") from None
     pairs = []
     for pid, ref, cand, imgs in zip(pair_ids, refs, cands, pair_images, strict=True):
         shas = tuple(file_sha256(p) for p in imgs)

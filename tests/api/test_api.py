@@ -1,0 +1,389 @@
+"""The public Python API (``radconcord``) against the command line on the same data.
+
+``radconcord.score`` must give the values of ``python -m backend score`` (SCORES.csv, written
+with full-precision floats) exactly, without creating any database unless ``cache=`` names
+one; ``radconcord.correlate`` on ``radconcord.load_study`` must give the ``metrics`` section
+of ``python -m backend correlate`` exactly (same seed, same resamples).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from sqlalchemy import func, select
+
+import radconcord
+from backend.cli import main
+from backend.scoring.hashing import input_hash
+from db.models import Assignment, Case, MetricScore, Pair, Rating, Report, Study, User
+from db.session import Database
+
+REFERENCES = [
+    "No pleural effusion. Heart size is normal.",
+    "Small left pleural effusion with adjacent atelectasis.",
+    "Right upper lobe consolidation concerning for pneumonia.",
+    "Mild cardiomegaly. No pneumothorax.",
+    "Endotracheal tube terminates 3 cm above the carina.",
+    "",  # an empty reference: NaN for every metric in both paths
+]
+CANDIDATES = [
+    "No effusion. The heart is normal in size.",
+    "Left pleural effusion and atelectasis.",
+    "Consolidation in the right upper lobe, likely pneumonia.",
+    "Heart is enlarged. No pneumothorax is seen.",
+    "ET tube tip 3 cm above carina.",
+    "Clear lungs.",
+]
+IDS = ["p1", "p2", "p3", "p4", "p5", "p6"]
+# Lexical, corpus-dependent (CIDEr's df over the scored set), rule-based clinical, and a
+# model metric on the packaged MiniLM encoder.
+METRICS = ["bleu", "rougeL", "cider", "chexpert_f1", "bertscore_f"]
+
+
+@pytest.fixture
+def clean_env(tmp_path, monkeypatch):
+    """Data folder in tmp_path and no DATABASE_URL: any database written would show there."""
+    data = tmp_path / "data"
+    monkeypatch.setenv("RADCONCORD_DATA_DIR", str(data))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return data
+
+
+def _write_pairs(path):
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "reference", "candidate"])
+        w.writerows(zip(IDS, REFERENCES, CANDIDATES, strict=True))
+
+
+def _read_scores(path) -> pd.DataFrame:
+    with path.open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    frame = pd.DataFrame(rows).set_index("id")
+    return frame.astype(float)
+
+
+def test_score_equals_the_cli_scores_csv_and_writes_no_database(clean_env, tmp_path, capsys):
+    _write_pairs(tmp_path / "pairs.csv")
+    assert main(["score", "--input", str(tmp_path / "pairs.csv"), "--metrics", ",".join(METRICS),
+                 "--output", str(tmp_path / "scores.csv"), "--no-cache"]) == 0
+    cli_out = capsys.readouterr().out
+    cli = _read_scores(tmp_path / "scores.csv")
+
+    seen: list[tuple[int, int, str]] = []
+    df = radconcord.score(references=REFERENCES, candidates=CANDIDATES, ids=IDS,
+                          metrics=METRICS, progress=lambda d, t, m: seen.append((d, t, m)))
+
+    assert list(df.columns) == list(cli.columns)
+    assert list(df.index) == IDS and df.index.name == "id"
+    for key in cli.columns:
+        for pid in IDS:
+            a, b = df.loc[pid, key], cli.loc[pid, key]
+            assert (math.isnan(a) and math.isnan(b)) or a == b, (key, pid, a, b)
+    assert df.loc["p6"].isna().all() and df.attrs["empty_ids"] == ["p6"]
+    # The signatures are the CLI's (it prints "family: ... [hash] signature").
+    for key in df.columns:
+        assert f"[{df.attrs['signature_hashes'][key]}] {df.attrs['signatures'][key]}" in cli_out
+    assert "bleu4_corpus" in df.attrs["corpus"]
+    assert df.attrs["unavailable"] == {}
+    # Progress: monotone, ending at pairs x families.
+    done = [d for d, _, _ in seen]
+    assert done == sorted(done) and seen[-1][0] == seen[-1][1] == len(IDS) * 5
+    # Nothing written: neither the data folder nor a database file anywhere in tmp_path.
+    assert not clean_env.exists()
+    assert not list(tmp_path.rglob("*.db"))
+
+
+def test_score_with_a_cache_shares_the_cli_cache(clean_env, tmp_path, capsys, monkeypatch):
+    """cache= fills the same score cache the CLI reads: the CLI then computes nothing."""
+    cache = tmp_path / "cache.db"
+    first = radconcord.score(references=REFERENCES, candidates=CANDIDATES, ids=IDS,
+                             metrics=["bleu4", "rougeL"], cache=cache)
+    assert cache.is_file()
+    db = Database(f"sqlite:///{cache}")
+    with db.begin() as s:
+        # 5 scorable distinct inputs x (4 bleu keys + rougeL) stored.
+        assert s.scalar(select(func.count()).select_from(MetricScore)) == 5 * 5
+    db.dispose()
+    again = radconcord.score(references=REFERENCES, candidates=CANDIDATES, ids=IDS,
+                             metrics=["bleu4", "rougeL"], cache=str(cache))
+    pd.testing.assert_frame_equal(first, again)
+
+    _write_pairs(tmp_path / "pairs.csv")
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{cache}")
+    assert main(["score", "--input", str(tmp_path / "pairs.csv"), "--metrics",
+                 "bleu4,rougeL", "--output", str(tmp_path / "s.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "bleu: 0 computed, 5 from cache" in out
+    assert "rouge: 0 computed, 5 from cache" in out
+    assert not clean_env.exists()
+
+
+def test_score_options_and_metric_string(clean_env):
+    """Options go to the metric (and its signature) as with --set; "a,b" names two metrics."""
+    plain = radconcord.score(references=REFERENCES[:3], candidates=CANDIDATES[:3],
+                             metrics="rougeL,bleu4")
+    assert list(plain.columns) == ["rougeL", "bleu4"]
+    unstemmed = radconcord.score(references=REFERENCES[:3], candidates=CANDIDATES[:3],
+                                 metrics=["rougeL"], options={"rougeL": {"use_stemmer": False}})
+    assert "stem:porter" in plain.attrs["signatures"]["rougeL"]
+    assert "stem:porter" not in unstemmed.attrs["signatures"]["rougeL"]
+
+
+def test_unavailable_metric_raises_or_gives_nan_columns(clean_env, monkeypatch, tmp_path):
+    """chexbert needs a checkpoint that is not here: an error naming it, or NaN + the reason."""
+    monkeypatch.setenv("RADCONCORD_MODEL_DIR", str(tmp_path / "no-models"))
+    with pytest.raises(radconcord.MetricUnavailable, match="chexbert"):
+        radconcord.score(references=REFERENCES[:2], candidates=CANDIDATES[:2],
+                         metrics=["bleu4", "chexbert_f1"])
+    df = radconcord.score(references=REFERENCES[:2], candidates=CANDIDATES[:2],
+                          metrics=["bleu4", "chexbert_f1"], skip_unavailable=True)
+    assert list(df.columns) == ["bleu4", "chexbert_f1"]
+    assert df["chexbert_f1"].isna().all() and df["bleu4"].notna().all()
+    assert "chexbert" in df.attrs["unavailable"]
+    assert "chexbert_f1" not in df.attrs["signatures"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"references": ["a", "b"], "candidates": ["a"]}, "2 references but 1 candidates"),
+        ({"references": ["a", 3], "candidates": ["a", "b"]}, r"references\[1\]"),
+        ({"references": "a", "candidates": "a"}, "expected a list of texts"),
+        ({"references": ["a"], "candidates": ["a\x00"]}, r"candidates\[0\]"),
+        ({"references": ["a"], "candidates": ["b"], "metrics": ["nosuch"]}, "nosuch"),
+        ({"references": ["a", "b"], "candidates": ["a", "b"], "ids": ["x", "x"]},
+         "duplicate id 'x'"),
+        ({"references": ["a"], "candidates": ["b"], "options": {"rouge": {"nope": 1}}}, "nope"),
+        ({"references": ["a"], "candidates": ["b"], "device": "tpu"}, "unknown device"),
+        ({"references": ["a"], "candidates": ["b"], "images": ["/no/such.png"]},
+         r"images\[0\]: no such file"),
+    ],
+)
+def test_score_refuses_bad_input_naming_it(clean_env, kwargs, message):
+    kwargs.setdefault("metrics", ["rougeL"])
+    with pytest.raises(radconcord.InputError, match=message):
+        radconcord.score(**kwargs)
+    assert not clean_env.exists()
+
+
+def test_score_is_keyword_only():
+    with pytest.raises(TypeError):
+        radconcord.score(["a"], ["b"], ["bleu4"])  # type: ignore[misc]
+
+
+def test_metrics_catalogue_matches_the_cli(capsys):
+    assert main(["metrics", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    df = radconcord.metrics()
+    expected = [(k["key"], m["family"], k["higher_is_better"], m["available"], m["reason"])
+                for m in cli for k in m["keys"]]
+    # pandas stores a missing reason as NaN in its string column.
+    got = [(k, f, h, a, r if isinstance(r, str) else None) for k, f, h, a, r in
+           df[["key", "family", "higher_is_better", "available", "reason"]]
+           .itertuples(index=False, name=None)]
+    assert got == expected
+    assert df.set_index("key").loc["radcliq_v1", "higher_is_better"] == False  # noqa: E712
+
+
+# --- correlate / load_study against `correlate --study` -------------------------------------
+
+RATERS = ("ann", "bob", "cat")
+N_CASES = 10
+SOURCES = ("gen-a", "gen-b")
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+FINDINGS = ["effusion", "pneumothorax", "consolidation", "cardiomegaly", "atelectasis",
+            "edema", "nodule", "fracture", "opacity", "emphysema"]
+
+
+def _build_study(url: str) -> None:
+    """20 real pairs, 3 raters: ann and bob complete everything, cat completes even positions
+    and has one rated but unfinished pair (left out), plus an imported rater with no
+    assignments (counted)."""
+    db = Database(url)
+    rng = np.random.default_rng(7)
+    with db.begin() as s:
+        users = [User(username=u, role="rater", password_hash="x") for u in (*RATERS, "imp")]
+        s.add_all(users)
+        study = Study(name="api-study", status="open")
+        s.add(study)
+        s.flush()
+        pairs = []
+        for c in range(N_CASES):
+            case = Case(external_id=f"case-{c}", study_id=study.id)
+            s.add(case)
+            s.flush()
+            f = FINDINGS[c]
+            ref_text = f"There is a small {f} on the right. No other acute finding."
+            ref = Report(case_id=case.id, role="reference", text=ref_text)
+            s.add(ref)
+            for j, src in enumerate(SOURCES):
+                other = FINDINGS[(c + 3 * j + 1) % len(FINDINGS)]
+                cand_text = (f"Small right {f}. No acute finding." if j == 0 else
+                             f"Large left {other} with {f}.")
+                cand = Report(case_id=case.id, role="candidate", source=src, text=cand_text)
+                s.add(cand)
+                s.flush()
+                pos = c * len(SOURCES) + j
+                pair = Pair(study_id=study.id, case_id=case.id, reference_id=ref.id,
+                            candidate_id=cand.id, source=src, opaque_id=f"op{pos}",
+                            position=pos, input_hash=input_hash(ref_text, cand_text))
+                s.add(pair)
+                pairs.append(pair)
+        s.flush()
+        for r, user in enumerate(users):
+            for i, pair in enumerate(pairs):
+                if r == 2 and i % 2 and i != 3:
+                    continue
+                if r == 3 and i % 3:
+                    continue
+                if r < 3:
+                    done = not (r == 2 and i == 3)
+                    s.add(Assignment(study_id=study.id, rater_id=user.id, pair_id=pair.id,
+                                     order_index=i, completed_at=T0 if done else None))
+                lam = 0.4 if pair.source == "gen-a" else 1.5
+                cell = rng.poisson(lam / 2, size=(6, 2))
+                for cat in range(6):
+                    for sig in range(2):
+                        if cell[cat, sig]:
+                            s.add(Rating(rater_id=user.id, pair_id=pair.id, category=cat + 1,
+                                         significant=bool(sig), count=int(cell[cat, sig])))
+    db.dispose()
+
+
+@pytest.fixture
+def rated_study(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    _build_study(url)
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("RADCONCORD_DATA_DIR", str(tmp_path / "data"))
+    assert main(["score", "--study", "api-study", "--metrics", "bleu4,rougeL,chexpert_f1"]) == 0
+    return url
+
+
+@pytest.mark.parametrize(
+    ("cli_args", "target", "by_case"),
+    [([], "total", False), (["--significant-only", "--cluster", "case"], "significant", True)],
+)
+def test_correlate_on_load_study_equals_the_cli(rated_study, tmp_path, cli_args, target,
+                                                by_case):
+    out = tmp_path / "r.json"
+    assert main(["correlate", "--study", "api-study", "--bootstrap", "300", "--seed", "3",
+                 "--database-url", rated_study, "--output", str(out), *cli_args]) == 0
+    cli = json.loads(out.read_text())
+
+    study = radconcord.load_study("api-study", database_url=rated_study)
+    result = radconcord.correlate(
+        scores=study.scores, ratings=study.errors(target), bootstrap=300, seed=3,
+        cases=study.pairs["case_id"] if by_case else None,
+    )
+    assert list(result.index) == list(cli["metrics"])
+    assert result.attrs["n_pairs"] == cli["n_pairs"]
+    assert result.attrs["resamples"] == cli["resamples"] == 300
+    for key, entry in cli["metrics"].items():
+        row = result.loc[key]
+        assert row["kendall_tau_b"] == entry["kendall_tau_b"]
+        assert [row["kendall_ci_low"], row["kendall_ci_high"]] == entry["kendall_ci95"]
+        assert row["spearman"] == entry["spearman"]
+        assert [row["spearman_ci_low"], row["spearman_ci_high"]] == entry["spearman_ci95"]
+        assert row["n"] == entry["n"]
+        assert row["higher_is_better"] == entry["higher_is_better"]
+        assert study.signatures[key] == entry["signature"]
+
+
+def test_load_study_contents(rated_study):
+    study = radconcord.load_study("api-study", database_url=rated_study)
+    assert len(study.pairs) == 20 and list(study.pairs["position"]) == list(range(20))
+    assert study.pairs["reference"].iloc[0].startswith("There is a small effusion")
+    assert study.raters == ("ann", "bob", "cat", "imp")
+    errors = study.errors()
+    assert list(errors.columns) == ["ann", "bob", "cat", "imp"]
+    # cat's unfinished pair 3 does not count; imp (no assignments) counts where rated.
+    assert np.isnan(errors["cat"].iloc[3]) and not np.isnan(errors["cat"].iloc[2])
+    assert errors["ann"].notna().all()
+    long = study.ratings
+    summed = long.groupby(["pair_id", "rater"])["count"].sum()
+    pid = study.pairs.index[0]
+    assert summed.loc[(pid, "ann")] == errors.loc[pid, "ann"]
+    # Every key the families stored: the bleu family stores bleu1..4, chexpert its accuracy.
+    assert set(study.scores.columns) == {"bleu1", "bleu2", "bleu3", "bleu4", "rougeL",
+                                         "chexpert_acc", "chexpert_f1"}
+    # The stored values are what radconcord.score computes for the same texts.
+    fresh = radconcord.score(references=list(study.pairs["reference"]),
+                             candidates=list(study.pairs["candidate"]), metrics=["rougeL"])
+    assert list(fresh["rougeL"]) == list(study.scores["rougeL"])
+
+
+def test_load_study_errors(rated_study, tmp_path):
+    with pytest.raises(radconcord.InputError, match="no study named 'nope'"):
+        radconcord.load_study("nope", database_url=rated_study)
+    missing = tmp_path / "missing.db"
+    with pytest.raises(radconcord.InputError, match="no study database"):
+        radconcord.load_study("api-study", database_url=str(missing))
+    assert not missing.exists()
+
+
+def test_correlate_in_memory_inputs_agree():
+    """A dict and arrays (by position) give what DataFrames aligned by index give; a per-pair
+    target equals the mean of the raters' columns; a known direction is applied."""
+    rng = np.random.default_rng(0)
+    n = 30
+    errors = rng.poisson(2.0, size=(n, 3)).astype(float)
+    errors[::7, 1] = np.nan
+    quality = -np.nanmean(errors, axis=1) + rng.normal(scale=0.5, size=n)
+    ids = [f"x{i}" for i in range(n)]
+    scores = pd.DataFrame({"bleu4": quality, "radcliq_v1": -quality}, index=ids)
+    by_frame = radconcord.correlate(scores=scores[::-1],
+                                    ratings=pd.DataFrame(errors, index=ids), bootstrap=50)
+    by_array = radconcord.correlate(scores={"bleu4": quality[::-1],
+                                            "radcliq_v1": -quality[::-1]},
+                                    ratings=errors[::-1], bootstrap=50)
+    mean = np.nanmean(errors, axis=1)
+    by_mean = radconcord.correlate(scores=scores, ratings=pd.Series(mean, index=ids),
+                                   bootstrap=0)
+    pd.testing.assert_frame_equal(by_frame.reset_index(drop=True),
+                                  by_array.reset_index(drop=True))
+    # radcliq is lower-is-better: oriented, it agrees exactly as bleu4 does.
+    assert by_mean.loc["bleu4", "kendall_tau_b"] == by_mean.loc["radcliq_v1", "kendall_tau_b"]
+    assert by_mean.loc["bleu4", "kendall_tau_b"] > 0.3
+    assert math.isnan(by_mean.loc["bleu4", "kendall_ci_low"])
+    from scipy import stats
+
+    tau = stats.kendalltau(quality, -mean).statistic
+    assert by_mean.loc["bleu4", "kendall_tau_b"] == pytest.approx(tau, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"scores": {"mystery": [1, 2, 3]}, "ratings": [1, 2, 3]}, "higher_is_better"),
+        ({"scores": {"bleu4": [1, 2, 3]}, "ratings": [1, 2]}, "2 values for 3 pairs"),
+        ({"scores": {"bleu4": [1, 2, 3]}, "ratings": [1, np.nan, np.nan]}, "at least 2"),
+        ({"scores": {"bleu4": [1, 2]}, "ratings": [1, 2], "metrics": ["rougeL"]},
+         "no column rougeL"),
+        ({"scores": pd.DataFrame({"bleu4": [1.0, 2.0]}, index=["a", "b"]),
+          "ratings": pd.Series([1.0, 2.0], index=["a", "c"])}, "no row for pair"),
+        ({"scores": [1, 2], "ratings": [1, 2]}, "expected a DataFrame"),
+    ],
+)
+def test_correlate_refuses_bad_input(kwargs, message):
+    with pytest.raises(radconcord.InputError, match=message):
+        radconcord.correlate(**kwargs)
+
+
+def test_correlate_with_unknown_key_and_given_direction():
+    df = radconcord.correlate(scores={"mine": [3.0, 2.0, 1.0, 0.0]},
+                              ratings=[0.0, 1.0, 2.0, 3.0], higher_is_better={"mine": True},
+                              bootstrap=0)
+    assert df.loc["mine", "kendall_tau_b"] == 1.0
+    df = radconcord.correlate(scores={"mine": [3.0, 2.0, 1.0, 0.0]},
+                              ratings=[0.0, 1.0, 2.0, 3.0], higher_is_better={"mine": False},
+                              bootstrap=0)
+    assert df.loc["mine", "kendall_tau_b"] == -1.0
