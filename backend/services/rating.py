@@ -171,6 +171,9 @@ class RaterStudy:
     total: int
     # First pair (in the rater's order) not yet marked done; None when all are done.
     resume_opaque_id: str | None
+    # The rater's own time on task in the study (sum over their pairs of the active time
+    # measured from their activity spans, see backend/services/activity.py).
+    active_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -437,6 +440,7 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
                 Study.status,
                 func.count(Assignment.id),
                 func.count(Assignment.completed_at),
+                func.coalesce(func.sum(Assignment.active_seconds), 0.0),
             )
             .join(Assignment, Assignment.study_id == Study.id)
             .where(Assignment.rater_id == actor.user_id, Study.status.not_in(HIDDEN_STATUSES))
@@ -444,7 +448,7 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
             .order_by(Study.name)
         ).all()
         out = []
-        for study_id, name, description, status, total, done in rows:
+        for study_id, name, description, status, total, done, seconds in rows:
             resume = s.scalar(
                 select(Pair.opaque_id)
                 .join(Assignment, Assignment.pair_id == Pair.id)
@@ -464,6 +468,7 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
                     completed=int(done),
                     total=int(total),
                     resume_opaque_id=resume,
+                    active_seconds=float(seconds or 0.0),
                 )
             )
         return out

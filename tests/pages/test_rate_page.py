@@ -1,20 +1,38 @@
-"""AppTest: the rating screen (texts, grid, autosave, all-zero confirmation, navigation)."""
+"""AppTest: the rating screen (texts, the count grid's data, Mark done and the all-zero
+confirmation, the end screen, navigation). The grid saves through its JSON route: its
+behaviour in a browser is in tests/e2e/test_grid_browser.py, the route in
+tests/services/test_rating_api.py."""
 
 from __future__ import annotations
 
 import html
-import sqlite3
+import json
+
+from sqlalchemy import update
 
 from backend.services import rating
-from webapp.components.count_grid import cell_key
+from db.models import Assignment, Study
+from webapp.components.count_grid import grid_key
 
 
 def _queue(env):
     return rating.rater_queue(env.db, env.rater, study_name=env.study)
 
 
-def test_rating_page_shows_both_texts_the_image_and_the_twelve_cells(study_env, make_app,
-                                                                      all_text):
+def _grid(at, opaque_id):
+    """The data the count grid of ``opaque_id`` got on the last run (None: not drawn)."""
+    for element in at.get("bidi_component"):
+        if element.proto.component_name == "radconcord_count_grid" and \
+                element.proto.id.endswith(grid_key(opaque_id)):
+            return json.loads(element.proto.json)
+    return None
+
+
+def _toasts(at):
+    return [t.value for t in at.toast]
+
+
+def test_rating_page_shows_both_texts_and_the_twelve_cells(study_env, make_app, all_text):
     first = _queue(study_env)[0].opaque_id
     at = make_app(study_env.rater)
     assert not at.exception
@@ -25,82 +43,79 @@ def test_rating_page_shows_both_texts_the_image_and_the_twelve_cells(study_env, 
     assert html.escape(view.reference_text) in text
     assert html.escape(view.candidate_text) in text
     assert f"Pair 1 of {view.total}" in text
-    cells = [n for n in at.number_input if n.key.startswith(f"count-{first}-")]
-    assert len(cells) == 12 and all(n.value == 0 for n in cells)
-    # Blinding: the candidate's source never reaches the rater's screen.
+    grid = _grid(at, first)
+    assert grid["pair"] == first and grid["version"] == 0 and grid["read_only"] is False
+    assert grid["counts"] == {f"{c}{g}": 0 for c in range(1, 7) for g in "si"}
+    assert [r["label"] for r in grid["rows"]][1] == "Omission of finding"
+    assert [c["label"] for c in grid["columns"]] == ["Clinically significant",
+                                                     "Clinically insignificant"]
+    assert grid["url"] == "/_rc/api/rating/counts"
+    # Blinding: the candidate's source never reaches the rater's screen, nor the grid.
     assert study_env.secret_source not in text
-    assert len(at.image) == len(view.images)
+    assert study_env.secret_source not in json.dumps(grid)
 
 
-def test_the_cases_image_is_rendered_beside_the_texts(study_env, make_app, all_text):
+def test_the_cases_image_goes_to_the_viewer_beside_the_texts(study_env, make_app, all_text):
     with_image = [item.opaque_id for item in _queue(study_env)
                   if rating.get_pair(study_env.db, study_env.rater,
                                      opaque_id=item.opaque_id).images]
     assert len(with_image) == 1
     at = make_app(study_env.rater, params={"pair": with_image[0]})
     assert not at.exception
-    assert len(at.image) == 1
-    # Window presets and invert re-render through the service without errors.
-    at.toggle(key="view_invert").set_value(True).run()
-    at.slider(key="view_zoom").set_value(2.0).run()
-    assert not at.exception and not at.warning and len(at.image) == 1
+    names = [e.proto.component_name for e in at.get("bidi_component")]
+    assert "radconcord_count_grid" in names and len(names) == 2  # the grid and the viewer
     no_image = next(item.opaque_id for item in _queue(study_env)
                     if item.opaque_id != with_image[0])
     at = make_app(study_env.rater, params={"pair": no_image})
     assert "No images for this case." in all_text(at)
 
 
-def test_a_changed_count_is_saved_at_once_and_shown_after_a_reload(study_env, make_app,
-                                                                    all_text):
+def test_the_grid_shows_what_the_service_stored_with_its_version(study_env, make_app):
     first = _queue(study_env)[0].opaque_id
     at = make_app(study_env.rater)
-    at.number_input(key=cell_key(first, 2, True)).set_value(3).run()
-    assert not at.exception
-    assert [s.value for s in at.success][0].startswith("Saved ")
-    saved = rating.get_pair(study_env.db, study_env.rater, opaque_id=first).counts
-    assert saved[(2, True)] == 3
-    assert sum(saved.values()) == 3
-    # Another rater's view of the same pair is untouched.
-    other = rating.get_pair(study_env.db, study_env.other_rater, opaque_id=first).counts
-    assert not any(other.values())
-    # A fresh session (a reload) on the same URL shows what was stored.
-    again = make_app(study_env.rater, params={"pair": first})
-    assert again.number_input(key=cell_key(first, 2, True)).value == 3
-    assert again.number_input(key=cell_key(first, 2, False)).value == 0
-
-
-def test_grid_shows_what_the_service_stored_not_what_the_session_remembers(study_env,
-                                                                          make_app):
-    first = _queue(study_env)[0].opaque_id
-    at = make_app(study_env.rater)
-    # Saved elsewhere (another tab): the next run of this session shows the stored value.
-    rating.set_count(study_env.db, study_env.rater, opaque_id=first, category=5,
-                     significant=False, count=4)
+    # Saved by the grid's route (or another tab): the next run shows the stored values.
+    rating.set_counts(study_env.db, study_env.rater, opaque_id=first,
+                      cells={(5, False): 4, (2, True): 3}, expected_version=0)
     at.run()
-    assert at.number_input(key=cell_key(first, 5, False)).value == 4
+    grid = _grid(at, first)
+    assert (grid["counts"]["5i"], grid["counts"]["2s"], grid["version"]) == (4, 3, 1)
+    # A reload (a fresh session on the same URL) too; another rater's grid is untouched.
+    again = make_app(study_env.rater, params={"pair": first})
+    assert _grid(again, first)["counts"]["5i"] == 4
+    other = make_app(study_env.other_rater, params={"pair": first})
+    assert not any(_grid(other, first)["counts"].values())
+    assert _grid(other, first)["tag"] != _grid(again, first)["tag"]
 
 
-def test_mark_done_with_errors_moves_to_the_next_open_pair(study_env, make_app):
+def test_mark_done_moves_on_with_an_inline_message_not_a_toast(study_env, make_app,
+                                                               all_text):
     queue = _queue(study_env)
     at = make_app(study_env.rater)
-    at.number_input(key=cell_key(queue[0].opaque_id, 1, True)).set_value(1).run()
+    rating.set_count(study_env.db, study_env.rater, opaque_id=queue[0].opaque_id,
+                     category=1, significant=True, count=1)
     at.button(key="done").click().run()
     assert not at.exception
     assert rating.get_pair(study_env.db, study_env.rater,
                            opaque_id=queue[0].opaque_id).completed_at is not None
     assert at.query_params["pair"] == queue[1].opaque_id
-    assert [t.value for t in at.toast] == [f"Pair 1 of {len(queue)} marked done."]
+    # Inline under the header: a toast (top right) covered Mark done.
+    assert _toasts(at) == []
+    assert f"Pair 1 of {len(queue)} marked done." in [s.value for s in at.success]
 
 
 def test_an_all_zero_pair_needs_an_explicit_confirmation(study_env, make_app, all_text):
     queue = _queue(study_env)
     first = queue[0].opaque_id
     at = make_app(study_env.rater)
+    assert at.button(key="done").proto.shortcut.lower() == "ctrl+enter"
     at.button(key="done").click().run()
     assert not at.exception
     assert "All twelve counts are zero" in all_text(at)
     assert rating.get_pair(study_env.db, study_env.rater, opaque_id=first).completed_at is None
     assert at.query_params["pair"] == first
+    # While the question is open, Ctrl+Enter answers it (and Mark done gives the key up).
+    assert at.button(key="confirm_zero_yes").proto.shortcut.lower() == "ctrl+enter"
+    assert at.button(key="done").proto.shortcut == ""
 
     at.button(key="confirm_zero_no").click().run()
     assert "All twelve counts are zero" not in all_text(at)
@@ -113,6 +128,42 @@ def test_an_all_zero_pair_needs_an_explicit_confirmation(study_env, make_app, al
     assert view.completed_at is not None
     assert set(view.counts.values()) == {0}
     assert at.query_params["pair"] == queue[1].opaque_id
+
+
+def test_the_last_pair_done_shows_the_end_screen_with_the_time_spent(study_env, make_app,
+                                                                     all_text):
+    queue = _queue(study_env)
+    for item in queue[:-1]:
+        rating.complete_pair(study_env.db, study_env.rater, opaque_id=item.opaque_id,
+                             confirm_zero=True)
+    with study_env.db.begin() as s:  # time on task as the activity spans left it
+        s.execute(update(Assignment).where(Assignment.rater_id == study_env.rater.user_id)
+                  .values(active_seconds=251.0))
+    last = queue[-1].opaque_id
+    rating.set_count(study_env.db, study_env.rater, opaque_id=last, category=2,
+                     significant=False, count=1)
+    at = make_app(study_env.rater, params={"pair": last})
+    at.button(key="done").click().run()
+    assert not at.exception
+    text = all_text(at)
+    assert "Study complete" in text and "Thank you" in text
+    assert f"all {len(queue)} pairs" in text
+    assert "12 min 33 s" in text  # 3 x 251 s
+    assert _toasts(at) == [] and _grid(at, last) is None
+    # The rater can go back over the pairs.
+    at.button(key="end_review").click().run()
+    assert not at.exception and _grid(at, last) is not None
+
+
+def test_a_closed_study_shows_the_grid_read_only(study_env, make_app, all_text):
+    first = _queue(study_env)[0].opaque_id
+    with study_env.db.begin() as s:
+        s.execute(update(Study).values(status="closed"))
+    at = make_app(study_env.rater, params={"pair": first})
+    assert not at.exception
+    assert _grid(at, first)["read_only"] is True
+    assert at.button(key="done").disabled
+    assert "This study is closed" in all_text(at)
 
 
 def test_previous_and_next_follow_the_raters_order(study_env, make_app, all_text):
@@ -128,22 +179,11 @@ def test_previous_and_next_follow_the_raters_order(study_env, make_app, all_text
     assert at.query_params["pair"] == queue[1].opaque_id
 
 
-def test_interactions_are_recorded_as_time_on_task(study_env, make_app):
-    from backend.services import progress
-
-    at = make_app(study_env.rater)
-    first = at.query_params["pair"]
-    at.number_input(key=cell_key(first, 3, False)).set_value(1).run()
-    prog = progress.study_progress(study_env.db, study_env.admin, study_name=study_env.study)
-    rita = next(r for r in prog.raters if r.username == "rita")
-    assert rita.last_active_at is not None
-
-
 def test_a_pair_of_another_rater_or_unknown_id_shows_an_error(study_env, make_app):
     at = make_app(study_env.rater, params={"pair": "no-such-pair"})
     assert not at.exception
     assert "is not in your assignments" in at.error[0].value
-    assert not at.number_input
+    assert _grid(at, "no-such-pair") is None
 
 
 def test_a_rater_without_assignments_is_told_so(study_env, make_app, all_text):
@@ -166,84 +206,3 @@ def test_my_studies_lists_progress_and_resumes(study_env, make_app, all_text):
     assert not at.exception
     assert at.query_params["pair"] == _queue(study_env)[0].opaque_id
     assert "Candidate report" in all_text(at)
-
-
-def _hold_write_lock(env):
-    """A raw connection holding SQLite's write lock (as a long import did)."""
-    raw = sqlite3.connect(env.data_dir / "pages.db", isolation_level=None)
-    raw.execute("BEGIN IMMEDIATE")
-    return raw
-
-
-def test_a_save_the_busy_database_refuses_stays_in_the_grid_marked_not_saved(
-        study_env, make_app, all_text, monkeypatch):
-    monkeypatch.setattr(rating, "SAVE_RETRY_SECONDS", 0.6)
-    monkeypatch.setattr(rating, "ACTIVITY_RETRY_SECONDS", 0.2)
-    first = _queue(study_env)[0].opaque_id
-    at = make_app(study_env.rater)
-    raw = _hold_write_lock(study_env)
-    try:
-        at.number_input(key=cell_key(first, 3, True)).set_value(2).run()
-        assert not at.exception
-        text = all_text(at)
-        assert "Not saved" in text and "try again" in text
-        assert "Traceback" not in text and 'File "/' not in text
-        # The rater's value stays on screen although nothing is stored yet.
-        assert at.number_input(key=cell_key(first, 3, True)).value == 2
-        assert rating.get_pair(study_env.db, study_env.rater,
-                               opaque_id=first).counts[(3, True)] == 0
-        at.run()  # any other run of the page keeps it too
-        assert at.number_input(key=cell_key(first, 3, True)).value == 2
-        assert "Not saved" in all_text(at)
-    finally:
-        raw.rollback()
-        raw.close()
-    # Once the database is free, the next change of the pair writes both counts.
-    at.number_input(key=cell_key(first, 1, False)).set_value(1).run()
-    assert not at.exception
-    counts = rating.get_pair(study_env.db, study_env.rater, opaque_id=first).counts
-    assert (counts[(3, True)], counts[(1, False)]) == (2, 1)
-    assert "Not saved" not in all_text(at)
-    assert [s.value for s in at.success][0].startswith("Saved ")
-
-
-def test_retry_button_writes_the_kept_count(study_env, make_app, all_text, monkeypatch):
-    monkeypatch.setattr(rating, "SAVE_RETRY_SECONDS", 0.6)
-    monkeypatch.setattr(rating, "ACTIVITY_RETRY_SECONDS", 0.2)
-    first = _queue(study_env)[0].opaque_id
-    at = make_app(study_env.rater)
-    raw = _hold_write_lock(study_env)
-    try:
-        at.number_input(key=cell_key(first, 6, False)).set_value(4).run()
-        # Marking done while the count is unsaved does not complete the pair without it.
-        at.button(key="done").click().run()
-        assert not at.exception and "Not saved" in all_text(at)
-    finally:
-        raw.rollback()
-        raw.close()
-    view = rating.get_pair(study_env.db, study_env.rater, opaque_id=first)
-    assert view.completed_at is None and view.counts[(6, False)] == 0
-    at.button(key=f"retry-{first}").click().run()
-    assert not at.exception
-    assert rating.get_pair(study_env.db, study_env.rater,
-                           opaque_id=first).counts[(6, False)] == 4
-    assert at.number_input(key=cell_key(first, 6, False)).value == 4
-    assert "Not saved" not in all_text(at)
-
-
-def test_a_deactivated_raters_open_tab_stores_no_further_count(study_env, make_app):
-    """The grid's save runs in a widget callback, before the router re-checks the account:
-    the callback must re-check it itself, or a deactivated tab could store one more count."""
-    from backend.services import auth
-    from backend.services.types import Actor
-
-    first = _queue(study_env)[0].opaque_id
-    at = make_app(study_env.rater)
-    auth.set_active(study_env.db, Actor.system(), username=study_env.rater.username,
-                    active=False)
-    at.number_input(key=cell_key(first, 1, True)).set_value(2).run()
-    assert not at.exception
-    with study_env.db.read() as s:
-        from db.models import Rating
-        stored = s.query(Rating).filter_by(rater_id=study_env.rater.user_id).count()
-    assert stored == 0

@@ -1,73 +1,97 @@
-"""The ReXVal count grid: six error categories x clinically significant / insignificant."""
+"""The ReXVal count grid: six error categories x clinically significant / insignificant.
+
+A Streamlit components-v2 element (rendered in the page, no iframe) whose JavaScript
+(``grid/count_grid.js``) saves every change itself through the JSON route
+``webapp/api/rating.py`` rather than through a rerun of the page: a click is stored even
+when the Streamlit session behind the page has gone, and the grid shows at once when it was
+not ("Not saved"; the change is kept in the browser and sent again after the rater logs in).
+Saves carry the version of the pair the grid shows; a stale one is refused and the grid
+shows the stored counts with "changed in another window, reloaded".
+
+Keyboard first: Tab / Shift+Tab and the arrow keys move between cells, ``+`` / ``-`` change
+a count, digits type one; Ctrl+Enter marks the pair done once every change is stored.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
-from backend.services.types import CATEGORIES
+from backend.services.types import CATEGORIES, Actor
+from webapp import api
+from webapp.api import rating as rating_api
 
 MAX_COUNT = 99
-# Label column, then the two count columns: wide enough for Streamlit to show +/- steppers.
-WEIGHTS = (2.0, 1.0, 1.0)
 SIGNIFICANCE = ((True, "Clinically significant"), (False, "Clinically insignificant"))
 NOT_SAVED = "Not saved"
+_ASSETS = Path(__file__).resolve().parent / "grid"
+JS = (_ASSETS / "count_grid.js").read_text(encoding="utf-8")
+CSS = (_ASSETS / "count_grid.css").read_text(encoding="utf-8")
+
+_component = st.components.v2.component("radconcord_count_grid", js=JS, css=CSS)
 
 
-def cell_key(opaque_id: str, category: int, significant: bool) -> str:
-    """Widget key of one grid cell; keyed by pair so two pairs never share a widget value."""
-    return f"count-{opaque_id}-{category}-{'sig' if significant else 'insig'}"
+def cell_label(category: int, significant: bool) -> str:
+    """The accessible name of one cell, e.g. "Omission of finding (clinically significant)"."""
+    sig_label = dict(SIGNIFICANCE)[bool(significant)]
+    return f"{CATEGORIES[int(category)]} ({sig_label.lower()})"
 
 
-def count_grid(
+def grid_key(opaque_id: str) -> str:
+    """The element key of a pair's grid: a new pair mounts a new grid."""
+    return f"count-grid-{opaque_id}"
+
+
+def grid_data(
+    actor: Actor,
     opaque_id: str,
     counts: Mapping[tuple[int, bool], int],
     *,
-    on_change: Callable[[str, int, bool], None],
-    disabled: bool = False,
-    unsaved: Mapping[tuple[int, bool], int] | None = None,
-) -> None:
-    """Draw the grid with one number input (with +/- steppers) per cell.
+    version: int,
+    read_only: bool = False,
+    base_url_path: str = "",
+) -> dict[str, Any]:
+    """What the grid's JavaScript gets: the pair, its stored counts and version, the labels.
 
-    Every run sets each cell from ``counts`` (what the service has stored) before the widget
-    is created, so a reload shows exactly what was saved; a cell whose save failed because
-    the database was busy shows the rater's value from ``unsaved`` instead, marked
-    "Not saved", so the count is never lost from the screen before it is written.
+    Only the rater's own counts travel: no source, score or other rater's answer.
+    """
+    return {
+        "pair": str(opaque_id),
+        "tag": rating_api.grid_tag(actor, str(opaque_id)),
+        "version": int(version),
+        "counts": rating_api.counts_json(counts),
+        "read_only": bool(read_only),
+        "url": api.url(base_url_path, rating_api.ROUTE),
+        "rows": [{"category": c, "label": label} for c, label in CATEGORIES.items()],
+        "columns": [{"significant": sig, "label": label} for sig, label in SIGNIFICANCE],
+    }
+
+
+def count_grid(
+    actor: Actor,
+    opaque_id: str,
+    counts: Mapping[tuple[int, bool], int],
+    *,
+    version: int,
+    read_only: bool = False,
+) -> None:
+    """Draw the grid for one pair; it saves its changes itself (see the module docstring).
 
     Args:
+        actor: The rater (names the browser's store of unsaved changes, opaquely).
         opaque_id: The pair being rated.
-        counts: Saved counts by (category, significant); missing cells are 0.
-        on_change: Called as ``on_change(opaque_id, category, significant)`` when a cell
-            changes; it reads the new value from ``st.session_state[cell_key(...)]``.
-        disabled: Draw the grid read-only.
-        unsaved: Values entered but not yet stored, by (category, significant).
+        counts: Stored counts by (category, significant); missing cells are 0.
+        version: The stored version of the rater's counts of this pair.
+        read_only: Show the counts without letting them change (a closed study).
     """
-    unsaved = unsaved or {}
-    head = st.columns(WEIGHTS, vertical_alignment="bottom")
-    head[0].markdown("**Error category**")
-    for col, (_, label) in zip(head[1:], SIGNIFICANCE, strict=True):
-        col.markdown(f"**{label}**")
-    for category, label in CATEGORIES.items():
-        row = st.columns(WEIGHTS, vertical_alignment="center")
-        # "1\\." keeps markdown from turning the label into a numbered list.
-        row[0].markdown(f"**{category}\\.** {label}")
-        for col, (significant, sig_label) in zip(row[1:], SIGNIFICANCE, strict=True):
-            key = cell_key(opaque_id, category, significant)
-            pending = unsaved.get((category, significant))
-            stored = int(counts.get((category, significant), 0))
-            st.session_state[key] = int(pending) if pending is not None else stored
-            col.number_input(
-                f"{label} ({sig_label.lower()})",
-                min_value=0,
-                max_value=MAX_COUNT,
-                step=1,
-                key=key,
-                label_visibility="collapsed",
-                on_change=on_change,
-                args=(opaque_id, category, significant),
-                disabled=disabled,
-            )
-            if pending is not None:
-                col.markdown(f":red[:material/sync_problem: **{NOT_SAVED}**] "
-                             f":gray[(saved: {stored})]")
+    base = str(st.get_option("server.baseUrlPath") or "")
+    _component(
+        key=grid_key(opaque_id),
+        data=grid_data(actor, opaque_id, counts, version=version, read_only=read_only,
+                       base_url_path=base),
+        width="stretch",
+        height="content",
+    )

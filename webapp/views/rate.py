@@ -1,18 +1,19 @@
 """Rating screen: one reference/candidate pair at a time beside its images.
 
-The pair being rated is in the URL (``?pair=<opaque id>``) so a reload returns to it. Every
-count change is saved at once through ``rating.set_count``; the grid is re-read from the
-service on every run, so what is shown is what is stored. A change the service could not
-store because the database stayed busy (``rating.SaveFailed``) is kept in the session and
-shown in its cell marked "Not saved"; the next change of that pair, or **Retry saving**,
-writes it. Nothing the rater entered is dropped without a message. The rater never sees the
-candidate's source, metric scores or other raters' answers: the service returns none of them.
+The pair being rated is in the URL (``?pair=<opaque id>``) so a reload returns to it. The
+count grid (``webapp/components/count_grid.py``) saves every change itself through a JSON
+route, with the version of the pair it shows: a click is stored even when the Streamlit
+session behind the page has gone, a change that could not be stored is shown "Not saved" at
+once and kept in the browser until the rater logs in again, and a stale save (another tab) is
+refused with the stored counts shown. **Mark done** (or Ctrl+Enter) waits until the grid has
+stored every change, and carries the version it read. The end of the study shows an end
+screen. The rater never sees the candidate's source, metric scores or other raters' answers:
+the service returns none of them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 
 import streamlit as st
 
@@ -20,19 +21,16 @@ from backend.services import rating
 from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from webapp import state
-from webapp.components.count_grid import cell_key, count_grid
+from webapp.components import reports
+from webapp.components.count_grid import count_grid
 from webapp.components.image_viewer import viewer_panel
-from webapp.components.reports import report_pair
 
 PAIR_PARAM = "pair"
 STUDY_PARAM = "study"
-STATUS_KEY = "rate_save_status"  # {"pair": opaque_id, "ok": bool, "text": str}
 CONFIRM_KEY = "rate_confirm_zero"  # opaque id awaiting the all-zero confirmation
-FLASH_KEY = "rate_flash"  # one-off message shown after moving to another pair
-# {opaque_id: {(category, significant): count}}: entered, not stored yet (database busy).
-UNSAVED_KEY = "rate_unsaved"
-
-log = logging.getLogger(__name__)
+FLASH_KEY = "rate_flash"  # {"text", "ok"}: one-off message after Mark done
+END_KEY = "rate_study_done"  # name of the study whose last pair was just marked done
+MY_STUDIES_PAGE = "views/my_studies.py"
 
 
 def _clock(moment: dt.datetime) -> str:
@@ -41,62 +39,21 @@ def _clock(moment: dt.datetime) -> str:
     return moment.astimezone().strftime("%H:%M:%S")
 
 
+def _duration(seconds: float) -> str:
+    """``1 h 05 min``, ``12 min 30 s`` or ``45 s``."""
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
 def _go_to(opaque_id: str) -> None:
     st.query_params[PAIR_PARAM] = opaque_id
     st.session_state.pop(CONFIRM_KEY, None)
-
-
-def _unsaved(opaque_id: str) -> dict[tuple[int, bool], int]:
-    """The pair's counts entered but not yet stored (kept across runs of the page)."""
-    return st.session_state.setdefault(UNSAVED_KEY, {}).setdefault(opaque_id, {})
-
-
-def _note_activity(actor: Actor, opaque_id: str) -> None:
-    """Time on task, best effort: a busy database must never cost the rater their page."""
-    try:
-        rating.record_activity(state.get_db(), actor, opaque_id=opaque_id)
-    except rating.SaveFailed:
-        log.info("time on task of pair %s not recorded: database busy", opaque_id)
-
-
-def _save_pending(actor: Actor, opaque_id: str) -> None:
-    """Store every unsaved cell of the pair and remember the outcome for display.
-
-    A cell stays unsaved (and on screen) when the database is busy; a value the service
-    refuses for another reason (a closed study) is dropped with that reason shown.
-    """
-    # Widget callbacks run before the router re-checks the session: a deactivated or
-    # logged-out tab must not store one more count.
-    state.require_live_session()
-    db = state.get_db()
-    pending = _unsaved(opaque_id)
-    status = None
-    saved_at = None
-    for (category, significant), count in sorted(pending.items()):
-        try:
-            result = rating.set_count(db, actor, opaque_id=opaque_id, category=category,
-                                      significant=significant, count=count)
-        except rating.SaveFailed as exc:
-            status = {"pair": opaque_id, "ok": False, "text": str(exc)}
-            break  # still busy: the other cells would only wait as long again
-        except ServiceError as exc:
-            pending.pop((category, significant))
-            status = {"pair": opaque_id, "ok": False, "text": f"Not saved: {exc}"}
-            continue
-        pending.pop((category, significant))
-        saved_at = result.saved_at
-    if status is None and saved_at is not None:
-        status = {"pair": opaque_id, "ok": True, "text": f"Saved {_clock(saved_at)}"}
-        _note_activity(actor, opaque_id)
-    if status is not None:
-        st.session_state[STATUS_KEY] = status
-
-
-def _save_cell(actor: Actor, opaque_id: str, category: int, significant: bool) -> None:
-    """Widget callback: store the changed cell (and any earlier unsaved one of the pair)."""
-    value = st.session_state.get(cell_key(opaque_id, category, significant))
-    _unsaved(opaque_id)[(category, significant)] = int(value or 0)
-    _save_pending(actor, opaque_id)
 
 
 def _first_open_pair(actor: Actor, study_name: str | None) -> str | None:
@@ -114,14 +71,57 @@ def _first_open_pair(actor: Actor, study_name: str | None) -> str | None:
 
 
 def _complete(actor: Actor, view: rating.RaterPairView, *, confirm_zero: bool) -> None:
-    status = state.call(rating.complete_pair, state.get_db(), actor, opaque_id=view.opaque_id,
-                        confirm_zero=confirm_zero)
+    """Mark the pair done as the rater saw it; a stale version (another tab) is refused."""
+    state.require_live_session()
+    try:
+        status = rating.complete_pair(state.get_db(), actor, opaque_id=view.opaque_id,
+                                      confirm_zero=confirm_zero, expected_version=view.version)
+    except rating.StaleWrite:
+        st.session_state.pop(CONFIRM_KEY, None)
+        st.session_state[FLASH_KEY] = {
+            "ok": False,
+            "text": "Not marked done: the counts changed in another window and are reloaded. "
+                    "Check them and mark the pair done again."}
+        return
+    except ServiceError as exc:
+        state.stop_with_error(exc)
     st.session_state.pop(CONFIRM_KEY, None)
     if status.next_open_opaque_id is None:
-        st.session_state[FLASH_KEY] = "Pair marked done. Every pair of this study is done."
+        st.session_state[END_KEY] = view.study_name
         return
-    st.session_state[FLASH_KEY] = f"Pair {view.index} of {view.total} marked done."
+    st.session_state[FLASH_KEY] = {"ok": True,
+                                   "text": f"Pair {view.index} of {view.total} marked done."}
     _go_to(status.next_open_opaque_id)
+
+
+def _end_screen(actor: Actor, view: rating.RaterPairView) -> None:
+    """Every pair of the study is done: say so, with the time spent, and thank the rater."""
+    mine = next((s for s in state.call(rating.rater_studies, state.get_db(), actor)
+                 if s.name == view.study_name), None)
+    done = mine.completed if mine else view.total
+    total = mine.total if mine else view.total
+    with st.container(border=True, key="rate_end_screen"):
+        st.markdown(f"### :material/task_alt: Study complete: {view.study_name}")
+        st.markdown(f"You have marked **all {total} pairs** done ({done} of {total}).")
+        if mine is not None and mine.active_seconds > 0:
+            st.markdown(f"Time spent rating: **{_duration(mine.active_seconds)}** "
+                        "(your active time on the rating screen).")
+        st.markdown(f"Finished at {_clock(rating.utcnow())}.")
+        st.markdown("**Thank you** for your ratings. Your study lead has been able to see "
+                    "your progress all along; nothing else is needed from you.")
+        review, studies = st.columns(2)
+        if review.button("Review my ratings", key="end_review", icon=":material/visibility:",
+                         width="stretch"):
+            st.session_state.pop(END_KEY, None)
+            st.rerun()
+        if studies.button("My studies", key="end_my_studies", icon=":material/list:",
+                          width="stretch"):
+            st.session_state.pop(END_KEY, None)
+            st.switch_page(MY_STUDIES_PAGE)
+
+
+def _report_pair(view: rating.RaterPairView, *, tall: bool = False) -> None:
+    reports.report_pair(view.reference_text, view.candidate_text, tall=tall)
 
 
 actor = state.require_actor()
@@ -136,16 +136,20 @@ if not opaque_id:
     st.query_params[PAIR_PARAM] = opaque_id
 
 view = state.call(rating.get_pair, db, actor, opaque_id=opaque_id)
-# Each run of this page is an interaction (a click, a change, a page view): it feeds the
-# time-on-task measure.
-_note_activity(actor, view.opaque_id)
+
+if st.session_state.get(END_KEY) == view.study_name:
+    _end_screen(actor, view)
+    st.stop()
 
 with st.sidebar:
-    st.caption("Shortcuts: **N** next pair · **P** previous pair · **Ctrl+Enter** mark done")
+    st.caption("Shortcuts: **N** next pair · **P** previous pair · **Ctrl+Enter** mark done "
+               "(or confirm) · in the grid: **arrows**/**Tab** move, **+**/**-** or digits "
+               "set a count")
 
 # Header: where the rater is, and the way back and forth.
 n_done = next((s.completed for s in state.call(rating.rater_studies, db, actor)
                if s.name == view.study_name), 0)
+confirming = st.session_state.get(CONFIRM_KEY) == view.opaque_id
 # "Mark done" sits in the header beside Previous/Next so it is on screen whatever the
 # length of the reports and the height of the window.
 head = st.columns([3.4, 1, 1, 1.25], vertical_alignment="center")
@@ -164,65 +168,50 @@ with head[2]:
         _go_to(view.next_opaque_id)
         st.rerun()
 with head[3]:
-    all_zero = not any(view.counts.values())
+    # While the all-zero question is open, Ctrl+Enter answers it (the grid sends the key to
+    # the confirmation button first); Mark done keeps its shortcut otherwise.
     if st.button("Mark done", type="primary", icon=":material/done:",
-                 shortcut="Ctrl+Enter", width="stretch", key="done",
+                 shortcut=None if confirming else "Ctrl+Enter", width="stretch", key="done",
+                 disabled=view.read_only,
                  help="Save this pair as finished and open the next open pair."):
-        if _unsaved(view.opaque_id):
-            # Counts still waiting for a busy database are written first; a pair is never
-            # marked done without them.
-            _save_pending(actor, view.opaque_id)
-            if _unsaved(view.opaque_id):
-                st.rerun()
-            view = state.call(rating.get_pair, db, actor, opaque_id=view.opaque_id)
-            all_zero = not any(view.counts.values())
-        if all_zero:
+        # The grid has stored every change before this click reached the server, and this
+        # run read the pair after it: ``view`` is what the rater saw.
+        if not any(view.counts.values()):
             st.session_state[CONFIRM_KEY] = view.opaque_id
-        else:
-            _complete(actor, view, confirm_zero=False)
             st.rerun()
+        _complete(actor, view, confirm_zero=False)
+        st.rerun()
 
-if st.session_state.get(CONFIRM_KEY) == view.opaque_id:
+# Inline, under the header (a toast would cover Mark done, top right).
+flash = st.session_state.pop(FLASH_KEY, None)
+if flash:
+    if flash["ok"]:
+        st.success(flash["text"], icon=":material/check_circle:")
+    else:
+        st.warning(flash["text"], icon=":material/sync_problem:")
+
+if confirming:
     with st.container(border=True):
         ask, yes, no = st.columns([3, 1.2, 1.2], vertical_alignment="center")
         ask.warning("All twelve counts are zero: this says the candidate report has no "
-                    "errors at all. Is that right?")
+                    "errors at all. Is that right? (**Ctrl+Enter**: yes)")
         if yes.button("Yes, no errors: mark done", key="confirm_zero_yes", type="primary",
-                      width="stretch"):
+                      shortcut="Ctrl+Enter", width="stretch"):
             _complete(actor, view, confirm_zero=True)
             st.rerun()
         if no.button("No, go back to the counts", key="confirm_zero_no", width="stretch"):
             st.session_state.pop(CONFIRM_KEY, None)
             st.rerun()
 
-flash = st.session_state.pop(FLASH_KEY, None)
-if flash:
-    st.toast(flash, icon=":material/check_circle:")
 
-
-def _images() -> None:
-    viewer_panel(db, actor, view.images, pair_key=view.opaque_id)
-
-
-def _grid_and_status() -> None:
-    unsaved = dict(_unsaved(view.opaque_id))
-    count_grid(view.opaque_id, view.counts,
-               on_change=lambda oid, cat, sig: _save_cell(actor, oid, cat, sig),
-               unsaved=unsaved)
-    status = st.session_state.get(STATUS_KEY)
-    if unsaved:
-        st.error(status["text"] if status and not status["ok"]
-                 and status["pair"] == view.opaque_id else rating.BUSY_MESSAGE,
-                 icon=":material/sync_problem:")
-        st.button("Retry saving", key=f"retry-{view.opaque_id}", icon=":material/sync:",
-                  on_click=_save_pending, args=(actor, view.opaque_id))
-    elif status and status["pair"] == view.opaque_id:
-        if status["ok"]:
-            st.success(status["text"], icon=":material/cloud_done:")
-        else:
-            st.error(status["text"])
+def _grid() -> None:
+    count_grid(actor, view.opaque_id, view.counts, version=view.version,
+               read_only=view.read_only)
+    if view.read_only:
+        st.caption(":material/lock: This study is closed: your counts are shown as stored.")
     elif view.completed_at is not None:
-        st.success(f"Marked done at {_clock(view.completed_at)}", icon=":material/task_alt:")
+        st.caption(f":material/task_alt: Marked done at {_clock(view.completed_at)}. "
+                   "A change is still saved.")
     else:
         st.caption("Each change is saved as soon as you make it. **Mark done** (top right, "
                    "or Ctrl+Enter) when the pair is finished.")
@@ -231,16 +220,16 @@ def _grid_and_status() -> None:
 if view.images:
     left, right = st.columns([1, 1.25], gap="medium")
     with left:
-        _images()
+        viewer_panel(db, actor, view.images, pair_key=view.opaque_id)
     with right:
-        report_pair(view.reference_text, view.candidate_text)
-        _grid_and_status()
+        _report_pair(view)
+        _grid()
 else:
     # No image: the reports get the left half (and more height), the grid sits beside them.
     st.caption(":material/hide_image: No images for this case. The counts are on the report "
                "texts alone.")
     left, right = st.columns([1, 1], gap="medium")
     with left:
-        report_pair(view.reference_text, view.candidate_text, tall=True)
+        _report_pair(view, tall=True)
     with right:
-        _grid_and_status()
+        _grid()
