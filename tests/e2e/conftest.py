@@ -135,4 +135,33 @@ def wait_for_metric(metric, expected: int, timeout_s: float = 30) -> int:
 
 
 def cell(page, label: str):
+    """The count grid's cell named ``label``, e.g. "Omission of finding (clinically
+    significant)": a text input (``fill`` types a count, ``to_have_value`` reads it)."""
     return page.get_by_label(label, exact=True)
+
+
+def step_up(page, label: str) -> None:
+    """Click the "+" of the grid cell ``label``."""
+    page.get_by_role("button", name=f"Increase {label}", exact=True).click()
+
+
+def step_down(page, label: str) -> None:
+    """Click the "-" of the grid cell ``label``."""
+    page.get_by_role("button", name=f"Decrease {label}", exact=True).click()
+
+
+def grid_status(page):
+    """The grid's status line ("Saved hh:mm:ss", "Not saved: ...")."""
+    return page.locator(".rc-status-text")
+
+
+def wait_for_cookie(page, timeout_s: float = 30) -> str:
+    """The server-set session cookie's value, once the login ticket has been exchanged."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for c in page.context.cookies():
+            if c["name"] == "radconcord_session":
+                return c["value"]
+        if time.monotonic() > deadline:
+            pytest.fail("the server never set the session cookie")
+        time.sleep(0.2)

@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import expect
 
 from backend.services import rating
-from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, log_in
+from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, log_in, step_up
 
 pytestmark = pytest.mark.browser
 
@@ -26,8 +26,7 @@ LOCATION = "Incorrect location/position of finding (clinically insignificant)"
 
 def _step_up(page, label: str) -> None:
     """Click the "+" of the grid cell labelled ``label``."""
-    box = page.get_by_test_id("stNumberInput").filter(has=cell(page, label))
-    box.get_by_test_id("stNumberInputStepUp").click()
+    step_up(page, label)
 
 
 def _stored(data, pair: str) -> dict:

@@ -474,9 +474,12 @@ class Grid {
       } else {
         const wait = this.retryDelay;
         this.retryDelay = Math.min(RETRY_MAX_MS, this.retryDelay * 2);
-        const why = status === 0 ? "the server cannot be reached" : "the server is busy";
-        this.setStatus("busy", `Not saved: ${why}; your change is kept and sent again `
-          + `in ${Math.round(wait / 1000)} s.`);
+        const again = `sent again in ${Math.round(wait / 1000)} s`;
+        const text = status === 0
+          ? `Not saved: the server cannot be reached; your change is kept and ${again}.`
+          : `${body.message || "Not saved: the server is busy; your change is kept"} `
+            + `(${again}).`;
+        this.setStatus("busy", text);
         this.retryTimer = setTimeout(() => {
           this.retryTimer = null;
           this.flush();
