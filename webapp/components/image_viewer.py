@@ -1,12 +1,28 @@
-"""Image viewing controls (window/level, zoom, invert) and the side-by-side image panel."""
+"""The film viewers: the rating screen's canvas viewer, and the PNG panel of the admin pages.
+
+:func:`viewer_panel` (rating screen) mounts a Streamlit v2 component (``viewer/``: a small
+canvas viewer in plain JS) that fetches each image's modality values from
+``GET _rc/api/images/<id>/pixels`` (``webapp/api/images.py``) and windows them in the browser:
+the whole film fits the window at first sight, wheel/pinch zoom towards the pointer, drag to
+pan, right-drag or Shift+drag for window/level (horizontal = width, vertical = centre, as in
+OHIF), Header/Lung/Bone/Manual presets, frontal and lateral side by side with the W/L
+synchronised or not. PNG/JPEG films are shown in grey (colour is converted to luminance on
+load, as for the PNG renderer).
+
+:func:`view_controls` and :func:`image_panel` draw server-rendered PNGs (explorer page).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
+
+VIEWER_DIR = Path(__file__).resolve().parent / "viewer"
+VIEWER_KEY = "rc_film_viewer"
 
 # Label shown -> preset name understood by backend.services.images.rendered_image.
 PRESETS = {"Header": "header", "Lung": "lung", "Bone": "bone", "Manual": "manual"}
@@ -126,27 +142,66 @@ def image_panel(
                 st.warning(note, icon=":material/warning:")
 
 
+def _viewer_js() -> str:
+    # One module: the windowing functions (also run by the unit tests) then the viewer.
+    return ((VIEWER_DIR / "window.js").read_text(encoding="utf-8") + "\n"
+            + (VIEWER_DIR / "viewer.js").read_text(encoding="utf-8"))
+
+
+_film_viewer = st.components.v2.component(
+    "radconcord_film_viewer",
+    html='<div class="rcv-host"></div>',
+    css=(VIEWER_DIR / "viewer.css").read_text(encoding="utf-8"),
+    js=_viewer_js(),
+    # In the page DOM (no shadow root): the page's shortcut handler then sees the real focus
+    # target, so typing in the viewer's inputs never fires N/P; the CSS is rcv- prefixed.
+    isolate_styles=False,
+)
+
+
+def viewer_items(images: Sequence[Any], base_url_path: str = "") -> list[dict[str, Any]]:
+    """What the browser viewer gets per image, frontal views first.
+
+    Args:
+        images: ``(image_id, view, format)`` per image (``rating.ImageRef`` values).
+        base_url_path: Streamlit's ``server.baseUrlPath``.
+
+    Returns:
+        ``{"image_id", "caption", "url"}`` per image; ``url`` is the pixel route.
+    """
+    from webapp import api
+
+    return [
+        {"image_id": int(image_id), "caption": f"{view_name or 'Image'} ({fmt.upper()})",
+         "url": api.url(base_url_path, f"images/{int(image_id)}/pixels")}
+        for image_id, view_name, fmt in order_views(images)
+    ]
+
+
 def viewer_panel(db: Any, actor: Any, images: Sequence[Any], *, pair_key: str) -> None:  # noqa: ANN401
-    """Draw the case's images with their viewing controls (the rating screen's viewer).
+    """Draw the case's images in the canvas viewer (the rating screen's viewer).
+
+    The browser fetches the pixels itself, through the images service's access check, so
+    nothing here reads an image. Zoom, pan and a manual window start afresh when ``pair_key``
+    changes; the preset, invert, sync and drag-mode choices stay (in the browser's storage).
 
     Args:
         db: The study database.
-        actor: The rater (the images service checks access on every call).
+        actor: The rater or admin; an admin also sees burned-in text warnings.
         images: The pair's ``rating.ImageRef`` values (image_id, view, format).
-        pair_key: The pair on screen; zoom and pan start afresh for each new pair.
+        pair_key: The pair on screen.
     """
     from backend.services import images as image_service
-    from backend.services.errors import ServiceError
 
-    del pair_key  # the Streamlit controls keep their values across pairs
-    settings = view_controls()
-    rendered: list[tuple[str, bytes | str]] = []
-    for image_id, view_name, fmt in order_views(images):
-        caption = f"{view_name or 'Image'} ({fmt.upper()})"
-        try:
-            rendered.append((caption, image_service.rendered_image(
-                db, actor, image_id=image_id, preset=settings.preset, center=settings.center,
-                width=settings.width, invert=settings.invert, zoom=settings.zoom)))
-        except ServiceError as exc:
-            rendered.append((caption, str(exc)))
-    image_panel(rendered)
+    if not images:
+        st.info("No images for this case.")
+        return
+    items = viewer_items(images, str(st.get_option("server.baseUrlPath") or ""))
+    _film_viewer(key=VIEWER_KEY, data={"pair_key": pair_key, "images": items},
+                 width="stretch", height="content")
+    # Burned-in text flags are for the study lead; a rater's call returns none.
+    notes = image_service.image_warnings(db, actor, image_ids=[i["image_id"] for i in items])
+    for item in items:
+        if item["image_id"] in notes:
+            st.warning(f"{item['caption']}: {notes[item['image_id']]}",
+                       icon=":material/warning:")

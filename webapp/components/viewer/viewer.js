@@ -1,0 +1,815 @@
+// RadConcord's canvas film viewer (a Streamlit v2 component; window.js is put in front).
+//
+// One viewer per page: a toolbar (window presets, invert, sync W/L, drag mode, reset,
+// fullscreen), one pane per image side by side, a help line. Each pane fetches the image's
+// modality values from GET _rc/api/images/<id>/pixels at the resolution its canvas needs
+// (canvas size x devicePixelRatio; the full resolution once zoomed past it) and windows them
+// here, through a lookup table, so a W/L change never waits for the server.
+//
+// Streamlit calls the default export again whenever the page reruns (same parentElement):
+// the viewer keeps its state and starts afresh (zoom, pan, manual window) only when the pair
+// changes. Keys: only the viewer's own (0, I) are handled, and only while it has focus; the
+// page's shortcuts (N, P, Ctrl+Enter) pass through untouched.
+
+const VIEWERS = new WeakMap();
+const PRESET_LABELS = [["header", "Header"], ["lung", "Lung"], ["bone", "Bone"], ["manual", "Manual"]];
+const PREFS_KEY = "rc-viewer-prefs";
+const MIN_ZOOM = 0.5;
+const MAX_ZOOM = 32;
+// Drag sensitivity for W/L: a drag across 512 CSS pixels spans the image's value range.
+const WL_DRAG_SPAN = 512;
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function loadPrefs() {
+  try {
+    return JSON.parse(window.localStorage.getItem(PREFS_KEY) || "{}") || {};
+  } catch (_err) {
+    return {};
+  }
+}
+
+function fmtNumber(v) {
+  if (v === null || v === undefined || !Number.isFinite(v)) return "-";
+  const a = Math.abs(v);
+  if (a >= 100 || Number.isInteger(v)) return String(Math.round(v));
+  if (a >= 1) return v.toFixed(1);
+  return v.toPrecision(3);
+}
+
+/** Parse an RCPX body (webapp/api/images.py): header JSON + little-endian values. */
+function parsePixels(buffer) {
+  const bytes = new Uint8Array(buffer, 0, 8);
+  const magic = String.fromCharCode(bytes[0], bytes[1], bytes[2], bytes[3]);
+  if (magic !== "RCPX") throw new Error("unexpected answer from the image server");
+  const length = new DataView(buffer).getUint32(4, true);
+  const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 8, length)));
+  const offset = 8 + length;
+  const n = header.rows * header.cols;
+  const Type = { uint16: Uint16Array, int16: Int16Array, float32: Float32Array }[header.dtype];
+  if (!Type) throw new Error(`unknown pixel type ${header.dtype}`);
+  // Little-endian on every browser platform in use; the server sends little-endian.
+  const values = new Type(buffer, offset, n);
+  return { header, values };
+}
+
+class Pane {
+  constructor(viewer, item, index) {
+    this.viewer = viewer;
+    this.item = item;
+    this.index = index;
+    this.root = el("div", "rcv-pane");
+    this.root.dataset.imageId = String(item.image_id);
+    this.canvas = el("canvas", "rcv-canvas");
+    this.canvas.setAttribute("aria-label", `${item.caption}: film`);
+    this.caption = el("div", "rcv-ov rcv-ov-tl", item.caption);
+    this.wlText = el("div", "rcv-ov rcv-ov-bl", "");
+    this.zoomText = el("div", "rcv-ov rcv-ov-br", "");
+    this.status = el("div", "rcv-status", "Loading image...");
+    this.root.append(this.canvas, this.caption, this.wlText, this.zoomText, this.status);
+    this.src = document.createElement("canvas"); // the windowed film at data resolution
+    this.img = null; // {header, values}
+    this.win = null; // {center, width, function}
+    this.preset = "header";
+    this.zoom = 1;
+    this.panX = 0;
+    this.panY = 0;
+    this.cssW = 0;
+    this.cssH = 0;
+    this.loadingSide = 0;
+    this.abort = null;
+    this.pendingEvent = null;
+    this.frame = 0;
+  }
+
+  // ----- data -----
+
+  fullSide() {
+    const h = this.img ? this.img.header : null;
+    return h ? Math.max(h.full_rows, h.full_cols) : 0;
+  }
+
+  dataSide() {
+    const h = this.img ? this.img.header : null;
+    return h ? Math.max(h.rows, h.cols) : 0;
+  }
+
+  /** Longest side, in device pixels, that the film covers on screen now. */
+  neededSide() {
+    const dpr = window.devicePixelRatio || 1;
+    if (!this.img) return Math.ceil(Math.max(this.cssW, this.cssH) * dpr);
+    return Math.ceil(this.fullSide() * this.scale() * dpr);
+  }
+
+  ensureResolution() {
+    if (this.cssW < 2 || this.cssH < 2) return;
+    const needed = this.neededSide();
+    if (this.img) {
+      const have = this.dataSide();
+      if (have >= this.fullSide() || have >= needed) return;
+    }
+    if (this.loadingSide >= needed) return;
+    this.load(needed);
+  }
+
+  load(side) {
+    this.loadingSide = side;
+    if (this.abort) this.abort.abort();
+    const abort = new AbortController();
+    this.abort = abort;
+    if (!this.img) this.setStatus("Loading image...");
+    const url = `${this.item.url}?max_side=${Math.max(16, side)}`;
+    const started = performance.now();
+    fetch(url, { credentials: "same-origin", signal: abort.signal, cache: "no-store" })
+      .then(async (resp) => {
+        if (!resp.ok) {
+          let message = `image could not be loaded (HTTP ${resp.status})`;
+          try {
+            const body = await resp.json();
+            if (body && body.message) message = body.message;
+          } catch (_err) {
+            /* keep the HTTP status */
+          }
+          throw new Error(message);
+        }
+        return resp.arrayBuffer();
+      })
+      .then((buffer) => {
+        if (abort.signal.aborted || this.viewer.destroyed) return;
+        const first = !this.img;
+        this.img = parsePixels(buffer);
+        this.root.dataset.loadMs = String(Math.round(performance.now() - started));
+        this.loadingSide = 0;
+        this.setStatus("");
+        if (first) this.viewer.paneLoaded(this);
+        this.renderWindow();
+      })
+      .catch((err) => {
+        if (abort.signal.aborted || err.name === "AbortError") return;
+        this.loadingSide = 0;
+        if (!this.img) this.setStatus(`${this.item.caption}: ${err.message}`, true);
+      });
+  }
+
+  setStatus(text, error) {
+    this.status.textContent = text;
+    this.status.hidden = !text;
+    this.status.classList.toggle("rcv-error", Boolean(error));
+  }
+
+  // ----- windowing -----
+
+  headerLinear() {
+    const h = this.img.header;
+    const p = h.presets.header;
+    if (p.lut && h.voi_lut) return rcvLutToWindow(h.voi_lut);
+    return { center: p.center, width: p.width, function: p.function };
+  }
+
+  applyPreset(name) {
+    if (!this.img) {
+      this.preset = name;
+      return;
+    }
+    const h = this.img.header;
+    this.preset = name;
+    if (name === "manual") {
+      this.win = this.headerLinear();
+    } else {
+      const p = h.presets[name];
+      this.win = p.lut ? { center: null, width: null, function: "LUT" }
+        : { center: p.center, width: p.width, function: p.function };
+    }
+  }
+
+  /** Adjust by a mouse drag of (dx, dy) CSS pixels: right = wider, down = higher centre. */
+  dragWindow(dx, dy) {
+    if (!this.img) return;
+    const h = this.img.header;
+    if (this.win.function === "LUT") this.win = rcvLutToWindow(h.voi_lut);
+    const span = Math.max(h.pixel_max - h.pixel_min, 1);
+    const k = span / WL_DRAG_SPAN;
+    const minWidth = this.win.function === "LINEAR" ? 1 : 1e-3;
+    this.win = {
+      center: this.win.center + dy * k,
+      width: Math.max(minWidth, this.win.width + dx * k),
+      function: this.win.function,
+    };
+    this.preset = "manual";
+  }
+
+  setManual(center, width) {
+    if (!this.img) return;
+    const fn = this.win && this.win.function !== "LUT" ? this.win.function : "LINEAR";
+    this.win = { center, width: Math.max(fn === "LINEAR" ? 1 : 1e-3, width), function: fn };
+    this.preset = "manual";
+  }
+
+  flip() {
+    return Boolean(this.img.header.monochrome1) !== Boolean(this.viewer.invert);
+  }
+
+  /** Window the data into the source canvas, then draw (timing the whole W/L change). */
+  renderWindow(event) {
+    if (!this.img) return;
+    if (!this.win) this.applyPreset(this.preset);
+    const t0 = performance.now();
+    const { header, values } = this.img;
+    const rows = header.rows;
+    const cols = header.cols;
+    if (this.src.width !== cols || this.src.height !== rows) {
+      this.src.width = cols;
+      this.src.height = rows;
+      this.imageData = null;
+    }
+    const sctx = this.src.getContext("2d");
+    if (!this.imageData) this.imageData = sctx.createImageData(cols, rows);
+    const out = new Uint32Array(this.imageData.data.buffer);
+    const lut = header.voi_lut;
+    const flip = this.flip();
+    const n = rows * cols;
+    if (header.dtype === "float32") {
+      for (let i = 0; i < n; i++) {
+        const g = rcvGrey(values[i], this.win, lut, flip);
+        out[i] = 0xff000000 | (g << 16) | (g << 8) | g;
+      }
+    } else {
+      // Integer values: one table entry per value of the image's range.
+      const lo = Math.round(header.pixel_min);
+      const hi = Math.round(header.pixel_max);
+      const table = rcvBuildLut(this.win, lut, flip, lo, hi);
+      const last = table.length - 1;
+      for (let i = 0; i < n; i++) {
+        let k = values[i] - lo;
+        k = k < 0 ? 0 : k > last ? last : k;
+        out[i] = table[k];
+      }
+    }
+    sctx.putImageData(this.imageData, 0, 0);
+    this.draw();
+    const t1 = performance.now();
+    this.root.dataset.windowMs = (t1 - t0).toFixed(1);
+    this.updateOverlay();
+    if (event) {
+      // Input-to-frame latency: from the event's timestamp to the frame that shows it.
+      const since = event.timeStamp;
+      requestAnimationFrame(() => {
+        const latency = performance.now() - since;
+        this.root.dataset.wlLatencyMs = latency.toFixed(1);
+        this.viewer.root.dataset.wlLatencyMs = latency.toFixed(1);
+      });
+    }
+    this.viewer.paneChanged(this);
+  }
+
+  /** Coalesce W/L changes into one render per animation frame. */
+  scheduleWindow(event) {
+    if (!this.pendingEvent) this.pendingEvent = event || { timeStamp: performance.now() };
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      const ev = this.pendingEvent;
+      this.frame = 0;
+      this.pendingEvent = null;
+      this.renderWindow(ev);
+    });
+  }
+
+  // ----- geometry -----
+
+  resize(w, h) {
+    this.cssW = Math.max(1, Math.floor(w));
+    this.cssH = Math.max(1, Math.floor(h));
+    this.root.style.width = `${this.cssW}px`;
+    this.root.style.height = `${this.cssH}px`;
+    const dpr = window.devicePixelRatio || 1;
+    this.canvas.style.width = `${this.cssW}px`;
+    this.canvas.style.height = `${this.cssH}px`;
+    this.canvas.width = Math.round(this.cssW * dpr);
+    this.canvas.height = Math.round(this.cssH * dpr);
+    this.draw();
+    this.ensureResolution();
+  }
+
+  fit() {
+    const h = this.img.header;
+    return Math.min(this.cssW / h.full_cols, this.cssH / h.full_rows);
+  }
+
+  scale() {
+    return this.fit() * this.zoom;
+  }
+
+  /** The film's rectangle in the canvas, CSS pixels. */
+  rect() {
+    const h = this.img.header;
+    const s = this.scale();
+    const w = h.full_cols * s;
+    const hh = h.full_rows * s;
+    return { x: this.cssW / 2 - w / 2 + this.panX, y: this.cssH / 2 - hh / 2 + this.panY, w, h: hh };
+  }
+
+  clampPan() {
+    const r = this.rect();
+    // Keep at least a fifth of the film (or of the pane) in view.
+    const keepX = 0.2 * Math.min(this.cssW, r.w);
+    const keepY = 0.2 * Math.min(this.cssH, r.h);
+    const maxX = (this.cssW + r.w) / 2 - keepX;
+    const maxY = (this.cssH + r.h) / 2 - keepY;
+    this.panX = Math.max(-maxX, Math.min(maxX, this.panX));
+    this.panY = Math.max(-maxY, Math.min(maxY, this.panY));
+  }
+
+  draw() {
+    const ctx = this.canvas.getContext("2d");
+    const dpr = window.devicePixelRatio || 1;
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.fillStyle = "#000";
+    ctx.fillRect(0, 0, this.canvas.width, this.canvas.height);
+    if (!this.img || !this.src.width) return;
+    const r = this.rect();
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.imageSmoothingEnabled = true;
+    ctx.imageSmoothingQuality = "high";
+    ctx.drawImage(this.src, r.x, r.y, r.w, r.h);
+    this.root.dataset.drawn = JSON.stringify({
+      x: +r.x.toFixed(2), y: +r.y.toFixed(2), w: +r.w.toFixed(2), h: +r.h.toFixed(2),
+    });
+    this.root.dataset.zoom = this.zoom.toFixed(4);
+    this.root.dataset.dataSide = String(this.dataSide());
+    this.root.dataset.fullSide = String(this.fullSide());
+    this.zoomText.textContent = `${(this.zoom * 100).toFixed(0)}%` +
+      (this.dataSide() >= this.fullSide() ? " · full res" : "");
+  }
+
+  updateOverlay() {
+    if (!this.img) return;
+    const w = this.win;
+    this.wlText.textContent = w.function === "LUT" ? "VOI LUT"
+      : `W ${fmtNumber(w.width)} · C ${fmtNumber(w.center)}`;
+    this.root.dataset.center = String(w.center);
+    this.root.dataset.width = String(w.width);
+    this.root.dataset.preset = this.preset;
+  }
+
+  zoomAt(px, py, factor) {
+    if (!this.img) return;
+    const before = this.rect();
+    const s0 = this.scale();
+    const zoom = Math.max(MIN_ZOOM, Math.min(MAX_ZOOM, this.zoom * factor));
+    if (zoom === this.zoom) return;
+    // The film point under the pointer stays under it.
+    const u = (px - before.x) / s0;
+    const v = (py - before.y) / s0;
+    this.zoom = zoom;
+    const s1 = this.scale();
+    const h = this.img.header;
+    this.panX = px - u * s1 - this.cssW / 2 + (h.full_cols * s1) / 2;
+    this.panY = py - v * s1 - this.cssH / 2 + (h.full_rows * s1) / 2;
+    this.clampPan();
+    this.draw();
+    this.ensureResolution();
+  }
+
+  pan(dx, dy) {
+    if (!this.img) return;
+    this.panX += dx;
+    this.panY += dy;
+    this.clampPan();
+    this.draw();
+  }
+
+  resetView() {
+    this.zoom = 1;
+    this.panX = 0;
+    this.panY = 0;
+    this.draw();
+  }
+
+  destroy() {
+    if (this.abort) this.abort.abort();
+    if (this.frame) cancelAnimationFrame(this.frame);
+  }
+}
+
+class Viewer {
+  constructor(parent) {
+    this.parent = parent;
+    this.destroyed = false;
+    const prefs = loadPrefs();
+    this.preset = PRESET_LABELS.some(([k]) => k === prefs.preset) ? prefs.preset : "header";
+    if (this.preset === "manual") this.preset = "header";
+    this.invert = Boolean(prefs.invert);
+    this.sync = prefs.sync !== false;
+    this.dragMode = prefs.dragMode === "wl" ? "wl" : "pan";
+    this.panes = [];
+    this.active = null;
+    this.pairKey = null;
+    this.signature = null;
+    this.drag = null;
+    this.pointers = new Map();
+    this.build();
+  }
+
+  savePrefs() {
+    try {
+      window.localStorage.setItem(PREFS_KEY, JSON.stringify({
+        preset: this.preset, invert: this.invert, sync: this.sync, dragMode: this.dragMode,
+      }));
+    } catch (_err) {
+      /* private mode: preferences last for this page only */
+    }
+  }
+
+  build() {
+    const root = el("div", "rcv-root");
+    root.tabIndex = 0;
+    root.setAttribute("role", "group");
+    root.setAttribute("aria-label", "Image viewer");
+    this.root = root;
+
+    const bar = el("div", "rcv-toolbar");
+    const presets = el("div", "rcv-seg");
+    presets.setAttribute("role", "radiogroup");
+    presets.setAttribute("aria-label", "Window");
+    this.presetButtons = {};
+    for (const [key, label] of PRESET_LABELS) {
+      const b = el("button", "rcv-btn", label);
+      b.type = "button";
+      b.dataset.preset = key;
+      b.setAttribute("role", "radio");
+      b.title = {
+        header: "The window stored in the image header (PNG/JPEG: as stored)",
+        lung: "Spread the grey levels over the lungs",
+        bone: "Spread the grey levels over bone and the mediastinum",
+        manual: "Type a centre and width (starts from the header window)",
+      }[key];
+      b.addEventListener("click", () => this.choosePreset(key));
+      presets.append(b);
+      this.presetButtons[key] = b;
+    }
+    this.invertBtn = this.toggle("Invert", "Invert the grey scale (I)", () => {
+      this.invert = !this.invert;
+      this.savePrefs();
+      this.refreshToolbar();
+      for (const p of this.panes) p.scheduleWindow();
+    });
+    this.syncBtn = this.toggle("Sync W/L", "Change the window of all images together", () => {
+      this.sync = !this.sync;
+      this.savePrefs();
+      this.refreshToolbar();
+    });
+    this.modeBtn = this.toggle("W/L drag", "Left-drag adjusts the window instead of panning", () => {
+      this.dragMode = this.dragMode === "wl" ? "pan" : "wl";
+      this.savePrefs();
+      this.refreshToolbar();
+    });
+    const reset = el("button", "rcv-btn", "Reset");
+    reset.type = "button";
+    reset.title = "Fit the whole film again (0 or double-click)";
+    reset.addEventListener("click", () => this.resetViews());
+    const full = el("button", "rcv-btn", "Full screen");
+    full.type = "button";
+    full.title = "Show the images on the whole screen (Esc to leave)";
+    full.addEventListener("click", () => this.toggleFullscreen());
+    this.fullBtn = full;
+    bar.append(presets, this.invertBtn, this.syncBtn, this.modeBtn, reset, full);
+
+    const manual = el("div", "rcv-manual");
+    this.centerInput = this.numberInput("Center");
+    this.widthInput = this.numberInput("Width");
+    this.rangeText = el("span", "rcv-range", "");
+    manual.append(this.centerInput.label, this.widthInput.label, this.rangeText);
+    this.manualRow = manual;
+
+    this.panesBox = el("div", "rcv-panes");
+    this.help = el("div", "rcv-help",
+      "Wheel or pinch: zoom · drag: pan · right-drag or Shift+drag: window " +
+      "(left/right = width, up/down = level) · double-click or 0: fit · I: invert");
+    root.append(bar, manual, this.panesBox, this.help);
+    this.parent.append(root);
+    this.bindEvents();
+    this.refreshToolbar();
+  }
+
+  toggle(label, title, onClick) {
+    const b = el("button", "rcv-btn rcv-toggle", label);
+    b.type = "button";
+    b.title = title;
+    b.addEventListener("click", onClick);
+    return b;
+  }
+
+  numberInput(name) {
+    const label = el("label", "rcv-num");
+    label.append(el("span", "", name));
+    const input = el("input", "");
+    input.type = "number";
+    input.setAttribute("aria-label", `Window ${name.toLowerCase()}`);
+    input.addEventListener("change", () => this.manualChanged());
+    label.append(input);
+    return { label, input };
+  }
+
+  // ----- data from Python -----
+
+  update(data) {
+    const images = (data && data.images) || [];
+    const signature = JSON.stringify(images.map((i) => [i.image_id, i.url]));
+    const pairKey = data ? data.pair_key : null;
+    if (pairKey === this.pairKey && signature === this.signature) {
+      this.layout();
+      return;
+    }
+    this.pairKey = pairKey;
+    this.signature = signature;
+    for (const p of this.panes) p.destroy();
+    this.panesBox.replaceChildren();
+    // A new case: zoom, pan and any manual window start afresh; the preset choice stays.
+    if (this.preset === "manual") this.preset = "header";
+    this.panes = images.map((item, i) => new Pane(this, item, i));
+    for (const p of this.panes) {
+      p.preset = this.preset;
+      this.panesBox.append(p.root);
+    }
+    this.active = this.panes[0] || null;
+    this.root.dataset.pairKey = String(pairKey);
+    this.refreshToolbar();
+    this.layout();
+    // Streamlit may still be laying out the elements above: settle the height again.
+    for (const ms of [50, 250, 800, 2000]) setTimeout(() => this.layout(), ms);
+  }
+
+  paneLoaded(pane) {
+    // Manual (after a drag on the other film, say) starts from this film's header window.
+    pane.applyPreset(pane.preset);
+    this.refreshToolbar();
+  }
+
+  paneChanged(pane) {
+    if (pane === this.active) this.refreshManual();
+    this.root.dataset.ready = String(this.panes.every((p) => p.img));
+  }
+
+  // ----- layout -----
+
+  layout() {
+    if (this.destroyed || !this.panes.length) return;
+    const full = document.fullscreenElement === this.root;
+    const boxWidth = this.panesBox.clientWidth || this.root.clientWidth;
+    let height;
+    if (full) {
+      height = window.innerHeight - this.panesBox.getBoundingClientRect().top - this.help.offsetHeight - 4;
+    } else {
+      // The whole film at first sight: the panes end where the window ends (the page's top,
+      // not the scroll position, so a scrolled page keeps the same size).
+      const top = this.panesBox.getBoundingClientRect().top + window.scrollY;
+      height = window.innerHeight - top - this.help.offsetHeight - 12;
+    }
+    height = Math.max(160, Math.floor(height));
+    const gap = 4;
+    const each = (boxWidth - gap * (this.panes.length - 1)) / this.panes.length;
+    for (const p of this.panes) {
+      if (Math.abs(p.cssW - Math.floor(each)) > 0 || Math.abs(p.cssH - height) > 0) {
+        p.resize(each, height);
+        if (p.img) p.clampPan();
+      }
+    }
+  }
+
+  toggleFullscreen() {
+    if (document.fullscreenElement === this.root) {
+      document.exitFullscreen();
+    } else if (this.root.requestFullscreen) {
+      this.root.requestFullscreen().catch(() => {});
+    }
+  }
+
+  // ----- toolbar -----
+
+  targets() {
+    if (this.sync || !this.active) return this.panes;
+    return [this.active];
+  }
+
+  choosePreset(key) {
+    this.preset = key;
+    if (key !== "manual") this.savePrefs();
+    for (const p of this.targets()) {
+      p.applyPreset(key);
+      p.scheduleWindow();
+    }
+    this.refreshToolbar();
+  }
+
+  manualChanged() {
+    const c = parseFloat(this.centerInput.input.value);
+    const w = parseFloat(this.widthInput.input.value);
+    if (!Number.isFinite(c) || !Number.isFinite(w) || w <= 0) {
+      this.refreshManual();
+      return;
+    }
+    for (const p of this.targets()) {
+      p.setManual(c, w);
+      p.scheduleWindow();
+    }
+    this.preset = "manual";
+    this.refreshToolbar();
+  }
+
+  refreshToolbar() {
+    const shown = this.active ? this.active.preset : this.preset;
+    for (const [key, b] of Object.entries(this.presetButtons)) {
+      const on = key === shown;
+      b.classList.toggle("rcv-on", on);
+      b.setAttribute("aria-checked", String(on));
+    }
+    this.invertBtn.classList.toggle("rcv-on", this.invert);
+    this.invertBtn.setAttribute("aria-pressed", String(this.invert));
+    this.syncBtn.classList.toggle("rcv-on", this.sync);
+    this.syncBtn.setAttribute("aria-pressed", String(this.sync));
+    this.syncBtn.hidden = this.panes.length < 2;
+    this.modeBtn.classList.toggle("rcv-on", this.dragMode === "wl");
+    this.modeBtn.setAttribute("aria-pressed", String(this.dragMode === "wl"));
+    for (const p of this.panes) {
+      p.root.classList.toggle("rcv-active", !this.sync && this.panes.length > 1 && p === this.active);
+    }
+    const wasHidden = this.manualRow.hidden;
+    this.manualRow.hidden = shown !== "manual";
+    this.refreshManual();
+    if (wasHidden !== this.manualRow.hidden) this.layout();
+  }
+
+  refreshManual() {
+    const p = this.active;
+    if (!p || !p.img || !p.win || this.manualRow.hidden) return;
+    const h = p.img.header;
+    const step = h.manual_step || 1;
+    for (const [box, value] of [[this.centerInput, p.win.center], [this.widthInput, p.win.width]]) {
+      box.input.step = String(step);
+      if (document.activeElement !== box.input && value !== null) {
+        box.input.value = String(Math.round(value / step) * step === value ? value : +value.toFixed(3));
+      }
+    }
+    this.widthInput.input.min = String(p.win.function === "LINEAR" ? 1 : 0);
+    this.rangeText.textContent = `Pixel range ${fmtNumber(h.pixel_min)} to ${fmtNumber(h.pixel_max)}` +
+      ` (${h.bits_stored}-bit${h.hounsfield ? ", HU" : ""}) · step ${fmtNumber(step)}`;
+  }
+
+  resetViews() {
+    for (const p of this.panes) p.resetView();
+  }
+
+  // ----- input -----
+
+  paneAt(target) {
+    return this.panes.find((p) => p.root.contains(target)) || null;
+  }
+
+  bindEvents() {
+    const box = this.panesBox;
+    this.onWheel = (ev) => {
+      const pane = this.paneAt(ev.target);
+      if (!pane || !pane.img) return;
+      ev.preventDefault(); // the page must not scroll under the film
+      const r = pane.canvas.getBoundingClientRect();
+      const unit = ev.deltaMode === 1 ? 16 : ev.deltaMode === 2 ? r.height : 1;
+      // Pinch on a trackpad arrives as a wheel event with ctrlKey and small deltas.
+      const k = ev.ctrlKey ? 0.01 : 0.0015;
+      pane.zoomAt(ev.clientX - r.left, ev.clientY - r.top, Math.exp(-ev.deltaY * unit * k));
+    };
+    box.addEventListener("wheel", this.onWheel, { passive: false });
+    box.addEventListener("contextmenu", (ev) => ev.preventDefault());
+    box.addEventListener("dblclick", (ev) => {
+      const pane = this.paneAt(ev.target);
+      if (pane) pane.resetView();
+    });
+    box.addEventListener("pointerdown", (ev) => this.pointerDown(ev));
+    box.addEventListener("pointermove", (ev) => this.pointerMove(ev));
+    box.addEventListener("pointerup", (ev) => this.pointerUp(ev));
+    box.addEventListener("pointercancel", (ev) => this.pointerUp(ev));
+    this.root.addEventListener("keydown", (ev) => this.keyDown(ev));
+    this.onResize = () => this.layout();
+    window.addEventListener("resize", this.onResize);
+    this.onFullscreen = () => {
+      this.fullBtn.classList.toggle("rcv-on", document.fullscreenElement === this.root);
+      this.layout();
+    };
+    document.addEventListener("fullscreenchange", this.onFullscreen);
+    if (window.ResizeObserver) {
+      // The column's width changes with the sidebar and the window.
+      this.observer = new ResizeObserver(() => this.layout());
+      this.observer.observe(this.root);
+    }
+  }
+
+  pointerDown(ev) {
+    const pane = this.paneAt(ev.target);
+    if (!pane) return;
+    this.root.focus({ preventScroll: true });
+    if (this.active !== pane) {
+      this.active = pane;
+      this.refreshToolbar();
+    }
+    this.pointers.set(ev.pointerId, { x: ev.clientX, y: ev.clientY });
+    if (this.pointers.size === 2) {
+      // Two fingers: pinch zoom (and pan by the midpoint) replaces any one-finger drag.
+      this.drag = { kind: "pinch", pane, ...this.pinchState() };
+      return;
+    }
+    const wl = ev.button === 2 || (ev.button === 0 && (ev.shiftKey || this.dragMode === "wl"));
+    if (ev.button !== 0 && ev.button !== 2) return;
+    ev.preventDefault();
+    pane.canvas.setPointerCapture(ev.pointerId);
+    this.drag = { kind: wl ? "wl" : "pan", pane, x: ev.clientX, y: ev.clientY, id: ev.pointerId };
+  }
+
+  pinchState() {
+    const [a, b] = [...this.pointers.values()];
+    return {
+      dist: Math.hypot(a.x - b.x, a.y - b.y) || 1,
+      mx: (a.x + b.x) / 2,
+      my: (a.y + b.y) / 2,
+    };
+  }
+
+  pointerMove(ev) {
+    if (this.pointers.has(ev.pointerId)) this.pointers.set(ev.pointerId, { x: ev.clientX, y: ev.clientY });
+    const d = this.drag;
+    if (!d) return;
+    if (d.kind === "pinch") {
+      if (this.pointers.size < 2) return;
+      const now = this.pinchState();
+      const r = d.pane.canvas.getBoundingClientRect();
+      d.pane.zoomAt(now.mx - r.left, now.my - r.top, now.dist / d.dist);
+      d.pane.pan(now.mx - d.mx, now.my - d.my);
+      Object.assign(d, now);
+      return;
+    }
+    if (ev.pointerId !== d.id) return;
+    const dx = ev.clientX - d.x;
+    const dy = ev.clientY - d.y;
+    d.x = ev.clientX;
+    d.y = ev.clientY;
+    if (d.kind === "pan") {
+      d.pane.pan(dx, dy);
+      return;
+    }
+    const targets = this.sync ? this.panes : [d.pane];
+    for (const p of targets) {
+      if (!p.img) continue;
+      p.dragWindow(dx, dy);
+      p.scheduleWindow(ev);
+    }
+    this.preset = "manual";
+    this.refreshToolbar();
+  }
+
+  pointerUp(ev) {
+    this.pointers.delete(ev.pointerId);
+    if (this.drag && (this.drag.id === ev.pointerId || this.drag.kind === "pinch")) {
+      this.drag = null;
+    }
+  }
+
+  keyDown(ev) {
+    // Only the viewer's own keys, without modifiers; everything else (N, P, Ctrl+Enter)
+    // reaches the page's shortcuts.
+    if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    if (ev.target && ev.target.tagName === "INPUT") return;
+    if (ev.key === "0") {
+      ev.preventDefault();
+      this.resetViews();
+    } else if (ev.key === "i" || ev.key === "I") {
+      ev.preventDefault();
+      this.invertBtn.click();
+    }
+  }
+
+  destroy() {
+    this.destroyed = true;
+    for (const p of this.panes) p.destroy();
+    window.removeEventListener("resize", this.onResize);
+    document.removeEventListener("fullscreenchange", this.onFullscreen);
+    if (this.observer) this.observer.disconnect();
+    this.root.remove();
+  }
+}
+
+export default function (component) {
+  const { data, parentElement } = component;
+  let viewer = VIEWERS.get(parentElement);
+  if (!viewer || viewer.destroyed) {
+    viewer = new Viewer(parentElement);
+    VIEWERS.set(parentElement, viewer);
+  }
+  viewer.update(data);
+  return () => {
+    viewer.destroy();
+    VIEWERS.delete(parentElement);
+  };
+}
