@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 from backend.cli.common import UserError, database, service_errors, user_errors
+from backend.cli.progress import progress_bar
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
@@ -184,11 +184,12 @@ def cmd_train_er2score(args: argparse.Namespace) -> int:
     with user_errors(ValueError):
         device = hf.pick_device(args.device)
 
-    def progress(step: int, total: int, loss: float) -> None:
-        if step == total or step % 10 == 0:
-            print(f"step {step}/{total} loss {loss:.4f}", file=sys.stderr)
+    with database() as db, service_errors(), progress_bar("train-er2score",
+                                                         unit="step") as bar:
 
-    with database() as db, service_errors():
+        def progress(step: int, total: int, loss: float) -> None:
+            bar(step, total, f"loss {loss:.4f}")
+
         summary = train_from_study(
             db,
             Actor.system(),

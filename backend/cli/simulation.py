@@ -8,11 +8,11 @@ order strategy (random, the default, or adaptive with its question), recorded on
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from backend.cli.common import UserError, database, service_errors
+from backend.cli.progress import progress_bar
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -22,13 +22,15 @@ def _simulate(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not out.parent.is_dir():
         raise UserError(f"--output {out}: folder {out.parent} does not exist")
-    with database(args.database_url) as db, service_errors():
+    # A bar on a terminal, plain lines elsewhere (every replay with --progress).
+    with database(args.database_url) as db, service_errors(), progress_bar(
+        "simulate-rating", unit="replay", interval=0.0 if args.verbose_progress else 10.0
+    ) as progress:
         result = simulation.simulate_study(
             db, Actor.system(), study_name=args.study, strategy=args.strategy,
             seeds=args.seeds, question=args.question, seed=args.seed,
             resamples=args.resamples, significant_only=args.significant_only,
-            progress=(lambda d, t, m: print(f"  [{d}/{t}] {m}", file=sys.stderr))
-            if args.verbose_progress else None,
+            progress=progress,
         )
     simulation.write_curves_csv(out, result)
     print(f"{result.study}: {result.n_ratings} ratings ({result.n_pairs} pairs, "
@@ -89,7 +91,8 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     p.add_argument("--significant-only", action="store_true",
                    help="target clinically significant errors instead of all errors")
     p.add_argument("--progress", dest="verbose_progress", action="store_true",
-                   help="print each replay on stderr")
+                   help="when stderr is not a terminal, a line per replay (default: one"
+                   " every 10 s); a terminal always gets a progress bar")
     p.add_argument("--output", required=True, help="CSV file to write")
     p.add_argument("--database-url", default=None,
                    help="database URL (default: DATABASE_URL or the data folder's SQLite file)")

@@ -9,7 +9,6 @@ of ``python -m backend correlate`` exactly (same seed, same resamples).
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import json
 import math
 
@@ -20,9 +19,9 @@ from sqlalchemy import func, select
 
 import radconcord
 from backend.cli import main
-from backend.scoring.hashing import input_hash
-from db.models import Assignment, Case, MetricScore, Pair, Rating, Report, Study, User
+from db.models import MetricScore
 from db.session import Database
+from tests.helpers_api import build_rated_study
 
 REFERENCES = [
     "No pleural effusion. Heart size is normal.",
@@ -195,73 +194,10 @@ def test_metrics_catalogue_matches_the_cli(capsys):
 
 # --- correlate / load_study against `correlate --study` -------------------------------------
 
-RATERS = ("ann", "bob", "cat")
-N_CASES = 10
-SOURCES = ("gen-a", "gen-b")
-T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
-FINDINGS = ["effusion", "pneumothorax", "consolidation", "cardiomegaly", "atelectasis",
-            "edema", "nodule", "fracture", "opacity", "emphysema"]
-
-
-def _build_study(url: str) -> None:
-    """20 real pairs, 3 raters: ann and bob complete everything, cat completes even positions
-    and has one rated but unfinished pair (left out), plus an imported rater with no
-    assignments (counted)."""
-    db = Database(url)
-    rng = np.random.default_rng(7)
-    with db.begin() as s:
-        users = [User(username=u, role="rater", password_hash="x") for u in (*RATERS, "imp")]
-        s.add_all(users)
-        study = Study(name="api-study", status="open")
-        s.add(study)
-        s.flush()
-        pairs = []
-        for c in range(N_CASES):
-            case = Case(external_id=f"case-{c}", study_id=study.id)
-            s.add(case)
-            s.flush()
-            f = FINDINGS[c]
-            ref_text = f"There is a small {f} on the right. No other acute finding."
-            ref = Report(case_id=case.id, role="reference", text=ref_text)
-            s.add(ref)
-            for j, src in enumerate(SOURCES):
-                other = FINDINGS[(c + 3 * j + 1) % len(FINDINGS)]
-                cand_text = (f"Small right {f}. No acute finding." if j == 0 else
-                             f"Large left {other} with {f}.")
-                cand = Report(case_id=case.id, role="candidate", source=src, text=cand_text)
-                s.add(cand)
-                s.flush()
-                pos = c * len(SOURCES) + j
-                pair = Pair(study_id=study.id, case_id=case.id, reference_id=ref.id,
-                            candidate_id=cand.id, source=src, opaque_id=f"op{pos}",
-                            position=pos, input_hash=input_hash(ref_text, cand_text))
-                s.add(pair)
-                pairs.append(pair)
-        s.flush()
-        for r, user in enumerate(users):
-            for i, pair in enumerate(pairs):
-                if r == 2 and i % 2 and i != 3:
-                    continue
-                if r == 3 and i % 3:
-                    continue
-                if r < 3:
-                    done = not (r == 2 and i == 3)
-                    s.add(Assignment(study_id=study.id, rater_id=user.id, pair_id=pair.id,
-                                     order_index=i, completed_at=T0 if done else None))
-                lam = 0.4 if pair.source == "gen-a" else 1.5
-                cell = rng.poisson(lam / 2, size=(6, 2))
-                for cat in range(6):
-                    for sig in range(2):
-                        if cell[cat, sig]:
-                            s.add(Rating(rater_id=user.id, pair_id=pair.id, category=cat + 1,
-                                         significant=bool(sig), count=int(cell[cat, sig])))
-    db.dispose()
-
-
 @pytest.fixture
 def rated_study(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    _build_study(url)
+    build_rated_study(url)
     monkeypatch.setenv("DATABASE_URL", url)
     monkeypatch.setenv("RADCONCORD_DATA_DIR", str(tmp_path / "data"))
     assert main(["score", "--study", "api-study", "--metrics", "bleu4,rougeL,chexpert_f1"]) == 0
