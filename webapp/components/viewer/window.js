@@ -9,7 +9,7 @@
 
 /* exported rcvRintHalfEven, rcvBrightness, rcvGrey, rcvBuildLut, rcvLutToWindow */
 
-const F = Math.fround;
+const rcvF = Math.fround;
 
 /** np.rint: round to the nearest integer, halves to the even neighbour. */
 function rcvRintHalfEven(x) {
@@ -29,34 +29,34 @@ function clip01(v) {
  * lut: {first_mapped, bits, table} for function "LUT".
  */
 function rcvBrightness(x, win, lut) {
-  x = F(x);
+  x = rcvF(x);
   if (win.function === "LUT") {
     let idx = rcvRintHalfEven(x) - lut.first_mapped;
     const n = lut.table.length;
     idx = idx < 0 ? 0 : idx >= n ? n - 1 : idx;
-    return clip01(F(F(lut.table[idx]) / F(2 ** lut.bits - 1)));
+    return clip01(rcvF(rcvF(lut.table[idx]) / rcvF(2 ** lut.bits - 1)));
   }
   const c = win.center;
   if (win.function === "SIGMOID") {
     const w = Math.max(win.width, 1.1754943508222875e-38);
-    const t = F(F(-4 * F(x - F(c))) / F(w));
-    return F(1 / F(1 + F(Math.exp(t))));
+    const t = rcvF(rcvF(-4 * rcvF(x - rcvF(c))) / rcvF(w));
+    return rcvF(1 / rcvF(1 + rcvF(Math.exp(t))));
   }
   if (win.function === "LINEAR_EXACT") {
     const w = Math.max(win.width, 1.1754943508222875e-38);
-    return clip01(F(F(F(x - F(c)) / F(w)) + 0.5));
+    return clip01(rcvF(rcvF(rcvF(x - rcvF(c)) / rcvF(w)) + 0.5));
   }
   // DICOM LINEAR (PS3.3 C.11.2.1.2.1), width below 1 treated as 1 (a threshold).
   const w = Math.max(win.width, 1);
-  if (w === 1) return x > F(c - 0.5) ? 1 : 0;
-  return clip01(F(F(F(x - F(c - 0.5)) / F(w - 1)) + 0.5));
+  if (w === 1) return x > rcvF(c - 0.5) ? 1 : 0;
+  return clip01(rcvF(rcvF(rcvF(x - rcvF(c - 0.5)) / rcvF(w - 1)) + 0.5));
 }
 
 /** 8-bit grey as shown: windowed, MONOCHROME1 flipped, then the user's invert. */
 function rcvGrey(x, win, lut, flip) {
   let b = rcvBrightness(x, win, lut);
-  if (flip) b = F(1 - b);
-  const g = rcvRintHalfEven(F(b * 255));
+  if (flip) b = rcvF(1 - b);
+  const g = rcvRintHalfEven(rcvF(b * 255));
   return g !== g ? 0 : g; // NaN pixels show black
 }
 
