@@ -216,3 +216,35 @@ def test_job_panel_for_a_rater_or_a_missing_job_shows_only_the_error(study_env, 
     assert "Job #" not in all_text(at)
     at = panel(study_env.admin, 4242)
     assert [e.value for e in at.error] == ["no job 4242"]
+
+
+def test_a_partly_done_score_job_says_which_family_could_not_run(study_env, make_app, panel,
+                                                                  all_text):
+    """A done job with an unavailable family reads as a partial success, with the reason."""
+    db = study_env.db
+    job = jobs.enqueue(db, "score", {"metrics": ["bleu", "radgraph"], "options": {}})
+    queue.claim(db, worker_id="w")
+    result = {
+        "summary": "done with 1 family unavailable: radgraph (weights not local); "
+                   "bleu: 6 computed, 0 cached",
+        "families": {
+            "bleu": {"status": "done", "computed": 6, "cached": 0},
+            "radgraph": {"status": "unavailable", "reason": "weights not local",
+                         "computed": 0, "cached": 0},
+        },
+    }
+    assert queue.finish(db, job, "w", result, result["summary"])
+    at = _metrics(make_app, study_env.admin)
+    assert not at.exception
+    table = _table(at, JOB_COLUMNS)
+    assert list(table["Status"]) == ["done with 1 family unavailable"]
+    families = _table(at, {"Job", "Study", "Family", "Status", "Reason or error", "Computed",
+                           "Cached"})
+    assert list(zip(families["Family"], families["Status"], families["Reason or error"],
+                    strict=True)) == [("bleu", "done", ""),
+                                      ("radgraph", "unavailable", "weights not local")]
+    # The job panel shows it as a warning, with the same table.
+    at = panel(study_env.admin, job)
+    assert [w.value for w in at.warning] == [result["summary"]] and not at.success
+    assert "FINAL done" in all_text(at)
+    assert list(at.dataframe[0].value["Status"]) == ["done", "unavailable"]
