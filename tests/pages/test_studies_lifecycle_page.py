@@ -1,0 +1,71 @@
+"""AppTest: the Studies page archives, unarchives and deletes a study (the name typed to
+confirm; ratings exported first, and the page says where) and records the highlight setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import select
+
+from backend.services import studies, study_settings
+from db.models import Pair, Rating, Study
+
+
+def _studies_page(env, make_app):
+    at = make_app(env.admin)
+    return at.switch_page("views/studies.py").run()
+
+
+def test_archive_moves_the_study_to_the_archived_filter_and_back(study_env, make_app,
+                                                                    all_text):
+    at = _studies_page(study_env, make_app)
+    at.button(key="archive_study").click().run()
+    assert not at.exception and not at.error
+    assert at.success[0].value == (f"Study {study_env.study} archived: see it under Show: "
+                                   "Archived.")
+    assert "No studies yet" in all_text(at)
+    assert [s.name for s in studies.list_studies(study_env.db, study_env.admin,
+                                                 archived=True)] == [study_env.study]
+    at.segmented_control(key="studies_filter").set_value("Archived").run()
+    assert list(at.dataframe[0].value["Status"]) == ["archived"]
+    at.button(key="unarchive_study").click().run()
+    assert at.success[0].value == f"Study {study_env.study} is closed again."
+    assert [s.status for s in studies.list_studies(study_env.db, study_env.admin)] == [
+        "closed"]
+
+
+def test_delete_needs_the_typed_name_and_exports_the_ratings_first(study_env, make_app):
+    db = study_env.db
+    with db.begin() as s:
+        pair = s.scalar(select(Pair).order_by(Pair.position))
+        s.add(Rating(rater_id=study_env.rater.user_id, pair_id=pair.id, category=1,
+                     significant=True, count=1))
+    at = _studies_page(study_env, make_app)
+    assert at.button(key="delete_study").disabled
+    at.text_input(key=f"delete_confirm_{study_env.study}").input("wrong name").run()
+    assert at.button(key="delete_study").disabled
+    at.text_input(key=f"delete_confirm_{study_env.study}").input(study_env.study).run()
+    assert not at.button(key="delete_study").disabled
+    at.button(key="delete_study").click().run()
+    assert not at.exception and not at.error
+    message = at.success[0].value
+    assert message.startswith(f"Deleted study {study_env.study} (3 pairs). Its 1 rating "
+                              f"cells were exported first to `{study_env.data_dir}/"
+                              "deleted-studies/")
+    folder = message.split("`")[1]
+    assert (study_env.data_dir / "deleted-studies").is_dir()
+    assert (Path(folder) / "ratings.jsonl").is_file()
+    with db.read() as s:
+        assert list(s.scalars(select(Study.name))) == []
+
+
+def test_the_highlight_toggle_is_recorded_with_the_study(study_env, make_app, all_text):
+    at = _studies_page(study_env, make_app)
+    assert "May bias raters; recorded with the study." in all_text(at)
+    toggle = at.toggle(key=f"highlight_{study_env.study}")
+    assert toggle.value is False
+    toggle.set_value(True).run()
+    assert not at.exception and not at.error
+    now = study_settings.study_settings(study_env.db, study_env.admin, study_env.study)
+    assert now.highlight_differences and len(now.history) == 1
+    assert "Last changed" in all_text(at)
