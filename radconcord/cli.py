@@ -48,9 +48,29 @@ def _app(argv: list[str]) -> int:
         return 130
 
 
+def installed_data_dir() -> Path | None:
+    """The data folder for an installed package, or None when running from a checkout.
+
+    ``backend.config`` defaults to ``data/`` beside the code, which for an installed package
+    is inside site-packages; the console script uses the user's data folder instead
+    (``$XDG_DATA_HOME/radconcord``, else ``~/.local/share/radconcord``).
+    """
+    from backend import config
+
+    if (config.REPO_ROOT / "pyproject.toml").is_file():
+        return None
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "radconcord"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``radconcord`` script; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    data = installed_data_dir()
+    if data is not None and "RADCONCORD_DATA_DIR" not in os.environ:
+        # Set at the start of the process (the app's server inherits it), never in the
+        # library: an explicit RADCONCORD_DATA_DIR or DATABASE_URL always wins.
+        os.environ["RADCONCORD_DATA_DIR"] = str(data)
     if args[:1] == ["app"]:
         return _app(args[1:])
     from backend.cli import main as backend_main

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -323,3 +324,19 @@ def test_correlate_with_unknown_key_and_given_direction():
                               ratings=[0.0, 1.0, 2.0, 3.0], higher_is_better={"mine": False},
                               bootstrap=0)
     assert df.loc["mine", "kendall_tau_b"] == -1.0
+
+
+def test_import_loads_no_model_and_opens_no_database(tmp_path):
+    """`import radconcord` (and its rewards) imports neither torch, pandas nor the database."""
+    import subprocess
+    import sys
+
+    code = ("import sys, radconcord, radconcord.rewards; print(sorted(m for m in ('torch',"
+            " 'transformers', 'pandas', 'numpy', 'sqlalchemy', 'db.session', 'streamlit')"
+            " if m in sys.modules))")
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin",
+           "RADCONCORD_DATA_DIR": str(tmp_path / "data")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert not (tmp_path / "data").exists()

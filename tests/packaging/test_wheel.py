@@ -176,6 +176,20 @@ def test_installed_package_runs_metrics_and_score(venv, tmp_path):
     assert "bleu: 0 computed, 2 from cache" in again.stdout
 
 
+def test_installed_script_keeps_data_out_of_site_packages(venv, tmp_path):
+    """Without RADCONCORD_DATA_DIR the script's database goes to the user's data folder."""
+    env = _env(tmp_path)
+    del env["RADCONCORD_DATA_DIR"]
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("id,reference,candidate\na,No effusion.,No effusion.\n", encoding="utf-8")
+    _run([str(venv / "bin" / "radconcord"), "score", "--input", str(pairs), "--metrics",
+          "rougeL", "--output", str(tmp_path / "s.csv")], cwd=tmp_path, env=env)
+    assert (tmp_path / "xdg" / "radconcord" / "radconcord.db").is_file()
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    assert not (site / "data").exists()
+
+
 def test_installed_api_and_module_entry(venv, tmp_path):
     """`import radconcord` and `python -m radconcord` from the wheel; no database written."""
     env = _env(tmp_path)
