@@ -10,7 +10,8 @@ Lifecycle (admin only):
   (``lifecycle``: action, time, admin, previous status).
 - **unarchive**: back to ``closed`` (raters see it read-only until an admin reopens it).
 - **delete**: removes the study with its pairs, assignments, ratings, activity and jobs
-  (and the image files no other study uses). A study with any rating is first exported
+  (and the image files no other study uses). A study with any rating (an error count, or
+  a pair marked done with no error) is first exported
   (JSONL: pairs, ratings, images and manifest) into ``<data dir>/deleted-studies/``; if the
   export fails nothing is deleted. The study is hidden (archived) before the export, so no
   rating can change after it, then staged (``importing``) and deleted in short
@@ -202,13 +203,15 @@ class DeleteSummary:
         study_name: The deleted study.
         n_pairs: Pairs removed.
         n_ratings: Rating cells removed (all of them are in the export).
-        export_dir: The export written before the delete (``None``: there were no ratings).
+        n_completed: Pairs raters had marked done (all-zero ones included), all exported.
+        export_dir: The export written before the delete (``None``: nothing was rated).
         n_files_removed: Image files removed (no other study used them).
     """
 
     study_name: str
     n_pairs: int
     n_ratings: int
+    n_completed: int
     export_dir: Path | None
     n_files_removed: int
 
@@ -227,7 +230,8 @@ def delete_study(
 ) -> DeleteSummary:
     """Delete a study, its pairs, assignments and ratings (admin only).
 
-    When the study has any rating, they are exported first (format ``jsonl``, with the
+    When the study has any rating (a stored error count, or a pair a rater marked done with
+    no error), they are exported first (format ``jsonl``, with the
     pairs, images and manifest) into ``export_root/<study>-<time>/``; the study is deleted
     only if that export succeeded. The study is hidden (archived) before it is exported, so
     the export holds every rating it ever had; if the export fails, its status is restored
@@ -270,8 +274,11 @@ def delete_study(
         n_pairs = s.scalar(select(func.count(Pair.id)).where(Pair.study_id == study_id)) or 0
         n_ratings = s.scalar(select(func.count(Rating.id)).join(Pair, Pair.id == Rating.pair_id)
                              .where(Pair.study_id == study_id)) or 0
+        # A pair marked done with no error stored is a rating too (all zero).
+        n_completed = s.scalar(select(func.count(Assignment.id)).where(
+            Assignment.study_id == study_id, Assignment.completed_at.is_not(None))) or 0
     export_dir: Path | None = None
-    if n_ratings:
+    if n_ratings or n_completed:
         root = Path(export_root) if export_root is not None else (
             config.data_dir() / DELETED_EXPORTS_SUBDIR)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -286,7 +293,8 @@ def delete_study(
                           .values(status=previous, provenance=provenance))
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise InvalidInput(f"study {study_name!r} was not deleted: exporting its "
-                               f"{n_ratings} rating cells to {target} failed ({reason})") from None
+                               f"{n_ratings} rating cells and {n_completed} completed pairs "
+                               f"to {target} failed ({reason})") from None
     with db.begin() as s:
         # Invisible everywhere from here; an interrupted delete is finished by the cleanup
         # of stale imports (its state names this process).
@@ -295,8 +303,9 @@ def delete_study(
             provenance={imports.IMPORT_STATE_KEY: {**imports.staging_state(),
                                                    "deleting": True}}))
     n_files = imports.delete_staged_study(db, study_id)
-    logger.warning("study %r deleted by %s (%d pairs, %d rating cells%s)", study_name,
-                   actor.username, n_pairs, n_ratings,
+    logger.warning("study %r deleted by %s (%d pairs, %d rating cells, %d completed%s)",
+                   study_name, actor.username, n_pairs, n_ratings, n_completed,
                    f", exported to {export_dir}" if export_dir else "")
     return DeleteSummary(study_name=study_name, n_pairs=int(n_pairs), n_ratings=int(n_ratings),
-                         export_dir=export_dir, n_files_removed=n_files)
+                         n_completed=int(n_completed), export_dir=export_dir,
+                         n_files_removed=n_files)

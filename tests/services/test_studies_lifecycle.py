@@ -4,6 +4,7 @@ and can be undone; delete removes it with its pairs and ratings, exporting the r
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -144,13 +145,25 @@ def test_delete_without_ratings_exports_nothing(env, tmp_path):
     assert [s.name for s in studies.list_studies(db, ADMIN)] == ["Keep"]
 
 
+def test_a_pair_marked_done_without_errors_counts_as_a_rating_to_export(env):
+    db, rita = env
+    with db.begin() as s:
+        first = s.scalar(select(Assignment).join(Study).where(
+            Study.name == "Old", Assignment.rater_id == rita.user_id))
+        first.completed_at = dt.datetime.now(dt.UTC)
+    done = studies.delete_study(db, ADMIN, study_name="Old", confirm="Old")
+    assert (done.n_ratings, done.n_completed) == (0, 1) and done.export_dir is not None
+    assert (done.export_dir / "ratings.jsonl").is_file()
+
+
 def test_a_failed_export_deletes_nothing_and_restores_the_status(env, tmp_path):
     db, rita = env
     _rate(db, rita, "Old")
     blocker = tmp_path / "not a folder"
     blocker.write_text("x")
     with pytest.raises(InvalidInput, match=r"study 'Old' was not deleted: exporting its 1 "
-                                           r"rating cells to .* failed"):
+                                           r"rating cells and 0 completed pairs to .* "
+                                           r"failed"):
         studies.delete_study(db, ADMIN, study_name="Old", confirm="Old", export_root=blocker)
     summary = studies.get_study_summary(db, ADMIN, study_name="Old")
     assert summary.status == "open" and _n(db, Pair, "Old") == 2 and _n(db, Rating) == 1
@@ -180,8 +193,6 @@ def test_an_interrupted_delete_is_finished_by_the_stale_import_cleanup(env, monk
         assert s.scalar(select(Study.status).where(Study.name == "Old")) == STUDY_STAGING
     assert [s.name for s in studies.list_studies(db, ADMIN)] == ["Keep"]
     monkeypatch.undo()
-    import datetime as dt
-
     removed = imports.cleanup_stale_imports(
         db, older_than=dt.timedelta(0), now=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1))
     assert removed == ["Old"] and _n(db, Pair) == 2
