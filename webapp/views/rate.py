@@ -211,9 +211,9 @@ def _grid() -> None:
         st.caption(":material/lock: This study is closed: your counts are shown as stored.")
     elif view.completed_at is not None:
         st.caption(f":material/task_alt: Marked done at {_clock(view.completed_at)}. "
-                   "A change is still saved.")
+                   "A change is still stored.")
     else:
-        st.caption("Each change is saved as soon as you make it. **Mark done** (top right, "
+        st.caption("Each change is stored as soon as you make it. **Mark done** (top right, "
                    "or Ctrl+Enter) when the pair is finished.")
 
 

@@ -256,11 +256,10 @@ class Grid {
         plus.setAttribute("aria-label", `Increase ${name}`);
         const flag = document.createElement("span");
         flag.className = "rc-flag";
-        flag.textContent = "Not saved";
         box.append(minus, input, plus, flag);
         table.appendChild(box);
         this.inputs[r].push(input);
-        this.cells[key] = { box, input, minus, plus };
+        this.cells[key] = { box, input, minus, plus, flag };
         // Keep the focus where it is: a click on +/- is not a move in the keyboard order.
         for (const step of [minus, plus]) {
           step.addEventListener("mousedown", (e) => e.preventDefault());
@@ -310,6 +309,7 @@ class Grid {
       cell.plus.disabled = this.readOnly || value >= MAX_COUNT;
       const notSaved = failing && unsaved.has(key);
       cell.box.classList.toggle("rc-unsaved", notSaved);
+      cell.flag.textContent = notSaved ? "Not saved" : "";
       cell.box.classList.toggle("rc-nonzero", value > 0);
       cell.input.setAttribute("aria-invalid", notSaved ? "true" : "false");
     }
