@@ -201,6 +201,10 @@ def _check_times(span: SpanInput, now: dt.datetime) -> None:
     if length < 0:
         raise _Refused("end", f"end: {span.ended_at.isoformat()} is before the start "
                               f"{span.started_at.isoformat()}")
+    if length == 0:
+        # Stored, it would take the start of the page's next span on the pair (one span per
+        # page load, pair and start) and that span would be dropped as a resend.
+        raise _Refused("end", "end: the span is empty (it ends when it starts)")
     if length > MAX_SPAN_SECONDS:
         raise _Refused("end", f"end: the span lasts {length:.0f} s, more than the "
                               f"{MAX_SPAN_SECONDS:.0f} s a span may last")

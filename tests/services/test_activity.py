@@ -127,11 +127,12 @@ def test_bad_spans_are_refused_one_by_one(any_db, make_study, fast_password_hash
         {"pair": mine, "start": now_ms - 500, "end": now_ms, "who": "x"},  # 9: unknown
         [1, 2, 3],                                          # 10: not an object
         {"pair": mine, "start": True, "end": now_ms},       # 11: a boolean
+        span(mine, 30, 30),                                 # 12: empty
     ]
     res = activity.record_spans(any_db, r1, client_id="tab-0000001", spans=batch, now=NOW)
     assert res.stored == 1 and res.active_seconds == {mine: pytest.approx(3.0)}
     refused = {r.index: (r.field, r.message) for r in res.refused}
-    assert sorted(refused) == list(range(1, 12))
+    assert sorted(refused) == list(range(1, 13))
     assert refused[1] == ("pair", f"span 1: pair {theirs!r} is not in your assignments")
     assert refused[2] == ("pair", "span 2: pair 'no-such-pair' is not in your assignments")
     assert refused[3][0] == "end" and "before the start" in refused[3][1]
@@ -144,6 +145,7 @@ def test_bad_spans_are_refused_one_by_one(any_db, make_study, fast_password_hash
     assert refused[9][0] == "who" and "unknown field" in refused[9][1]
     assert refused[10][0] == "span"
     assert refused[11][0] == "start"
+    assert refused[12] == ("end", "span 12: end: the span is empty (it ends when it starts)")
     # Another rater's pair got nothing.
     assert _seconds(any_db, r2)[theirs] == 0.0
     with any_db.read() as s:

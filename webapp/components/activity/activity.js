@@ -15,7 +15,7 @@
  * and visible and focused, and goes to the pair on screen; `inactive` (tab hidden, window
  * blurred, page left) stops it at once.
  *
- * @param {{idleMs: number}} options
+ * @param {{idleMs: number}} options  Times passed to the methods are whole milliseconds.
  */
 export function createTracker({ idleMs }) {
   let pair = null;
@@ -24,9 +24,9 @@ export function createTracker({ idleMs }) {
   let closed = [];
 
   function close(end) {
+    // Empty spans are dropped: they carry no time.
     if (open !== null && end > open.start) {
-      closed.push({ pair: open.pair, start: Math.round(open.start),
-                    end: Math.round(end), events: open.events });
+      closed.push({ pair: open.pair, start: open.start, end, events: open.events });
     }
     open = null;
   }
@@ -92,9 +92,11 @@ function randomId() {
 function install(data) {
   // One clock per page load, set to the server's: spans of two tabs are compared with each
   // other and checked against the server's time, and resends must carry the same times.
+  // Whole milliseconds: a span cut at t and the one going on from t never share a start
+  // (the server stores one span per page load, pair and start).
   const base = () => performance.timeOrigin + performance.now();
   const offset = Number(data.server_now_ms) - base();
-  const clock = () => base() + (Number.isFinite(offset) ? offset : 0);
+  const clock = () => Math.round(base() + (Number.isFinite(offset) ? offset : 0));
   const state = {
     clientId: randomId(),
     url: data.url,
