@@ -8,7 +8,6 @@ other command is ``python -m backend``'s.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -40,12 +39,10 @@ def app_command(argv: list[str]) -> list[str]:
 
 
 def _app(argv: list[str]) -> int:
-    """Run the Streamlit app from the installed package."""
+    """Replace this process by the Streamlit server (signals reach it directly)."""
     cmd = app_command(argv)
-    try:
-        return subprocess.call(cmd)
-    except KeyboardInterrupt:
-        return 130
+    os.execv(cmd[0], cmd)
+    return 0  # not reached
 
 
 def installed_data_dir() -> Path | None:
