@@ -69,3 +69,20 @@ def test_the_highlight_toggle_is_recorded_with_the_study(study_env, make_app, al
     now = study_settings.study_settings(study_env.db, study_env.admin, study_env.study)
     assert now.highlight_differences and len(now.history) == 1
     assert "Last changed" in all_text(at)
+
+
+def test_other_pages_do_not_offer_an_archived_study(study_env, make_app, tmp_path):
+    from backend.services import imports
+    from backend.types import CandidateInput, CaseInput
+
+    imports.import_cases(study_env.db, study_env.admin, study_name="Other study",
+                         cases=[CaseInput("o1", "Ref.", [CandidateInput("Cand.", "gen")])])
+    studies.archive_study(study_env.db, study_env.admin, study_name=study_env.study)
+    at = make_app(study_env.admin)
+    for page, key in (("views/assign.py", "assign_study"), ("views/dashboard.py", "dash_study"),
+                      ("views/export.py", None), ("views/metrics.py", "score_study")):
+        at.switch_page(page).run(timeout=120)
+        assert not at.exception, page
+        options = [o for box in at.selectbox for o in box.options
+                   if key is None or box.key == key]
+        assert "Other study" in options and study_env.study not in options, page
