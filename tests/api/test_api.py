@@ -340,3 +340,31 @@ def test_import_loads_no_model_and_opens_no_database(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     assert not (tmp_path / "data").exists()
+
+
+def test_pairs_with_images_share_the_clis_cache_keys(clean_env, tmp_path, capsys, monkeypatch):
+    """A pair's cache key covers its image files' bytes: images= gives the key the CLI's
+    image column gives, so the CLI finds what the API stored (and a pair without the image
+    is another input)."""
+    from PIL import Image
+
+    img = tmp_path / "cxr.png"
+    Image.new("L", (8, 8), color=90).save(img)
+    cache = tmp_path / "c.db"
+    radconcord.score(references=REFERENCES[:2], candidates=CANDIDATES[:2], ids=IDS[:2],
+                     images=[img, [img]], metrics=["rougeL"], cache=cache)
+    pairs = tmp_path / "pairs.csv"
+    with pairs.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "reference", "candidate", "image"])
+        w.writerows([(IDS[i], REFERENCES[i], CANDIDATES[i], img.name) for i in range(2)])
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{cache}")
+    assert main(["score", "--input", str(pairs), "--metrics", "rougeL", "--output",
+                 str(tmp_path / "s.csv")]) == 0
+    assert "rouge: 0 computed, 2 from cache" in capsys.readouterr().out
+    seen: list[str] = []
+    for _ in range(2):
+        radconcord.score(references=REFERENCES[:2], candidates=CANDIDATES[:2],
+                         metrics=["rougeL"], cache=cache, progress=lambda d, t, m: seen.append(m))
+    # Without the image: new inputs the first time, cached the second.
+    assert seen[0] == "rouge: 0 cached" and "rouge: 2 cached" in seen
