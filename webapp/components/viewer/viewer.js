@@ -65,6 +65,7 @@ class Pane {
     this.index = index;
     this.root = el("div", "rcv-pane");
     this.root.dataset.imageId = String(item.image_id);
+    this.root.rcvPane = this; // for the browser tests (the windowed film, its timings)
     this.canvas = el("canvas", "rcv-canvas");
     this.canvas.setAttribute("aria-label", `${item.caption}: film`);
     this.caption = el("div", "rcv-ov rcv-ov-tl", item.caption);
@@ -114,6 +115,15 @@ class Pane {
       if (have >= this.fullSide() || have >= needed) return;
     }
     if (this.loadingSide >= needed) return;
+    if (!this.img) {
+      // The first fetch waits for the page to settle (Streamlit is still drawing the
+      // elements above), so that it asks for the size the pane ends up with.
+      clearTimeout(this.firstTimer);
+      this.firstTimer = setTimeout(() => {
+        if (!this.img && !this.viewer.destroyed) this.load(this.neededSide());
+      }, 120);
+      return;
+    }
     this.load(needed);
   }
 
@@ -187,13 +197,24 @@ class Pane {
     }
   }
 
+  /** Value units per CSS pixel of a W/L drag: the film's value range over 512 pixels. */
+  dragStep() {
+    const h = this.img.header;
+    return Math.max(h.pixel_max - h.pixel_min, 1) / WL_DRAG_SPAN;
+  }
+
+  /** Films whose values mean the same (same format, bit depth, units): sync by value. */
+  comparable(other) {
+    const a = this.img.header;
+    const b = other.img.header;
+    return a.format === b.format && a.bits_stored === b.bits_stored && a.values === b.values;
+  }
+
   /** Adjust by a mouse drag of (dx, dy) CSS pixels: right = wider, down = higher centre. */
-  dragWindow(dx, dy) {
+  dragWindow(dx, dy, k) {
     if (!this.img) return;
     const h = this.img.header;
     if (this.win.function === "LUT") this.win = rcvLutToWindow(h.voi_lut);
-    const span = Math.max(h.pixel_max - h.pixel_min, 1);
-    const k = span / WL_DRAG_SPAN;
     const minWidth = this.win.function === "LINEAR" ? 1 : 1e-3;
     this.win = {
       center: this.win.center + dy * k,
@@ -391,6 +412,7 @@ class Pane {
   }
 
   destroy() {
+    clearTimeout(this.firstTimer);
     if (this.abort) this.abort.abort();
     if (this.frame) cancelAnimationFrame(this.frame);
   }
@@ -538,6 +560,7 @@ class Viewer {
     }
     this.active = this.panes[0] || null;
     this.root.dataset.pairKey = String(pairKey);
+    this.root.dataset.ready = "false";
     this.refreshToolbar();
     this.layout();
     // Streamlit may still be laying out the elements above: settle the height again.
@@ -759,10 +782,14 @@ class Viewer {
       d.pane.pan(dx, dy);
       return;
     }
+    if (!d.pane.img) return;
     const targets = this.sync ? this.panes : [d.pane];
     for (const p of targets) {
       if (!p.img) continue;
-      p.dragWindow(dx, dy);
+      // Synchronised films of the same kind change by the same values; others (a DICOM
+      // beside a PNG) by the same fraction of their own range.
+      const k = p === d.pane || p.comparable(d.pane) ? d.pane.dragStep() : p.dragStep();
+      p.dragWindow(dx, dy, k);
       p.scheduleWindow(ev);
     }
     this.preset = "manual";
