@@ -158,8 +158,7 @@ def choose_layout(path: Path, columns: list[str], layout: str = "auto") -> tuple
                 raise InvalidInput(
                     f"{where}: unknown column(s) {_unknown(misspelt)}; without a 'candidate' "
                     "column every other column would become a generator, so the layout is "
-                    "not clear: fix the header, or choose the wide layout explicitly and "
-                    "rename the column")
+                    "not clear: fix the header")
             return "wide", (f"no 'candidate' column, so every other column is a generator: "
                             f"{', '.join(extra)}")
     else:

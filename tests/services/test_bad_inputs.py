@@ -136,7 +136,34 @@ def _huge_field(f: Path) -> list[str]:
     return []
 
 
+def _misspelt_candidate(f: Path) -> list[str]:
+    # Before: a study with a generator called "candidat" and the source column dropped.
+    f.write_text("case_id,reference,candidat\nc1,R.,C.\n", encoding="utf-8")
+    return []
+
+
+def _stray_column(f: Path) -> list[str]:
+    f.write_text("case_id,reference,candidate,source,score\nc1,R.,C.,gen,0.5\n",
+                 encoding="utf-8")
+    return []
+
+
+def _long_file_read_wide(f: Path) -> list[str]:
+    f.write_text("case_id,reference,candidate,source\nc1,R.,C.,gen\n", encoding="utf-8")
+    return ["--layout", "wide"]
+
+
 CASES: list[tuple[str, Writer, str]] = [
+    ("misspelt.csv", _misspelt_candidate,
+     "header: unknown column(s) 'candidat' (did you mean 'candidate'?); without a "
+     "'candidate' column every other column would become a generator, so the layout is not "
+     "clear: fix the header"),
+    ("stray.csv", _stray_column,
+     "header: unknown column(s) 'score'; the long layout takes case_id (or id), reference, "
+     "candidate, source, images and notes"),
+    ("long-as-wide.csv", _long_file_read_wide,
+     "header: wide layout: column(s) 'candidate', 'source' belong to the long layout (one "
+     "row per candidate); in the wide layout each generator has its own column"),
     ("unclosed.csv", _unclosed_quote,
      "row 1 (line 2): malformed CSV (unexpected end of data: a quoted field is not closed)"),
     ("nul.csv", _nul_byte, "row 2 (line 3), field 'reference': contains a NUL character"),
