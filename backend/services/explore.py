@@ -4,6 +4,11 @@ Admin only: these show metric scores, candidate sources and every rater's counts
 rater must never see. Per-pair values follow the selection rules of
 ``backend.analysis.data`` (which ratings count, which signature per key), so the explorer and
 the scatter plots show exactly the numbers the correlations use.
+
+Numbers a person reads: a *rating* is one rater's counts for one pair (twelve grid cells), and
+the dashboard counts the ratings that enter the analysis (completed, or imported without an
+assignment); pairs are numbered 1..N in study order (``PairRow.number``), the numbering the
+raters see too.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 
 from backend.analysis.data import (
     N_CATEGORIES,
@@ -63,7 +68,9 @@ class DataVersion:
 
     Attributes:
         study: Study name.
-        n_ratings: Rating rows of the study's pairs.
+        n_ratings: Ratings that count, one per rater and pair: completed assignments plus
+            (rater, pair) ratings imported without an assignment (``backend.analysis.data``).
+        n_rating_cells: Rating rows (grid cells, twelve per rating) of the study's pairs.
         ratings_updated: Latest rating change (ISO text, empty when none).
         n_completed: Completed assignments.
         completed_at: Latest completion (ISO text).
@@ -74,6 +81,7 @@ class DataVersion:
 
     study: str
     n_ratings: int
+    n_rating_cells: int
     ratings_updated: str
     n_completed: int
     completed_at: str
@@ -85,14 +93,15 @@ class DataVersion:
     def token(self) -> str:
         """The fingerprint as one string."""
         return "|".join(str(v) for v in (
-            self.study, self.n_ratings, self.ratings_updated, self.n_completed,
+            self.study, self.n_ratings, self.n_rating_cells, self.ratings_updated,
+            self.n_completed,
             self.completed_at, self.n_assignments, self.n_scores, self.scores_created))
 
 
 def data_version(db: Database, actor: Actor, *, study_name: str) -> DataVersion:
     """Counts and latest timestamps of the study's ratings, completions and scores (admin).
 
-    Three aggregate queries; cheap enough to run every few seconds.
+    Four aggregate queries; cheap enough to run every few seconds.
 
     Raises:
         PermissionDenied: for a non-admin.
@@ -111,13 +120,24 @@ def data_version(db: Database, actor: Actor, *, study_name: str) -> DataVersion:
                    func.max(Assignment.completed_at))
             .where(Assignment.study_id == sid)
         ).one()
+        # Ratings imported without an assignment count too (one per rater and pair).
+        imported = (
+            select(Rating.rater_id, Rating.pair_id)
+            .join(Pair, Pair.id == Rating.pair_id)
+            .where(Pair.study_id == sid, ~exists().where(
+                Assignment.rater_id == Rating.rater_id, Assignment.pair_id == Rating.pair_id))
+            .distinct()
+            .subquery()
+        )
+        n_imported = s.scalar(select(func.count()).select_from(imported)) or 0
         hashes = select(Pair.input_hash).where(Pair.study_id == sid).scalar_subquery()
         n_scores, s_created = s.execute(
             select(func.count(MetricScore.id), func.max(MetricScore.created_at))
             .where(MetricScore.input_hash.in_(hashes))
         ).one()
     return DataVersion(
-        study=study_name, n_ratings=int(n_ratings), ratings_updated=_iso(r_updated),
+        study=study_name, n_ratings=int(n_done) + int(n_imported),
+        n_rating_cells=int(n_ratings), ratings_updated=_iso(r_updated),
         n_completed=int(n_done), completed_at=_iso(done_at), n_assignments=int(n_assign),
         n_scores=int(n_scores), scores_created=_iso(s_created),
     )
@@ -129,7 +149,7 @@ class PairRow:
 
     Attributes:
         pair_id: Database id.
-        position: Position in the study.
+        position: Position in the study (0-based storage order; people read ``number``).
         opaque_id: Id raters see.
         case: External case id.
         source: Candidate source.
@@ -146,6 +166,11 @@ class PairRow:
     mean_errors: float | None
     n_raters: int
     values: dict[str, float | None]
+
+    @property
+    def number(self) -> int:
+        """The pair's 1-based number in study order (what every page shows)."""
+        return self.position + 1
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,9 @@ def test_study_pairs_significant_target(db):
 
 def test_data_version_changes_with_ratings_and_scores(db):
     v0 = explore.data_version(db, ADMIN, study_name=STUDY)
-    assert (v0.n_ratings, v0.n_scores) == (len(ERRORS) * 4, len(ERRORS) * 2)
+    # Ratings are rater x pair (2 raters, imported without assignments), not grid cells.
+    assert (v0.n_ratings, v0.n_rating_cells, v0.n_scores) == (
+        len(ERRORS) * 2, len(ERRORS) * 4, len(ERRORS) * 2)
     assert explore.data_version(db, ADMIN, study_name=STUDY).token == v0.token
     with db.begin() as s:
         rating = s.scalars(select(Rating).order_by(Rating.id)).first()

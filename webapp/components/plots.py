@@ -12,10 +12,15 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from backend.services.types import CATEGORIES
+
 _OURS = "#1f5f8b"
-_PUBLISHED = "#c0392b"
 _CEILING = "#2e8b57"
 _HUMAN = "#7f6000"
+# One marker per source of published values (the table's "Paper" column names the same).
+_PUBLISHED_SYMBOLS = ("circle-open", "diamond-open", "square-open", "triangle-up-open",
+                      "star-open", "hexagon-open")
+_PUBLISHED_COLORS = ("#c0392b", "#8e44ad", "#d35400", "#16a085", "#2c3e50", "#7f8c8d")
 
 #: How the correlate JSON names its bootstrap units and corrections, in words for captions.
 UNITS = {
@@ -34,6 +39,32 @@ def unit_label(unit: str | None) -> str:
 def correction_label(correction: str | None) -> str:
     """The multiple-testing correction of a correlate section in words."""
     return CORRECTIONS.get(str(correction), str(correction))
+
+
+def scope_label(scope: str | int, *, wrap: int | None = None) -> str:
+    """An agreement scope in words: ``"total"`` -> ``"Total errors"``, ``"2"`` ->
+    ``"2. Omission of finding"`` (the ReXVal category names of ``backend.types``).
+
+    Args:
+        scope: ``"total"`` or a category number 1-6 (as text or int).
+        wrap: Break the label with ``<br>`` near this many characters (for axis ticks).
+    """
+    text = str(scope)
+    if text == "total":
+        return "Total errors"
+    try:
+        label = f"{int(text)}. {CATEGORIES[int(text)]}"
+    except (ValueError, KeyError):
+        return text
+    if not wrap:
+        return label
+    lines: list[str] = []
+    for word in label.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= wrap:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
 
 
 def _ceiling_band(fig: go.Figure, ceiling: Mapping[str, Any] | None) -> None:
@@ -86,20 +117,21 @@ def forest_plot(rows: Sequence[Mapping[str, Any]], *, title: str = "Kendall tau-
                  "thickness": 1.5, "width": 4} if has_ci else None,
         hovertemplate="%{y}: tau-b %{x:.3f}<extra></extra>",
     ))
-    pub_x: list[float] = []
-    pub_y: list[str] = []
-    pub_text: list[str] = []
+    # One legend entry per source of published values, named as in the reproduction
+    # table's "Paper" column, so a reader matches each marker to its row.
+    by_paper: dict[str, tuple[list[float], list[str]]] = {}
     for r in rows:
         for paper, value in r.get("published") or ():
-            pub_x.append(float(value))
-            pub_y.append(str(r["key"]))
-            pub_text.append(str(paper))
-    if pub_x:
+            xs, ys = by_paper.setdefault(str(paper), ([], []))
+            xs.append(float(value))
+            ys.append(str(r["key"]))
+    for i, (paper, (xs, ys)) in enumerate(by_paper.items()):
         fig.add_trace(go.Scatter(
-            x=pub_x, y=pub_y, mode="markers", name="published (ReXVal)",
-            marker={"symbol": "circle-open", "size": 12, "color": _PUBLISHED,
+            x=xs, y=ys, mode="markers", name=f"published: {paper}",
+            marker={"symbol": _PUBLISHED_SYMBOLS[i % len(_PUBLISHED_SYMBOLS)], "size": 12,
+                    "color": _PUBLISHED_COLORS[i % len(_PUBLISHED_COLORS)],
                     "line": {"width": 2}},
-            text=pub_text, hovertemplate="%{text}: %{x:.3f}<extra></extra>",
+            hovertemplate=f"{paper}, %{{y}}: %{{x:.3f}}<extra></extra>",
         ))
     fig.add_vline(x=0.0, line={"color": "#999", "dash": "dot"})
     _ceiling_band(fig, ceiling)
@@ -161,9 +193,11 @@ def agreement_bars(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Grouped bars of Krippendorff's alpha and ICC per scope (total and categories).
 
     Args:
-        rows: ``{"scope", "alpha_interval", "icc2_1", "icc2_k"}``; ``None`` values are gaps.
+        rows: ``{"scope", "alpha_interval", "icc2_1", "icc2_k"}`` with ``scope`` ``"total"``
+            or a category number (drawn with the category's name, :func:`scope_label`);
+            ``None`` values are gaps.
     """
-    scopes = [str(r["scope"]) for r in rows]
+    scopes = [scope_label(r["scope"], wrap=18) for r in rows]
     fig = go.Figure()
     for field, name in (("alpha_interval", "Krippendorff alpha (interval)"),
                         ("icc2_1", "ICC(2,1)"), ("icc2_k", "ICC(2,k)")):

@@ -16,6 +16,13 @@ paper report when clicked, and "Run simulation" queues a ``simulate_rating`` job
 Below those, "RadCliQ refit" queues a ``refit_radcliq`` job (the worker scores the four
 inputs where missing, then refits with cross-validated Kendall tau) and draws its result; the
 job id stays in the URL (``?refit_job=``).
+
+Numbers: "Ratings" counts one per rater and pair that enters the analysis (not the twelve grid
+cells of each); pairs are numbered 1..N as raters see them; agreement plots name the ReXVal
+categories; a missing value is a blank cell (``webapp/components/tables.py``); each published
+value is named by its paper in both the reproduction table and the forest plot's legend. Time
+on task per rater (total and median per pair) is the measure of
+``backend.services.activity``: the rater's own input and focus events, idle gaps cut.
 """
 
 from __future__ import annotations
@@ -26,12 +33,22 @@ from typing import Any
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from backend.services import analysis, explore, jobs, refit, reports, simulation, studies
+from backend.services import (
+    activity,
+    analysis,
+    explore,
+    jobs,
+    progress,
+    refit,
+    reports,
+    simulation,
+    studies,
+)
 from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from db.session import Database
 from webapp import state
-from webapp.components import job_ref, plots, reviewer_panels
+from webapp.components import job_ref, plots, reviewer_panels, tables
 from webapp.components.csv_download import csv_download
 from webapp.components.job_panel import job_panel
 
@@ -141,14 +158,15 @@ def _tau_table(corr: analysis.StudyCorrelation) -> None:
         }
         for m in corr.metrics
     ]
+    shown = [{**r, "Kendall tau-b": tables.num(r["Kendall tau-b"]),
+              "% of ceiling": tables.pct(r["% of ceiling"]),
+              "Spearman": tables.num(r["Spearman"])} for r in rows]
     st.dataframe(
-        rows, hide_index=True, width="stretch", key="dash_tau_table",
+        shown, hide_index=True, width="stretch", key="dash_tau_table",
         column_config={
-            "Kendall tau-b": st.column_config.NumberColumn(format="%.3f"),
-            "% of ceiling": st.column_config.NumberColumn(
-                format="%.1f%%", help="|tau-b| as a share of the human ceiling (blank with "
-                                      "fewer than 3 raters)"),
-            "Spearman": st.column_config.NumberColumn(format="%.3f"),
+            "% of ceiling": st.column_config.TextColumn(
+                help="|tau-b| as a share of the human ceiling (blank with fewer than 3 "
+                     "raters)"),
             "Signature": st.column_config.TextColumn(width="large"),
         },
     )
@@ -158,7 +176,7 @@ def _tau_table(corr: analysis.StudyCorrelation) -> None:
 
 def _pair_download(table: explore.PairTable) -> None:
     csv_download(
-        [{"Pair": r.position, "Case": r.case, "Source": r.source,
+        [{"Pair": r.number, "Case": r.case, "Source": r.source,
           "Mean errors": r.mean_errors, "Raters": r.n_raters,
           **{k: r.values.get(k) for k in table.keys}} for r in table.rows],
         file_name=f"{table.study}-pairs.csv", key="dash_pairs_download",
@@ -169,21 +187,21 @@ def _pair_download(table: explore.PairTable) -> None:
 def _reproduction(corr: analysis.StudyCorrelation) -> None:
     published = corr.report["published"]
     ours = {m.key: m for m in corr.metrics}
+    # "Paper" names the source of each published value exactly as the forest plot's legend
+    # does ("published: <paper>").
     rows = [
         {
             "Paper": e["paper"], "Metric": e["metric"], "Our key": e["key"] or "",
-            "Published tau-b": e["kendall_tau_b"], "Ours": e["ours"],
-            "Ours - published": (e["ours"] - e["kendall_tau_b"]) if e["ours"] is not None
-            else None,
+            "Published tau-b": tables.num(e["kendall_tau_b"]), "Ours": tables.num(e["ours"]),
+            "Ours - published": tables.num(e["ours"] - e["kendall_tau_b"])
+            if e["ours"] is not None else "",
             "Our 95% CI": _ci(ours[e["key"]].kendall_lo, ours[e["key"]].kendall_hi)
             if e["key"] in ours else "",
             "Our signature": ours[e["key"]].signature if e["key"] in ours else "not scored",
         }
         for e in published["entries"]
     ]
-    st.dataframe(rows, hide_index=True, width="stretch", key="dash_repro",
-                 column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                for c in ("Published tau-b", "Ours", "Ours - published")})
+    st.dataframe(rows, hide_index=True, width="stretch", key="dash_repro")
     rep = corr.report
     st.caption(
         f"Published: {published['dataset']}; {published['note']} Ours: study "
@@ -209,7 +227,7 @@ def _scatter(table: explore.PairTable, study_name: str) -> None:
     fig = plots.metric_scatter(
         errors=[r.mean_errors for r in rows], values=[r.values[key] for r in rows],
         pair_ids=[r.pair_id for r in rows],
-        labels=[f"pair {r.position} ({r.case})" for r in rows],
+        labels=[f"pair {r.number} ({r.case})" for r in rows],
         sources=[r.source for r in rows], key=key, target=table.target,
     )
     event: Any = st.plotly_chart(fig, on_select="rerun", selection_mode="points",
@@ -218,6 +236,7 @@ def _scatter(table: explore.PairTable, study_name: str) -> None:
     if points:
         custom = points[0].get("customdata")
         pair_id = int(custom[0] if isinstance(custom, (list, tuple)) else custom)
+        number = next((r.number for r in rows if r.pair_id == pair_id), None)
         st.session_state["explorer_study"] = study_name
         st.session_state["explorer_pair"] = pair_id
         st.session_state["explorer_key"] = key
@@ -225,7 +244,7 @@ def _scatter(table: explore.PairTable, study_name: str) -> None:
             st.switch_page(EXPLORER, query_params={"study": study_name, "pair": str(pair_id)})
         except StreamlitAPIException:
             # The page runs outside the router (no registered explorer page).
-            st.info(f"Selected pair id {pair_id}: open it in the Disagreements page.")
+            st.info(f"Selected pair {number}: open it in the Disagreements page.")
     st.caption("Click a point to open the pair in the disagreement explorer.")
 
 
@@ -244,6 +263,37 @@ def _simulation(database: Database) -> None:
     reviewer_panels.simulation_result(done.id, done.result or {})
 
 
+def _time_on_task(database: Database) -> None:
+    """Per rater: pairs done, total active time, median per pair (the activity measure)."""
+    prog = state.call(progress.study_progress, database, actor, study_name=study)
+    rows = [
+        {"Rater": r.username, "Pairs done": f"{r.completed} / {r.total}",
+         "Active time": tables.minutes_seconds(r.active_seconds),
+         "Median per pair": tables.minutes_seconds(r.median_seconds),
+         "Pairs with time": r.pairs_with_time,
+         "Last active": tables.when(r.last_active_at)}
+        for r in prog.raters
+    ]
+    if not rows:
+        st.caption("No rater has pairs of this study yet.")
+        return
+    st.dataframe(rows, hide_index=True, width="stretch", key="dash_time")
+    csv_download(
+        [{"rater": r.username, "completed": r.completed, "assigned": r.total,
+          "active_seconds": r.active_seconds, "median_seconds_per_pair": r.median_seconds,
+          "pairs_with_time": r.pairs_with_time,
+          "last_active_at": r.last_active_at.isoformat() if r.last_active_at else None}
+         for r in prog.raters],
+        file_name=f"{study}-time-on-task.csv", key="dash_time_download",
+        label="Download time on task (CSV)")
+    st.caption(
+        "Active time is measured in the rater's browser from their own keys, clicks, pointer "
+        "moves, scrolling and focus, attributed to the pair on screen; a pause longer than "
+        f"{activity.idle_cut_seconds():g} s adds at most that much, and nothing counts while "
+        "the tab is hidden or the window is in the background. Median per pair: over the "
+        "pairs with any active time (M:SS).")
+
+
 @st.fragment(run_every=LIVE_SECONDS if live else None)
 def panels() -> None:
     """Every panel of the dashboard; reruns on its own while live updates are on."""
@@ -253,8 +303,11 @@ def panels() -> None:
     rated = sum(1 for r in table.rows if r.mean_errors is not None)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Pairs", len(table.rows))
-    m2.metric("Rated pairs", rated)
-    m3.metric("Ratings", version.n_ratings)
+    m2.metric("Rated pairs", rated, help="Pairs with at least one rating that counts.")
+    m3.metric("Ratings", version.n_ratings,
+              help="One per rater and pair that enters the analysis: pairs marked done, and "
+                   f"ratings imported without an assignment ({version.n_rating_cells} grid "
+                   "cells in all).")
     m4.metric("Metric scores", version.n_scores)
     _pair_download(table)
 
@@ -304,9 +357,8 @@ def panels() -> None:
     st.subheader("Agreement between raters")
     agreement = state.call(_agreement, version.token, actor, study, significant, database)
     rows = [
-        {"scope": "total" if r.scope == "total" else f"cat {r.scope}",
-         "alpha_interval": r.alpha_interval, "icc2_1": r.icc2_1, "icc2_k": r.icc2_k,
-         "pairable": r.n_pairs_pairable}
+        {"scope": r.scope, "alpha_interval": r.alpha_interval, "icc2_1": r.icc2_1,
+         "icc2_k": r.icc2_k, "pairable": r.n_pairs_pairable}
         for r in agreement.rows
     ]
     if any(r["alpha_interval"] is not None or r["icc2_1"] is not None for r in rows):
@@ -314,6 +366,9 @@ def panels() -> None:
     else:
         st.caption("Agreement needs pairs rated by at least two raters.")
     st.caption(f"Raters: {', '.join(agreement.raters) or 'none yet'}.")
+
+    st.subheader("Time on task")
+    _time_on_task(database)
 
     if corr is not None:
         st.subheader("Reproduction: ours next to the published values")
@@ -371,15 +426,13 @@ def _refit_result(result: dict[str, Any]) -> None:
     r4.metric("Pairs", fit.get("n"))
     inputs = result.get("inputs") or {}
     rows = [
-        {"Input": key, "Coefficient": fit["coef"][key],
-         "Scaler mean": fit["scaler_mean"][key], "Scaler scale": fit["scaler_scale"][key],
-         "Input's own tau-b": (inputs.get(key) or {}).get("kendall_tau_b")}
+        {"Input": key, "Coefficient": tables.num(fit["coef"][key], 4),
+         "Scaler mean": tables.num(fit["scaler_mean"][key], 4),
+         "Scaler scale": tables.num(fit["scaler_scale"][key], 4),
+         "Input's own tau-b": tables.num((inputs.get(key) or {}).get("kendall_tau_b"), 4)}
         for key in fit["columns"]
     ]
-    st.dataframe(rows, hide_index=True, width="stretch", key="dash_refit_table",
-                 column_config={c: st.column_config.NumberColumn(format="%.4f")
-                                for c in ("Coefficient", "Scaler mean", "Scaler scale",
-                                          "Input's own tau-b")})
+    st.dataframe(rows, hide_index=True, width="stretch", key="dash_refit_table")
     folds = ", ".join(_fmt(t) for t in fit.get("cv_fold_kendall_tau_b") or [])
     st.caption(f"Intercept {_fmt(fit.get('intercept'), 4)}; {fit.get('cv_scheme')} "
                f"cross-validation (per fold tau-b: {folds}). The refit predicts error counts, "

@@ -4,7 +4,8 @@ Pairs are ranked by the gap between the metric's normalised rank and the raters'
 ``backend.analysis.disagreement``). Selecting a row (or arriving from a dashboard scatter
 click, ``?study=...&pair=ID``) opens the pair: both reports with a word-level diff, every
 metric's value and each rater's counts per category. Admin only, so sources and rater names
-are shown.
+are shown. Pairs are numbered 1..N in study order, as on the dashboard and for raters (the
+``?pair=`` parameter is the pair's internal id, not its number); a missing value is a blank.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from backend.services import explore, images, studies
 from backend.services.errors import ServiceError
 from backend.services.types import CATEGORIES
 from webapp import state
+from webapp.components import tables
 from webapp.components.csv_download import csv_download
 from webapp.components.diff import show_diff
 from webapp.components.image_viewer import image_panel, order_views, view_controls
@@ -65,7 +67,7 @@ st.caption(
 rows = [
     {
         "Rank": d.rank,
-        "Pair": d.pair.position,
+        "Pair": d.pair.number,
         "Case": d.pair.case,
         "Source": d.pair.source,
         key: d.value,
@@ -76,11 +78,11 @@ rows = [
     }
     for d in ranking.rows
 ]
+NUMERIC = (key, "Mean errors", "Metric rank", "Raters' rank", "Disagreement")
 event: Any = st.dataframe(
-    rows, hide_index=True, width="stretch", key="exp_table", on_select="rerun",
+    [{c: tables.num(v) if c in NUMERIC else v for c, v in r.items()} for r in rows],
+    hide_index=True, width="stretch", key="exp_table", on_select="rerun",
     selection_mode="single-row",
-    column_config={c: st.column_config.NumberColumn(format="%.3f")
-                   for c in (key, "Mean errors", "Metric rank", "Raters' rank", "Disagreement")},
 )
 selected = list(event.selection.rows) if event is not None else []
 csv_download(rows, file_name=f"{study}-{key}-disagreements.csv", key="exp_download")
@@ -102,7 +104,7 @@ if pair_id is None:
 
 detail = state.call(explore.pair_detail, db, actor, study_name=study, pair_id=pair_id)
 p = detail.pair
-st.subheader(f"Pair {p.position}: case {p.case}, source {p.source or '(none)'}")
+st.subheader(f"Pair {p.number}: case {p.case}, source {p.source or '(none)'}")
 mean_txt = f"{p.mean_errors:.2f}" if p.mean_errors is not None else "not rated"
 sig_txt = f"{detail.mean_significant:.2f}" if detail.mean_significant is not None else "-"
 st.caption(f"Opaque id {p.opaque_id} · mean errors {mean_txt} (significant: {sig_txt}) over "
@@ -135,11 +137,10 @@ left, right = st.columns([2, 3], gap="large")
 with left:
     st.markdown("**Metric scores**")
     st.dataframe(
-        [{"Metric": m.key, "Value": m.value,
+        [{"Metric": m.key, "Value": tables.num(m.value, 4),
           "Direction": "higher is better" if m.higher_is_better else "lower is better",
           "Signature": m.signature} for m in detail.metrics],
         hide_index=True, width="stretch", key="exp_scores",
-        column_config={"Value": st.column_config.NumberColumn(format="%.4f")},
     )
 with right:
     st.markdown("**Raters' error counts** (significant / insignificant)")
