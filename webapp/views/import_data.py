@@ -148,6 +148,7 @@ with cases_tab:
         else:
             folder = job_inputs.new_upload_dir()
             names: dict[Path, str] = {}
+            preview = parsed = None
             try:
                 path = _save(cases_file, folder)
                 names[path] = cases_file.name
@@ -160,33 +161,37 @@ with cases_tab:
                         folder, names, imports.preview_import, db, actor,
                         study_name=study_name, cases_file=path, images_dir=images_dir,
                         layout=layout, file_name=cases_file.name)
-                    shutil.rmtree(folder, ignore_errors=True)
-                    _show_preview(preview)
-                    st.stop()
-                parsed = call_with_uploads(folder, names, read_cases, path,
-                                           images_dir=images_dir, layout=layout)
+                else:
+                    parsed = call_with_uploads(folder, names, read_cases, path,
+                                               images_dir=images_dir, layout=layout)
             except BaseException as exc:
                 shutil.rmtree(folder, ignore_errors=True)
                 if isinstance(exc, InvalidInput):
                     state.stop_with_error(exc)
                 raise
-            cases = parsed.cases
-            if parsed.layout_reason != "chosen":
-                st.caption(f"Layout: {parsed.layout} (detected: {parsed.layout_reason}).")
-            provenance = {"file": cases_file.name,
-                          "sha256": hashlib.sha256(cases_file.getvalue()).hexdigest(),
-                          "layout": parsed.layout}
-            _run(
-                folder, names, imports.needs_worker(*imports.cases_size(cases)),
-                inline=lambda progress: imports.import_cases(
-                    db, actor, study_name=study_name.strip(), cases=cases,
-                    description=description, provenance=provenance, image_base=images_dir,
-                    progress=progress),
-                queue=lambda: imports.enqueue_import(
-                    db, actor, fmt="cases", study_name=study_name.strip(), upload_dir=folder,
-                    cases_file=path, images_dir=images_dir, description=description,
-                    provenance=provenance, layout=layout, file_names=names),
-            )
+            if preview is not None:
+                # A dry run keeps nothing, not even the uploads.
+                shutil.rmtree(folder, ignore_errors=True)
+                _show_preview(preview)
+            elif parsed is not None:
+                cases = parsed.cases
+                if parsed.layout_reason != "chosen":
+                    st.caption(f"Layout: {parsed.layout} (detected: {parsed.layout_reason}).")
+                provenance = {"file": cases_file.name,
+                              "sha256": hashlib.sha256(cases_file.getvalue()).hexdigest(),
+                              "layout": parsed.layout}
+                _run(
+                    folder, names, imports.needs_worker(*imports.cases_size(cases)),
+                    inline=lambda progress: imports.import_cases(
+                        db, actor, study_name=study_name.strip(), cases=cases,
+                        description=description, provenance=provenance,
+                        image_base=images_dir, progress=progress),
+                    queue=lambda: imports.enqueue_import(
+                        db, actor, fmt="cases", study_name=study_name.strip(),
+                        upload_dir=folder, cases_file=path, images_dir=images_dir,
+                        description=description, provenance=provenance, layout=layout,
+                        file_names=names),
+                )
 
 with rexval_tab:
     st.caption("ReXVal (PhysioNet): `50_samples_gt_and_candidates.csv` and "
