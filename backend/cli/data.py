@@ -61,16 +61,19 @@ def cmd_import_pairs(args: argparse.Namespace) -> int:
 
 def cmd_import_rexval(args: argparse.Namespace) -> int:
     """Import ReXVal's two files as a new study with its raters and ratings."""
+    from backend.cli.progress import progress_bar
     from backend.services.imports import import_rexval
     from backend.types import Actor
 
-    with database() as db, service_errors():
+    with database() as db, service_errors(), \
+            progress_bar(f"import {args.study}", unit="pair") as progress:
         summary = import_rexval(
             db,
             Actor.system(),
             gt_path=Path(args.gt),
             ratings_path=Path(args.ratings),
             study_name=args.study,
+            progress=progress,
         )
     print(
         f"study {summary.study_name!r}: {summary.n_pairs} pairs, {summary.n_raters} raters, "
