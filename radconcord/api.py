@@ -33,6 +33,7 @@ __all__ = [
     "ProgressFn",
     "Study",
     "correlate",
+    "correlate_study",
     "load_study",
     "metrics",
     "score",
@@ -502,6 +503,66 @@ class Study:
         return pd.DataFrame(values, index=self.pairs.index, columns=list(self.raters))
 
 
+def _study_database(database_url: str | os.PathLike[str] | None) -> Any:  # noqa: ANN401
+    """An existing study database (never a new empty SQLite file)."""
+    from backend import config
+
+    url = os.fspath(database_url) if database_url is not None else config.database_url()
+    if "://" not in url:
+        url = f"sqlite:///{Path(url).expanduser().resolve()}"
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        # Opening would create an empty database; there is no study to read in it.
+        raise InputError(f"no study database at {url.removeprefix('sqlite:///')}")
+    return _database(url)
+
+
+def correlate_study(
+    name: str,
+    *,
+    database_url: str | os.PathLike[str] | None = None,
+    significant_only: bool = False,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    **options: Any,
+) -> dict[str, Any]:
+    """Every agreement statistic of a study: exactly what ``radconcord correlate`` writes.
+
+    Args:
+        name: Study name.
+        database_url: Database URL or SQLite file (default: as :func:`load_study`).
+        significant_only: Target clinically significant errors instead of all errors.
+        bootstrap: Resamples for the intervals (0: none).
+        seed: Seed of the resampling.
+        **options: The command's other settings: ``metrics``, ``cluster`` (``"pair"`` or
+            ``"case"``), ``unit``, ``correction``, ``permutations``, ``fdr``, ``level``.
+
+    Returns:
+        The JSON-able dict of ``correlate --output`` (``metrics``, ``per_category``,
+        ``per_rater``, ``ceiling``, ``pairwise``, ``systems``, ...).
+
+    Raises:
+        InputError: No such study, no scores, too few rated pairs, or a bad setting.
+    """
+    import inspect
+
+    from backend.analysis.data import AnalysisInputError
+    from backend.analysis.report import correlate_study as run
+
+    known = set(inspect.signature(run).parameters) - {"db", "study_name"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InputError(f"radconcord.correlate_study: unexpected keyword {', '.join(unknown)}"
+                         f" (known: {', '.join(sorted(known))})")
+    db = _study_database(database_url)
+    try:
+        return run(db, study_name=name, significant_only=significant_only,
+                   bootstrap=bootstrap, seed=seed, **options)
+    except AnalysisInputError as exc:
+        raise InputError(str(exc)) from None
+    finally:
+        db.dispose()
+
+
 def load_study(name: str, *, database_url: str | os.PathLike[str] | None = None) -> Study:
     """Read a study's pairs, counted ratings and stored scores.
 
@@ -521,17 +582,10 @@ def load_study(name: str, *, database_url: str | os.PathLike[str] | None = None)
     import pandas as pd
     from sqlalchemy import select
 
-    from backend import config
     from backend.analysis.data import AnalysisInputError, load_metric_columns, load_ratings
     from db.models import Pair, Report
 
-    url = os.fspath(database_url) if database_url is not None else config.database_url()
-    if "://" not in url:
-        url = f"sqlite:///{Path(url).expanduser().resolve()}"
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
-        # Opening would create an empty database; there is no study to read in it.
-        raise InputError(f"no study database at {url.removeprefix('sqlite:///')}")
-    db = _database(url)
+    db = _study_database(database_url)
     try:
         try:
             ratings = load_ratings(db, name)

@@ -235,6 +235,20 @@ def test_correlate_on_load_study_equals_the_cli(rated_study, tmp_path, cli_args,
         assert study.signatures[key] == entry["signature"]
 
 
+def test_correlate_study_is_the_clis_json(rated_study, tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["correlate", "--study", "api-study", "--bootstrap", "100", "--unit",
+                 "rater_pair", "--permutations", "50", "--database-url", rated_study,
+                 "--output", str(out)]) == 0
+    result = radconcord.correlate_study("api-study", database_url=rated_study, bootstrap=100,
+                                        unit="rater_pair", permutations=50)
+    assert json.loads(json.dumps(result)) == json.loads(out.read_text())
+    with pytest.raises(radconcord.InputError, match="unit must be one of"):
+        radconcord.correlate_study("api-study", database_url=rated_study, unit="nope")
+    with pytest.raises(radconcord.InputError, match="unexpected keyword"):
+        radconcord.correlate_study("api-study", database_url=rated_study, nope=1)
+
+
 def test_load_study_contents(rated_study):
     study = radconcord.load_study("api-study", database_url=rated_study)
     assert len(study.pairs) == 20 and list(study.pairs["position"]) == list(range(20))
