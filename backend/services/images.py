@@ -16,6 +16,7 @@ windows as the PNG renderer's.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ from backend.services.rating import HIDDEN_STATUSES
 from backend.services.types import Actor
 from db.models import Assignment, Image, Pair, Study
 from db.session import Database
+
+log = logging.getLogger(__name__)
 
 # Header fields a viewer may show (already de-identified on import).
 _PUBLIC_META = ("photometric", "modality", "view_position", "body_part", "windows",
@@ -420,4 +423,7 @@ def viewer_pixels(db: Database, actor: Actor, *, image_id: int,
         image = _load_cached(path, sha)
         return _viewer_cached(path, sha, viewer_side(max_side, max(image.height, image.width)))
     except ImageLoadError as exc:
-        raise InvalidInput(str(exc)) from None
+        # The detail names the file on the server: for the log, not for the rater's screen.
+        log.warning("image %s cannot be decoded: %s", image_id, exc)
+        raise InvalidInput(f"image {image_id} cannot be decoded (see the server log)"
+                           ) from None

@@ -172,3 +172,12 @@ def test_the_route_is_mounted_with_the_other_api_routes():
     assert "/_rc/api/images/{image_id:int}/pixels" in paths
     assert images_api.routes("radconcord")[0].path == (
         "/radconcord/_rc/api/images/{image_id:int}/pixels")
+
+
+def test_an_undecodable_file_is_a_clear_error_without_the_server_path(env):
+    db, actors, client, ids, paths = env
+    paths["lut"].write_bytes(b"DICM" * 64)  # the stored copy is damaged on disk
+    reply = _get(client, db, actors["boss"], ids["lut"])
+    assert reply.status_code == 400
+    assert reply.json()["message"] == f"image {ids['lut']} cannot be decoded (see the server log)"
+    assert str(paths["lut"].parent) not in reply.text

@@ -37,8 +37,8 @@ function loadPrefs() {
 function fmtNumber(v) {
   if (v === null || v === undefined || !Number.isFinite(v)) return "-";
   const a = Math.abs(v);
-  if (a >= 100 || Number.isInteger(v)) return String(Math.round(v));
-  if (a >= 1) return v.toFixed(1);
+  if (Number.isInteger(v) || a >= 1000) return String(Math.round(v));
+  if (a >= 1) return String(+v.toFixed(1)); // 127.5 stays 127.5 (an 8-bit film's centre)
   return v.toPrecision(3);
 }
 
