@@ -1,4 +1,11 @@
-"""``export``: a study's pairs and ratings as ReXVal files or JSONL with a manifest."""
+"""``export``: a study's pairs and ratings as ReXVal files or JSONL with a manifest.
+
+``--with-scores`` adds every cached metric score of the study's pairs with its signature
+(``metric_scores``), ``--with-timing`` the completion times and time on task (``assignments``)
+and the activity spans behind them (``activity_spans``): with both, the dashboard's numbers
+(ratings count, correlations, time per rater) can be recomputed from the folder alone. Both
+are off by default, so a plain ReXVal export is the two files of the published dataset.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +24,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     with database() as db, service_errors():
         summary = export_study(
             db, Actor.system(), study_name=args.study, fmt=args.format,
-            out_dir=Path(args.output),
+            out_dir=Path(args.output), with_scores=args.with_scores,
+            with_timing=args.with_timing,
         )
     print(f"wrote {len(summary.files)} files to {summary.out_dir}")
     return 0
@@ -33,4 +41,10 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     p.add_argument("--study", required=True)
     p.add_argument("--format", required=True, choices=("rexval", "jsonl"))
     p.add_argument("--output", required=True, help="output folder (new or empty)")
+    p.add_argument("--with-scores", action="store_true",
+                   help="add metric_scores: every cached metric score of the study's pairs "
+                        "with its signature (the dashboard's marked chosen)")
+    p.add_argument("--with-timing", action="store_true",
+                   help="add assignments (completion times, time on task) and "
+                        "activity_spans")
     p.set_defaults(func=cmd_export)

@@ -18,12 +18,39 @@ Formats:
     input hash; re-importable with ``import-pairs``), ``ratings.jsonl`` (one line per rater,
     pair, category and significance) and ``images/`` (the de-identified image files).
 
+On request (``with_scores``, ``with_timing``; CLI ``--with-scores``, ``--with-timing``; two
+boxes on the Export page) the folder also carries what the dashboard's numbers are made of,
+so they can be recomputed from the export alone (``tests/services/test_export_reproduce.py``
+does it):
+
+``metric_scores`` (``.csv`` in the ReXVal layout, ``.jsonl`` otherwise)
+    Every cached metric score of the study's pairs, one row per pair, key and signature:
+    ``pair_number`` (1-based, as the pages show it), ``pair_id``, ``case_id``, ``source``
+    (ReXVal: also ``study_number`` and ``candidate_type``, to join the ratings file), ``key``,
+    ``family``, ``value`` (blank / null where the metric is undefined), ``higher_is_better``,
+    ``signature``, ``signature_hash`` and ``chosen``: true for the signature the dashboard
+    uses for the key (the one covering the most pairs, ties to the newest;
+    ``backend.analysis.data``). The correlations orient a lower-is-better key by negating it
+    and correlate against the negated mean errors of the counted raters.
+``assignments`` and ``activity_spans`` (``.csv`` / ``.jsonl``)
+    One row per assignment: ``rater_index`` (as in the ratings file), the pair as above,
+    ``queue_position`` (1-based, the rater's order), ``completed_at`` (ISO 8601 UTC, blank
+    while not done), ``active_seconds`` (time on task: the union of the assignment's spans),
+    ``last_active_at`` and ``n_spans``; and every activity span (``rater_index``, the pair,
+    ``tab`` (the page load's random id), ``started_at``, ``ended_at``, ``active_ms``,
+    ``events``). A (rater, pair) rating counts in the analysis when its assignment has a
+    ``completed_at``, or when it has ratings and no assignment (imported); a rater's time on
+    task is the sum of ``active_seconds``, the median per pair is over pairs with time.
+
 Always ``manifest.json``: app version, schema version (Alembic head), export time, the
 study's provenance (with what its import recorded about de-identification), the
 de-identification profile and options of this code (``deidentification``, from
 ``backend.imaging.deid.DEID_PROFILE``), the order strategy of the raters' queues
 (``sampling_design``: random or adaptive with its question and seed, since it changes the
-sampling design) and the sha256 of every file. Text cells of the CSV
+sampling design), ``counts`` (pairs, rating rows, raters and ``ratings``: the rater x pair
+ratings that count, the dashboard's "Ratings"), ``scores`` and ``timing`` (what those files
+hold and the rules above; ``null`` when not requested) and the sha256 of every file. Text
+cells of the CSV
 files are formula-safe (``backend.util.csv_safe``): a cell starting with ``=``, ``+``, ``-``,
 ``@``, tab or CR gets a leading ``'``. Files are written into a temporary folder
 beside the target and moved into place at the end: a failure leaves nothing half-written.
@@ -33,8 +60,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,14 +72,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
 from backend import config
+from backend.analysis.data import AnalysisInputError, load_metric_columns, load_ratings
 from backend.datasets import rexval
 from backend.imaging.deid import DEID_PROFILE
+from backend.services import activity
 from backend.services.assignment import study_strategy
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import CATEGORIES, Actor
-from backend.util import MANIFEST, free_output_dir, publish_dir
-from db.models import Assignment, Case, Pair, Rating, RatingEvent, User
+from backend.util import MANIFEST, SafeCsvWriter, free_output_dir, publish_dir
+from db.models import ActivitySpan, Assignment, Case, MetricScore, Pair, Rating, RatingEvent, User
 from db.session import MIGRATIONS_DIR, Database
 
 FORMATS = ("rexval", "jsonl")
@@ -81,6 +112,16 @@ class _PairData:
     source: str
     input_hash: str
     images: tuple[tuple[str, str, str | None, str], ...]  # (path, sha, view, format)
+
+
+@dataclass(frozen=True)
+class _Extras:
+    """What ``with_scores`` / ``with_timing`` add: rows ready to write (pair ids resolved)."""
+
+    scores: list[dict[str, Any]] | None
+    score_keys: dict[str, dict[str, Any]] | None
+    assignments: list[dict[str, Any]] | None
+    spans: list[dict[str, Any]] | None
 
 
 @dataclass(frozen=True)
@@ -171,6 +212,10 @@ def _load(db: Database, study_name: str) -> tuple[dict[str, Any], list[_PairData
             select(Assignment.rater_id, Assignment.pair_id)
             .where(Assignment.study_id == study.id, Assignment.completed_at.is_not(None))
         ).all()
+        assigned = {(int(rid), int(pid)) for rid, pid in s.execute(
+            select(Assignment.rater_id, Assignment.pair_id)
+            .where(Assignment.study_id == study.id))}
+        assigned_raters = {rid for rid, _ in assigned}
         imported = {
             (row[0], row[1])
             for row in s.execute(
@@ -181,10 +226,20 @@ def _load(db: Database, study_name: str) -> tuple[dict[str, Any], list[_PairData
             ).all()
         }
         rater_ids = {r.rater_id for r in ratings} | {a.rater_id for a in completed}
+        everyone = rater_ids | assigned_raters
         users = dict(
-            s.execute(select(User.id, User.username).where(User.id.in_(rater_ids))).all()
-        ) if rater_ids else {}
-    index = _rater_indices(users)
+            s.execute(select(User.id, User.username).where(User.id.in_(everyone))).all()
+        ) if everyone else {}
+    # Raters with ratings get the indices of the ratings file whatever else is exported;
+    # raters with assignments only (in the timing files) follow after them.
+    index = _rater_indices({uid: users[uid] for uid in rater_ids if uid in users})
+    for uid in sorted(everyone - set(index)):
+        index[uid] = max(index.values(), default=-1) + 1
+    # The dashboard's "Ratings": one per rater and pair that counts (backend.analysis.data).
+    counted = {(a.rater_id, a.pair_id) for a in completed} | {
+        (r.rater_id, r.pair_id) for r in ratings if (r.rater_id, r.pair_id) not in assigned}
+    info["counted_ratings"] = len(counted)
+    info["_rater_index"] = index
     cells: list[_Cell] = []
     have: set[tuple[int, int, int, bool]] = set()
     for r in ratings:
@@ -270,7 +325,144 @@ def _rexval_files(
     ratings = rexval.RatingsFile(tuple(rating_rows), terminators.get("ratings", "\n"))
     rexval.write_gt(tmp / rexval.GT_FILENAME, gt)
     rexval.write_ratings(tmp / rexval.RATINGS_FILENAME, ratings)
-    return [rexval.GT_FILENAME, rexval.RATINGS_FILENAME], len(rating_rows)
+    return [rexval.GT_FILENAME, rexval.RATINGS_FILENAME], len(rating_rows), where
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    if value is None:
+        return None
+    value = value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+    return value.isoformat()
+
+
+def _pair_fields(p: _PairData, where: dict[int, tuple[int, str]] | None) -> dict[str, Any]:
+    """How an extra file names a pair: its number and ids (ReXVal: also its file cells)."""
+    fields: dict[str, Any] = {"pair_number": p.position + 1, "pair_id": p.opaque_id,
+                              "case_id": p.case_id, "source": p.source}
+    if where is not None:
+        number, source = where[p.id]
+        fields = {"study_number": number, "candidate_type": source, **fields}
+    return fields
+
+
+def _load_extras(db: Database, study_name: str, pairs: list[_PairData], index: dict[int, int],
+                 *, scores: bool, timing: bool) -> _Extras:
+    """Rows of the scores and timing files (pair ids kept; names resolved at writing)."""
+    score_rows = score_keys = assignment_rows = span_rows = None
+    if scores:
+        ratings = load_ratings(db, study_name)
+        try:
+            columns = load_metric_columns(db, ratings, None, required=False)
+        except AnalysisInputError as exc:
+            raise InvalidInput(f"study {study_name!r}: scores cannot be exported: {exc}") from None
+        chosen = {(k, c.signature_hash) for k, c in columns.items()}
+        by_hash: dict[str, list[_PairData]] = {}
+        for p in pairs:
+            by_hash.setdefault(p.input_hash, []).append(p)
+        with db.read() as s:
+            rows = s.execute(
+                select(MetricScore.input_hash, MetricScore.key, MetricScore.family,
+                       MetricScore.value, MetricScore.signature, MetricScore.signature_hash)
+                .where(MetricScore.input_hash.in_(list(by_hash)))
+            ).all() if by_hash else []
+        score_rows = []
+        for r in rows:
+            # Every key scored on the study's pairs is a column (an unknown key was refused
+            # above, by name); the check keeps a score written meanwhile out.
+            if r.key not in columns:
+                continue
+            for p in by_hash[r.input_hash]:
+                value = None if r.value is None or not math.isfinite(r.value) else r.value
+                score_rows.append({"_pair": p, "key": r.key, "family": r.family,
+                                   "value": value,
+                                   "higher_is_better": columns[r.key].higher_is_better,
+                                   "signature": r.signature,
+                                   "signature_hash": r.signature_hash,
+                                   "chosen": (r.key, r.signature_hash) in chosen})
+        order = {k: i for i, k in enumerate(columns)}
+        score_rows.sort(key=lambda r: (r["_pair"].position, order.get(r["key"], len(order)),
+                                       r["key"], not r["chosen"], r["signature_hash"]))
+        score_keys = {k: {"family": c.family, "signature": c.signature,
+                          "signature_hash": c.signature_hash,
+                          "higher_is_better": c.higher_is_better, "n_values": c.n,
+                          "n_signatures": c.n_signatures}
+                      for k, c in columns.items()}
+    if timing:
+        by_id = {p.id: p for p in pairs}
+        with db.read() as s:
+            study_id = get_study(s, study_name).id
+            assignments = s.execute(
+                select(Assignment.id, Assignment.rater_id, Assignment.pair_id,
+                       Assignment.order_index, Assignment.completed_at,
+                       Assignment.active_seconds, Assignment.last_active_at)
+                .where(Assignment.study_id == study_id)
+            ).all()
+            spans = s.execute(
+                select(ActivitySpan.assignment_id, ActivitySpan.client_id,
+                       ActivitySpan.started_at, ActivitySpan.ended_at, ActivitySpan.active_ms,
+                       ActivitySpan.events)
+                .join(Assignment, Assignment.id == ActivitySpan.assignment_id)
+                .where(Assignment.study_id == study_id)
+            ).all()
+        n_spans: dict[int, int] = {}
+        for sp in spans:
+            n_spans[sp.assignment_id] = n_spans.get(sp.assignment_id, 0) + 1
+        queue: dict[int, list[Any]] = {}
+        for a in assignments:
+            queue.setdefault(a.rater_id, []).append(a)
+        position: dict[int, int] = {}
+        for items in queue.values():
+            for i, a in enumerate(sorted(items, key=lambda a: (a.order_index, a.id)), start=1):
+                position[a.id] = i
+        of_assignment = {a.id: a for a in assignments}
+        assignment_rows = sorted(
+            ({"_pair": by_id[a.pair_id], "rater_index": index[a.rater_id],
+              "queue_position": position[a.id], "completed_at": _iso(a.completed_at),
+              "active_seconds": float(a.active_seconds or 0.0),
+              "last_active_at": _iso(a.last_active_at), "n_spans": n_spans.get(a.id, 0)}
+             for a in assignments if a.pair_id in by_id),
+            key=lambda r: (r["_pair"].position, r["rater_index"]))
+        span_rows = sorted(
+            ({"_pair": by_id[of_assignment[sp.assignment_id].pair_id],
+              "rater_index": index[of_assignment[sp.assignment_id].rater_id],
+              "tab": sp.client_id, "started_at": _iso(sp.started_at),
+              "ended_at": _iso(sp.ended_at), "active_ms": int(sp.active_ms),
+              "events": int(sp.events)}
+             for sp in spans if of_assignment[sp.assignment_id].pair_id in by_id),
+            key=lambda r: (r["rater_index"], r["started_at"], r["_pair"].position))
+    return _Extras(score_rows, score_keys, assignment_rows, span_rows)
+
+
+def _write_rows(tmp: Path, stem: str, rows: Sequence[dict[str, Any]], columns: Sequence[str],
+                where: dict[int, tuple[int, str]] | None) -> str:
+    """``rows`` as ``<stem>.csv`` (ReXVal layout, formula-safe) or ``<stem>.jsonl``."""
+    records = [{**_pair_fields(r["_pair"], where), **{c: r[c] for c in columns}}
+               for r in rows]
+    if where is not None:
+        name = f"{stem}.csv"
+        header = [*_pair_fields(rows[0]["_pair"], where), *columns] if rows else [
+            "study_number", "candidate_type", "pair_number", "pair_id", "case_id", "source",
+            *columns]
+        with open(tmp / name, "w", encoding="utf-8", newline="") as fh:
+            writer = SafeCsvWriter(fh)
+            writer.writerow(header)
+            for rec in records:
+                writer.writerow(["" if rec[c] is None else
+                                 ("true" if rec[c] is True else "false" if rec[c] is False
+                                  else rec[c]) for c in header])
+        return name
+    name = f"{stem}.jsonl"
+    with open(tmp / name, "w", encoding="utf-8", newline="\n") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return name
+
+
+SCORE_COLUMNS = ("key", "family", "value", "higher_is_better", "signature", "signature_hash",
+                 "chosen")
+ASSIGNMENT_COLUMNS = ("rater_index", "queue_position", "completed_at", "active_seconds",
+                      "last_active_at", "n_spans")
+SPAN_COLUMNS = ("rater_index", "tab", "started_at", "ended_at", "active_ms", "events")
 
 
 def _jsonl_files(
@@ -333,6 +525,8 @@ def export_study(
     study_name: str,
     fmt: str,
     out_dir: Path,
+    with_scores: bool = False,
+    with_timing: bool = False,
 ) -> ExportSummary:
     """Write a study's pairs and ratings into ``out_dir`` with a manifest.
 
@@ -342,6 +536,9 @@ def export_study(
         study_name: The study.
         fmt: ``"rexval"`` or ``"jsonl"``.
         out_dir: Target folder; must not exist or be empty. Created atomically.
+        with_scores: Add ``metric_scores`` (every cached score with its signature).
+        with_timing: Add ``assignments`` (completion times, time on task) and
+            ``activity_spans``.
 
     Returns:
         The files written (relative to ``out_dir``) and counts.
@@ -356,15 +553,45 @@ def export_study(
         raise InvalidInput(f"unknown export format {fmt!r}; choose rexval or jsonl")
     out_dir = free_output_dir(out_dir)
     info, pairs, cells = _load(db, study_name)
+    index = info.pop("_rater_index")
+    n_counted = info.pop("counted_ratings")
+    extras = _load_extras(db, study_name, pairs, index, scores=with_scores, timing=with_timing)
     written: list[str] = []
     n_rows = 0
 
     def write(tmp: Path) -> dict[str, Any]:
         nonlocal n_rows
+        where: dict[int, tuple[int, str]] | None = None
         if fmt == "rexval":
-            files, n_rows = _rexval_files(tmp, info, pairs, cells)
+            files, n_rows, where = _rexval_files(tmp, info, pairs, cells)
         else:
             files, n_rows = _jsonl_files(tmp, pairs, cells)
+        scores = timing = None
+        if extras.scores is not None:
+            name = _write_rows(tmp, "metric_scores", extras.scores, SCORE_COLUMNS, where)
+            files.append(name)
+            scores = {
+                "file": name, "rows": len(extras.scores), "keys": extras.score_keys,
+                "rule": "per key the signature covering the most pairs of the study, ties "
+                        "to the newest (rows with chosen=true); correlations negate "
+                        "lower-is-better keys and correlate with the negated mean errors "
+                        "of the counted raters",
+            }
+        if extras.assignments is not None and extras.spans is not None:
+            a_name = _write_rows(tmp, "assignments", extras.assignments, ASSIGNMENT_COLUMNS,
+                                 where)
+            s_name = _write_rows(tmp, "activity_spans", extras.spans, SPAN_COLUMNS, where)
+            files.extend([a_name, s_name])
+            timing = {
+                "files": [a_name, s_name],
+                "assignments": len(extras.assignments), "spans": len(extras.spans),
+                "idle_cut_seconds": activity.idle_cut_seconds(),
+                "rules": "active_seconds = length of the union of the assignment's spans "
+                         "(two tabs on one pair count once); a rater's time = sum over the "
+                         "rater's assignments; median per pair over pairs with time; a "
+                         "rating counts when completed_at is set, or when it has no "
+                         "assignment (imported)",
+            }
         written.extend(files)
         return {
             "app_version": config.APP_VERSION,
@@ -381,7 +608,10 @@ def export_study(
                 "pairs": len(pairs),
                 "rating_rows": n_rows,
                 "raters": len({c.rater_index for c in cells}),
+                "ratings": n_counted,
             },
+            "scores": scores,
+            "timing": timing,
             "files": files,
         }
 

@@ -78,7 +78,9 @@ def test_rexval_round_trip_is_byte_identical(any_db, tmp_path):
     for name in (GT, RATINGS):
         assert manifest["files"][name]["sha256"] == hashlib.sha256(
             (out / name).read_bytes()).hexdigest()
-    assert manifest["counts"] == {"pairs": 12, "rating_rows": 432, "raters": 3}
+    # 36 ratings = 12 pairs x 3 raters (432 rows are the grid cells).
+    assert manifest["counts"] == {"pairs": 12, "rating_rows": 432, "raters": 3, "ratings": 36}
+    assert manifest["scores"] is None and manifest["timing"] is None
 
 
 def test_rexval_export_keeps_the_imported_row_order(db, tmp_path):
@@ -212,6 +214,16 @@ def test_commands_round_trip_and_user_errors(tmp_path, monkeypatch, capsys):
                str(tmp_path / "out")])
     assert rc == 0
     assert (tmp_path / "out" / RATINGS).read_bytes() == (FIXTURE / RATINGS).read_bytes()
+    assert not (tmp_path / "out" / "metric_scores.csv").exists()
+    rc = main(["export", "--study", "cli", "--format", "jsonl", "--output",
+               str(tmp_path / "full"), "--with-scores", "--with-timing"])
+    assert rc == 0 and "wrote 6 files" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "full" / "manifest.json").read_text())
+    assert list(manifest["files"]) == ["pairs.jsonl", "ratings.jsonl", "metric_scores.jsonl",
+                                       "assignments.jsonl", "activity_spans.jsonl"]
+    # The ReXVal import gives each rater a completed assignment per rated pair; no spans.
+    assert (manifest["timing"]["assignments"], manifest["timing"]["spans"]) == (36, 0)
+    assert manifest["scores"]["rows"] == 0 and manifest["scores"]["keys"] == {}
     bad = tmp_path / "bad.csv"
     bad.write_text("case_id,reference,candidate\nc1,,x\n")
     rc = main(["import-pairs", "--input", str(bad), "--study", "p"])

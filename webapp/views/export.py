@@ -33,7 +33,9 @@ def _zip_folder(folder: Path) -> bytes:
 st.title("Export")
 st.caption("ReXVal format writes the two ReXVal CSV files; JSONL writes pairs, ratings and "
            "the de-identified images. Both come with `manifest.json` (versions, provenance, "
-           "sha256 of every file). Exports are kept in the data folder.")
+           "sha256 of every file). Metric scores (with their signatures) and completion "
+           "times with time on task can be added, so the dashboard's numbers can be "
+           "recomputed from the export alone. Exports are kept in the data folder.")
 
 study_names = [s.name for s in state.call(studies.list_studies, db, actor)]
 if not study_names:
@@ -44,6 +46,14 @@ with st.form("export"):
     study_name = st.selectbox("Study", study_names, key="export_study")
     fmt = st.radio("Format", exports.FORMATS, horizontal=True, key="export_format",
                    format_func=lambda f: {"rexval": "ReXVal CSV", "jsonl": "JSONL"}.get(f, f))
+    with_scores = st.checkbox(
+        "Include metric scores", key="export_scores",
+        help="metric_scores: every cached score of the study's pairs with its signature; "
+             "the one the dashboard uses for each metric is marked chosen.")
+    with_timing = st.checkbox(
+        "Include completion times and time on task", key="export_timing",
+        help="assignments (completed at, active seconds per rater and pair) and "
+             "activity_spans (the measured activity behind them).")
     submitted = st.form_submit_button("Export", type="primary")
 
 if submitted:
@@ -51,7 +61,7 @@ if submitted:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", study_name).strip("-") or "study"
     out_dir = config.data_dir() / "exports" / f"{slug}-{fmt}-{stamp}"
     summary = state.call(exports.export_study, db, actor, study_name=study_name, fmt=fmt,
-                         out_dir=out_dir)
+                         out_dir=out_dir, with_scores=with_scores, with_timing=with_timing)
     st.session_state[LAST_EXPORT_KEY] = summary
 
 summary = st.session_state.get(LAST_EXPORT_KEY)
