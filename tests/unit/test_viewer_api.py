@@ -176,7 +176,7 @@ def test_the_route_is_mounted_with_the_other_api_routes():
 
 def test_an_undecodable_file_is_a_clear_error_without_the_server_path(env):
     db, actors, client, ids, paths = env
-    paths["lut"].write_bytes(b"DICM" * 64)  # the stored copy is damaged on disk
+    paths["lut"].write_bytes(b"not an image")  # the stored copy is damaged on disk
     reply = _get(client, db, actors["boss"], ids["lut"])
     assert reply.status_code == 400
     assert reply.json()["message"] == f"image {ids['lut']} cannot be decoded (see the server log)"
