@@ -105,6 +105,7 @@ _ENTRIES: tuple[Entry, ...] = (
     _e("crg", "backend.metrics.crg:Crg", ("crg",), "clinical"),
     _e("radcliq", "backend.metrics.radcliq:RadCliQ", ("radcliq_v0", "radcliq_v1"), "composite",
        lower=("radcliq_v0", "radcliq_v1"), corpus=_radcliq_inputs),
+    _e("temporal_f1", "backend.metrics.temporal:TemporalF1", ("temporal_f1",), "clinical"),
     _e("semb", "backend.metrics.chexbert:SEmb", ("semb",), "clinical"),
     _e("chexbert", "backend.metrics.chexbert:ChexbertLabels", ("chexbert_acc", "chexbert_f1"),
        "clinical"),
