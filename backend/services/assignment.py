@@ -106,6 +106,9 @@ def assign_raters(
         )
     with db.begin() as s:
         study = get_study(s, study_name, for_update=True)
+        if study.status == "archived":
+            # Raters cannot see an archived study: assignments would be silent dead weight.
+            raise InvalidInput(f"study '{study_name}' is archived: unarchive it first")
         users = s.scalars(select(User).where(User.username.in_(names))).all()
         by_name = {u.username: u for u in users}
         missing = [n for n in names if n not in by_name]
