@@ -186,6 +186,17 @@ def test_zoom_to_the_pointer_pan_and_reset_then_a_fresh_view_for_the_next_pair(s
         page.keyboard.press("0")
         _wait_attr(page, ".rcv-pane", "zoom", "v === 1")
         assert _panes(page)[0]["drawn"] == before["drawn"]
+        # Keyboard: + zooms at the centre, arrows pan the film (not the page), - zooms out.
+        page.keyboard.press("+")
+        _wait_attr(page, ".rcv-pane", "zoom", "Math.abs(v - 1.25) < 1e-6")
+        centred = _panes(page)[0]["drawn"]
+        page.keyboard.press("ArrowLeft")
+        page.wait_for_function("x => JSON.parse(document.querySelector('.rcv-pane')"
+                               ".dataset.drawn).x > x + 39", arg=centred["x"])
+        assert page.evaluate("() => window.scrollY") == 0
+        page.keyboard.press("-")
+        _wait_attr(page, ".rcv-pane", "zoom", "v === 1")
+        page.keyboard.press("0")
         # So does a double-click.
         page.mouse.wheel(0, -300)
         _wait_attr(page, ".rcv-pane", "zoom", "v > 1.2")

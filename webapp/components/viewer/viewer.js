@@ -510,8 +510,8 @@ class Viewer {
 
     this.panesBox = el("div", "rcv-panes");
     this.help = el("div", "rcv-help",
-      "Wheel or pinch: zoom · drag: pan · right-drag or Shift+drag: window " +
-      "(left/right = width, up/down = level) · double-click or 0: fit · I: invert");
+      "Wheel/pinch zoom · drag pan · right- or Shift+drag: window (\u2194 width, " +
+      "\u2195 level) · double-click or 0: fit · +/- zoom · arrows pan · I invert");
     root.append(bar, manual, this.panesBox, this.help);
     this.parent.append(root);
     this.bindEvents();
@@ -592,6 +592,9 @@ class Viewer {
       // not the scroll position, so a scrolled page keeps the same size).
       const top = this.panesBox.getBoundingClientRect().top + window.scrollY;
       height = window.innerHeight - top - this.help.offsetHeight - 12;
+      // Far down a page (the admin's explorer): a film the height of most of the window,
+      // reached by scrolling, rather than a strip.
+      if (height < 0.45 * window.innerHeight) height = 0.8 * window.innerHeight;
     }
     height = Math.max(160, Math.floor(height));
     const gap = 4;
@@ -808,12 +811,22 @@ class Viewer {
     // reaches the page's shortcuts.
     if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
     if (ev.target && ev.target.tagName === "INPUT") return;
+    const pane = this.active;
     if (ev.key === "0") {
       ev.preventDefault();
       this.resetViews();
     } else if (ev.key === "i" || ev.key === "I") {
       ev.preventDefault();
       this.invertBtn.click();
+    } else if (pane && pane.img && (ev.key === "+" || ev.key === "=" || ev.key === "-")) {
+      ev.preventDefault();
+      pane.zoomAt(pane.cssW / 2, pane.cssH / 2, ev.key === "-" ? 1 / 1.25 : 1.25);
+    } else if (pane && pane.img && ev.key.startsWith("Arrow")) {
+      ev.preventDefault(); // pan the film, not the page
+      const step = 40;
+      const [dx, dy] = { ArrowLeft: [step, 0], ArrowRight: [-step, 0], ArrowUp: [0, step],
+        ArrowDown: [0, -step] }[ev.key];
+      pane.pan(dx, dy);
     }
   }
 
