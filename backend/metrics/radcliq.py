@@ -4,6 +4,10 @@
 ``RadCliQ = z . coef + intercept`` (scikit-learn ``StandardScaler`` + ``LinearRegression``,
 constants of the public CXR-Report-Metric release). Lower is better. The four inputs come from
 their own families through the registry; RadCliQ is available only when all four are.
+
+``radcliq_v1_inv`` is ``1/RadCliQ-v1``, the direction-flipped form ReXrank (Zhang et al. 2024)
+ranks systems by, higher is better: per pair ``1 / radcliq_v1``, and as ReXrank and RadEval
+compute a system's value, the corpus aggregate ``radcliq_v1_inv_of_mean = 1 / mean(RadCliQ-v1)``.
 """
 
 from __future__ import annotations
@@ -121,11 +125,13 @@ class RadCliQ(BaseMetric):
         outputs=(
             OutputSpec("radcliq_v0", False, "RadCliQ-v0 predicted error count (lower is better)"),
             OutputSpec("radcliq_v1", False, "RadCliQ-v1 predicted error count (lower is better)"),
+            OutputSpec("radcliq_v1_inv", True,
+                       "1/RadCliQ-v1 as ReXrank reports it (higher is better; see the card)"),
         ),
         needs_model=True,
         citation="Yu et al., Evaluating progress in automatic chest X-ray radiology report "
         "generation, Patterns 2023",
-        corpus_outputs=("radcliq_v0_mean", "radcliq_v1_mean"),
+        corpus_outputs=("radcliq_v0_mean", "radcliq_v1_mean", "radcliq_v1_inv_of_mean"),
     )
     defaults: dict[str, Any] = {"inputs": None, "input_options": None}
 
@@ -222,22 +228,38 @@ class RadCliQ(BaseMetric):
             {k: float(col[i]) for k, col in zip(keys, columns, strict=True)}
             for i in range(len(references))
         ]
+        v1_mean = _nanmean(v1)
         corpus = {
             "radcliq_v0_mean": _nanmean(v0),
-            "radcliq_v1_mean": _nanmean(v1),
+            "radcliq_v1_mean": v1_mean,
+            "radcliq_v1_inv_of_mean": inverse(v1_mean),
         }
         return MetricResult(
-            values={"radcliq_v0": v0.tolist(), "radcliq_v1": v1.tolist()},
+            values={"radcliq_v0": v0.tolist(), "radcliq_v1": v1.tolist(),
+                    "radcliq_v1_inv": [inverse(x) for x in v1.tolist()]},
             corpus=corpus,
             details=details,
         )
 
     def signature(self) -> str:
+        # radcliq_v1_inv is a function of radcliq_v1 alone, so it needs no signature change:
+        # values cached before it existed stay valid and it is computed where missing.
         reason = self.availability()
         if reason is not None:
             raise MetricUnavailable(reason)
         parts = [f"{family}=[{self._input(family).signature()}]" for family, _ in INPUTS]
         return "radcliq|v0,v1|constants:CXR-Report-Metric|" + "|".join(parts)
+
+
+def inverse(value: float) -> float:
+    """``1 / value`` as ReXrank reports RadCliQ-v1 (higher is better); ``nan`` at 0 or ``nan``.
+
+    Args:
+        value: A RadCliQ-v1 value (per pair, or a mean over a system's reports).
+    """
+    if math.isnan(value) or value == 0.0:
+        return math.nan
+    return 1.0 / value
 
 
 def _nanmean(values: np.ndarray) -> float:

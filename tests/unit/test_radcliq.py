@@ -187,6 +187,7 @@ def test_partial_injection_and_options():
 
 def test_direction_is_lower_is_better():
     spec = RadCliQ.spec
-    assert spec.keys == ("radcliq_v0", "radcliq_v1")
+    assert spec.keys == ("radcliq_v0", "radcliq_v1", "radcliq_v1_inv")
     assert spec.direction("radcliq_v0") is False and spec.direction("radcliq_v1") is False
+    assert spec.direction("radcliq_v1_inv") is True
     assert registry.ENTRIES["radcliq"].keys == spec.keys
