@@ -150,8 +150,19 @@ def step_down(page, label: str) -> None:
     page.get_by_role("button", name=f"Decrease {label}", exact=True).click()
 
 
+def grid_of(page, pair: str):
+    """The count grid of ``pair``: wait for it before a click after moving to another pair
+    (until the rerun has drawn the new pair, the previous pair's grid is still on screen)."""
+    return page.locator(f'.rc-grid[data-pair="{pair}"]')
+
+
+def grid_state(page):
+    """The grid's short state, above its labels ("Saved hh:mm:ss", "Saving…", "Not saved")."""
+    return page.locator(".rc-state")
+
+
 def grid_status(page):
-    """The grid's status line ("Saved hh:mm:ss", "Not saved: ...")."""
+    """The grid's message under the cells ("Not saved: ...", "... reloaded"), empty if none."""
     return page.locator(".rc-status-text")
 
 

@@ -24,6 +24,8 @@ from tests.e2e.conftest import (
     RATER,
     RATER_PASSWORD,
     cell,
+    grid_of,
+    grid_state,
     grid_status,
     log_in,
     step_up,
@@ -117,7 +119,7 @@ def test_a_click_after_the_session_was_revoked_is_kept_and_stored_after_login(se
     log_in(page, RATER, RATER_PASSWORD)
     page.get_by_text("Candidate report").wait_for()
     assert _pair_of(page) == pair
-    expect(grid_status(page)).to_have_text(SAVED)
+    expect(grid_state(page)).to_have_text(SAVED)
     assert _wait_stored(data, RATER, RATER_PASSWORD, pair, (2, True), before + 1) == before + 1
     expect(cell(page, OMISSION)).to_have_value(str(before + 1))
     assert page.evaluate("""() => Object.keys(localStorage)
@@ -131,17 +133,17 @@ def test_the_older_tab_is_refused_and_shows_the_stored_values(server, browser):
     pair = _view(data, RATER, RATER_PASSWORD, _pair_of(newer)).next_opaque_id
     assert pair is not None
     newer.goto(f"{url}/?pair={pair}")
-    expect(cell(newer, SEVERITY)).to_be_visible()
+    expect(grid_of(newer, pair)).to_be_visible()
     older = context.new_page()
     older.set_default_timeout(60_000)
     older.goto(f"{url}/?pair={pair}")
-    expect(cell(older, SEVERITY)).to_be_visible()
+    expect(grid_of(older, pair)).to_be_visible()
     start = _view(data, RATER, RATER_PASSWORD, pair).counts[(4, False)]
     expect(cell(older, SEVERITY)).to_have_value(str(start))
 
     # The newer tab changes the cell twice...
     step_up(newer, SEVERITY)
-    expect(grid_status(newer)).to_have_text(SAVED)
+    expect(grid_state(newer)).to_have_text(SAVED)
     step_up(newer, SEVERITY)
     expect(cell(newer, SEVERITY)).to_have_value(str(start + 2))
     assert _wait_stored(data, RATER, RATER_PASSWORD, pair, (4, False), start + 2) == start + 2
@@ -152,7 +154,8 @@ def test_the_older_tab_is_refused_and_shows_the_stored_values(server, browser):
     assert _view(data, RATER, RATER_PASSWORD, pair).counts[(4, False)] == start + 2
     # The refused tab goes on from the stored version: its next click is saved.
     step_up(older, SEVERITY)
-    expect(grid_status(older)).to_have_text(SAVED)
+    expect(grid_state(older)).to_have_text(SAVED)
+    expect(grid_status(older)).to_have_text("")
     assert _wait_stored(data, RATER, RATER_PASSWORD, pair, (4, False), start + 3) == start + 3
     context.close()
 
@@ -178,7 +181,7 @@ def test_keyboard_first_and_the_save_round_trip(server, browser):
     page.keyboard.press("2")
     expect(cell(page, "Incorrect location/position of finding (clinically significant)")
            ).to_have_value("2")
-    expect(grid_status(page)).to_have_text(SAVED)
+    expect(grid_state(page)).to_have_text(SAVED)
     deadline = time.monotonic() + 30
     while True:
         counts = _view(data, RATER, RATER_PASSWORD, pair).counts
@@ -197,7 +200,7 @@ def test_keyboard_first_and_the_save_round_trip(server, browser):
         t0 = time.monotonic()
         step_up(page, SEVERITY)
         expect(grid).to_have_attribute("data-version", str(version + 1))
-        expect(grid_status(page)).to_have_text(SAVED)
+        expect(grid_state(page)).to_have_text(SAVED)
         shown_ms.append((time.monotonic() - t0) * 1000)
         fetch_ms.append(float(grid.get_attribute("data-last-save-ms")))
     print(f"\nsave round trip (fetch -> answer): median {statistics.median(fetch_ms):.0f} ms, "
@@ -217,6 +220,7 @@ def test_ctrl_enter_marks_done_and_confirms_an_all_zero_pair(server, browser):
     context, page = _open(browser, url, RATER2, RATER2_PASSWORD)
     pair = _pair_of(page)
     assert not any(_view(data, RATER2, RATER2_PASSWORD, pair).counts.values())
+    expect(grid_of(page, pair)).to_be_visible()
     cell(page, OMISSION).focus()
     page.keyboard.press("Control+Enter")
     page.get_by_text("All twelve counts are zero").wait_for()
@@ -237,6 +241,7 @@ def test_ctrl_enter_marks_done_and_confirms_an_all_zero_pair(server, browser):
 
     # A count then Ctrl+Enter at once: Mark done waits for the save, then marks the pair.
     nxt = _pair_of(page)
+    expect(grid_of(page, nxt)).to_be_visible()
     step_up(page, OMISSION)
     page.keyboard.press("Control+Enter")
     page.wait_for_function(
@@ -261,9 +266,13 @@ def test_the_last_pair_done_shows_the_end_screen(server, browser):
         db.dispose()
     context, page = _open(browser, url, RATER2, RATER2_PASSWORD)
     assert _pair_of(page) == last
+    expect(grid_of(page, last)).to_be_visible()
     step_up(page, SEVERITY)
+    expect(grid_state(page)).to_have_text(SAVED)
     page.get_by_role("button", name="Mark done").click()
     page.get_by_text("Study complete").wait_for()
+    page.get_by_text("Thank you", exact=False).wait_for()
+    page.get_by_role("button", name="Review my ratings").wait_for()
     body = page.inner_text("body")
     assert "Thank you" in body and f"all {len(queue)} pairs" in body
     assert page.get_by_test_id("stToast").count() == 0

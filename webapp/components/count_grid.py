@@ -52,6 +52,7 @@ def grid_data(
     *,
     version: int,
     read_only: bool = False,
+    note: str = "",
     base_url_path: str = "",
 ) -> dict[str, Any]:
     """What the grid's JavaScript gets: the pair, its stored counts and version, the labels.
@@ -64,6 +65,7 @@ def grid_data(
         "version": int(version),
         "counts": rating_api.counts_json(counts),
         "read_only": bool(read_only),
+        "note": note,
         "url": api.url(base_url_path, rating_api.ROUTE),
         "rows": [{"category": c, "label": label} for c, label in CATEGORIES.items()],
         "columns": [{"significant": sig, "label": label} for sig, label in SIGNIFICANCE],
@@ -77,6 +79,7 @@ def count_grid(
     *,
     version: int,
     read_only: bool = False,
+    note: str = "",
 ) -> None:
     """Draw the grid for one pair; it saves its changes itself (see the module docstring).
 
@@ -86,12 +89,13 @@ def count_grid(
         counts: Stored counts by (category, significant); missing cells are 0.
         version: The stored version of the rater's counts of this pair.
         read_only: Show the counts without letting them change (a closed study).
+        note: The status line's text until the first save (how saving works, done-state).
     """
     base = str(st.get_option("server.baseUrlPath") or "")
     _component(
         key=grid_key(opaque_id),
         data=grid_data(actor, opaque_id, counts, version=version, read_only=read_only,
-                       base_url_path=base),
+                       note=note, base_url_path=base),
         width="stretch",
         height="content",
     )

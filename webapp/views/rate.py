@@ -205,16 +205,16 @@ if confirming:
 
 
 def _grid() -> None:
-    count_grid(actor, view.opaque_id, view.counts, version=view.version,
-               read_only=view.read_only)
+    # A short note in the grid's corner (no row of its own: at 1280x800 the grid shares
+    # the column height with both reports).
     if view.read_only:
-        st.caption(":material/lock: This study is closed: your counts are shown as stored.")
+        note = "Study closed: read only"
     elif view.completed_at is not None:
-        st.caption(f":material/task_alt: Marked done at {_clock(view.completed_at)}. "
-                   "A change is still stored.")
+        note = f"Done at {_clock(view.completed_at)}"
     else:
-        st.caption("Each change is stored as soon as you make it. **Mark done** (top right, "
-                   "or Ctrl+Enter) when the pair is finished.")
+        note = "Each change is stored at once"
+    count_grid(actor, view.opaque_id, view.counts, version=view.version,
+               read_only=view.read_only, note=note)
 
 
 if view.images:

@@ -149,6 +149,7 @@ class Grid {
       return;
     }
     this.readOnly = Boolean(data.read_only);
+    this.note = data.note || "";
     // A rerun of the page brings what the server stores. It can be older than what this
     // grid has already saved (the rerun started before the save): only move forward, and
     // never over changes that are not stored yet.
@@ -167,6 +168,7 @@ class Grid {
     this.rows = data.rows;
     this.columns = data.columns;
     this.readOnly = Boolean(data.read_only);
+    this.note = data.note || "";
     this.version = data.version;
     this.stored = { ...data.counts };
     this.pending = {};
@@ -204,10 +206,13 @@ class Grid {
     root.setAttribute("aria-label", "Error counts");
     const table = document.createElement("div");
     table.className = "rc-table";
-    const corner = document.createElement("div");
-    corner.className = "rc-head rc-corner";
-    corner.textContent = "Error category";
-    table.appendChild(corner);
+    // The short state ("Saved 10:42:07") sits in the corner above the category labels: the
+    // grid needs no row of its own for it (at 1280x800 it shares the column height with
+    // both reports). A message (not saved, reloaded) opens a line under the grid, where its
+    // length moves no cell from under the pointer.
+    const state = document.createElement("div");
+    state.className = "rc-head rc-corner rc-state";
+    table.appendChild(state);
     for (const col of this.columns) {
       const head = document.createElement("div");
       head.className = "rc-head";
@@ -215,6 +220,7 @@ class Grid {
       table.appendChild(head);
     }
     this.inputs = [];
+    this.labels = [];
     this.cells = {};
     this.rows.forEach((row, r) => {
       const label = document.createElement("div");
@@ -224,6 +230,7 @@ class Grid {
       num.textContent = `${row.category}.`;
       label.append(num, document.createTextNode(` ${row.label}`));
       table.appendChild(label);
+      this.labels.push(label);
       this.inputs.push([]);
       this.columns.forEach((col, c) => {
         const key = `${row.category}${col.significant ? "s" : "i"}`;
@@ -266,11 +273,15 @@ class Grid {
         }
         minus.addEventListener("click", () => this.change(key, this.value(key) - 1));
         plus.addEventListener("click", () => this.change(key, this.value(key) + 1));
-        input.addEventListener("focus", () => input.select());
+        input.addEventListener("focus", () => {
+          input.select();
+          this.labels.forEach((l, i) => l.classList.toggle("rc-active", i === r));
+        });
         input.addEventListener("keydown", (e) => this.onCellKey(e, key, r, c));
         input.addEventListener("input", () => this.onCellInput(key, input));
         input.addEventListener("blur", () => {
           if (input.value.trim() === "") input.value = String(this.value(key));
+          this.labels[r].classList.remove("rc-active");
         });
       });
     });
@@ -287,6 +298,7 @@ class Grid {
     login.addEventListener("click", () => window.location.reload());
     status.append(text, login);
     root.append(table, status);
+    this.stateBox = state;
     this.parent.appendChild(root);
     this.root = root;
     this.statusBox = status;
@@ -313,10 +325,17 @@ class Grid {
       cell.box.classList.toggle("rc-nonzero", value > 0);
       cell.input.setAttribute("aria-invalid", notSaved ? "true" : "false");
     }
-    this.statusBox.dataset.kind = this.status.kind;
-    this.statusText.textContent = this.readOnly && this.status.kind === "idle"
-      ? "This study is closed: the counts are shown, not editable."
-      : this.status.text;
+    const kind = this.status.kind;
+    const message = ["stale", "busy", "login", "error"].includes(kind);
+    this.statusBox.dataset.kind = kind;
+    this.statusText.textContent = message ? this.status.text : "";
+    this.stateBox.dataset.kind = kind;
+    // Until the first save, the page's short note (how saving works, the done-state).
+    this.stateBox.textContent = {
+      idle: this.note, saving: "Saving…", saved: this.status.text,
+      stale: "Reloaded", busy: "Not saved", login: "Not saved", error: "Not saved",
+    }[kind];
+    this.root.dataset.pair = this.pair;
     this.root.dataset.version = String(this.version);
     this.root.dataset.state = this.status.kind;
     if (this.lastSaveMs !== null) this.root.dataset.lastSaveMs = this.lastSaveMs.toFixed(1);
