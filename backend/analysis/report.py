@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -232,6 +232,7 @@ def correlate_study(
     unit: str | None = None,
     correction: str = "holm",
     permutations: int = DEFAULT_PERMUTATIONS,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> dict[str, Any]:
     """Correlate every metric of a study with its radiologists; see the module docstring.
 
@@ -250,10 +251,19 @@ def correlate_study(
         correction: Multiple-comparison correction over the pairwise matrix (``"holm"`` or
             ``"bh"``).
         permutations: Permutations of the systems section's randomization tests.
+        progress: Called as ``progress(done, total, section)`` as each section of the report
+            is finished (the bootstrap of a large study takes a while).
 
     Raises:
         AnalysisInputError: unknown study, no scores, fewer than 2 rated pairs, bad option.
     """
+    sections = ("data", "metrics and categories", "raters", "sources", "agreement",
+                "ceiling", "pairwise", "systems", "refit")
+
+    def step(name: str) -> None:
+        if progress is not None:
+            progress(sections.index(name) + 1, len(sections), name)
+
     if cluster not in CLUSTERS:
         raise AnalysisInputError(f"cluster must be one of {CLUSTERS}, got '{cluster}'")
     unit = cluster if unit is None else unit
@@ -286,6 +296,7 @@ def correlate_study(
             f"study '{study_name}' has {rated.size} rated pair(s); correlations need at least 2"
             " (a pair counts once a rater completed it)"
         )
+    step("data")
     metric_keys = list(columns)
     x_all = np.stack([orient(columns[k].values, columns[k].higher_is_better)
                       for k in metric_keys])
@@ -328,6 +339,7 @@ def correlate_study(
             "metrics": _correlation_entries(metric_keys, res),
         }
 
+    step("metrics and categories")
     per_rater: dict[str, Any] = {}
     rater_errors = ratings.rater_errors(target)
     for r, name in enumerate(ratings.raters):
@@ -349,6 +361,7 @@ def correlate_study(
             "metrics": _correlation_entries(metric_keys, res),
         }
 
+    step("raters")
     per_source: dict[str, Any] = {}
     sources = np.asarray(ratings.sources, dtype=object)
     for src in sorted(set(ratings.sources)):
@@ -361,6 +374,7 @@ def correlate_study(
             "metrics": _correlation_entries(metric_keys, res),
         }
 
+    step("sources")
     agreement = {
         "target": target,
         "raters": list(ratings.raters),
@@ -385,6 +399,7 @@ def correlate_study(
         ],
     }
 
+    step("agreement")
     # Ceiling and pairwise: the main resamples when the unit draws the same way.
     unit_draws = draws
     if draws is not None and (unit == "case") != (cluster == "case"):
@@ -401,6 +416,7 @@ def correlate_study(
     for entry in metric_section.values():
         entry["pct_of_ceiling"] = pct_of_ceiling(entry["kendall_tau_b"], ceiling_tau)
 
+    step("ceiling")
     replicates: NDArray[np.float64] | None = None
     if unit_draws is not None:
         if unit == "rater_pair":
@@ -416,6 +432,7 @@ def correlate_study(
     pairwise = pairwise_section(metric_keys, main.kendall, replicates, x, -target_mean[rated],
                                 unit=unit, correction=correction, level=level)
 
+    step("pairwise")
     corpus_keys = [
         k for k in metric_keys
         if k in registry.KEY_TO_FAMILY and registry.corpus_dependent(registry.KEY_TO_FAMILY[k])
@@ -430,6 +447,7 @@ def correlate_study(
         )
     except ValueError as exc:
         raise AnalysisInputError(f"systems section of study '{study_name}': {exc}") from exc
+    step("systems")
 
     report = {
         "study": ratings.study,
@@ -455,4 +473,5 @@ def correlate_study(
         "pairwise": pairwise,
         "systems": systems,
     }
+    step("refit")
     return to_json_safe(report)

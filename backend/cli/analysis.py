@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.cli.common import UserError, database, user_errors
+from backend.cli.progress import progress_bar
 from backend.util import atomic_write
 
 
@@ -86,7 +87,8 @@ def run_correlate(args: argparse.Namespace) -> int:
         raise UserError(f"{output}: folder {output.parent} does not exist")
     if output.is_dir():
         raise UserError(f"{output}: is a folder, expected a file name")
-    with database(args.database_url) as db, user_errors(AnalysisInputError):
+    with (database(args.database_url) as db, user_errors(AnalysisInputError),
+          progress_bar("correlate", unit="section") as progress):
         result = correlate_study(
             db,
             study_name=args.study,
@@ -99,6 +101,7 @@ def run_correlate(args: argparse.Namespace) -> int:
             unit=args.unit,
             correction=args.correction,
             permutations=args.permutations,
+            progress=progress,
         )
     write_json_atomic(output, result)
     m = result["metrics"]

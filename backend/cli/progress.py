@@ -76,6 +76,10 @@ def progress_bar(desc: str, *, unit: str = "it", stream: TextIO | None = None,
 
     try:
         yield update
-    finally:
-        if state["printed"] != (state["done"], state["total"]) and state["done"]:
-            line(state["done"], state["total"], "done")
+    except BaseException:
+        # A failed or interrupted run must not end with a line that reads like success.
+        if state["done"]:
+            line(state["done"], state["total"], "stopped")
+        raise
+    if state["printed"] != (state["done"], state["total"]) and state["done"]:
+        line(state["done"], state["total"], "done")

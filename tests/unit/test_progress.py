@@ -177,3 +177,50 @@ def test_train_er2score_draws_plain_progress(db, tmp_path, monkeypatch, capsys):
     assert last["done"] == last["total"] and last["unit"] == "step"
     assert re.fullmatch(r"loss [\d.]+|done", last["msg"])
     assert "held-out Kendall tau" in captured.out
+
+
+def test_plain_progress_of_a_failed_block_ends_stopped_not_done():
+    """A run that raises must not print a closing line that reads like success."""
+    import io
+
+    import pytest
+
+    from backend.cli.progress import progress_bar
+
+    out = io.StringIO()
+    with pytest.raises(RuntimeError), progress_bar("score", stream=out, interval=60,
+                                                   tty=False) as progress:
+        progress(1, 5, "")
+        progress(2, 5, "")
+        raise RuntimeError("boom")
+    last = out.getvalue().strip().splitlines()[-1]
+    assert "(stopped)" in last and "2/5" in last
+    assert "(done)" not in out.getvalue()
+
+
+def test_correlate_reports_each_section(tmp_path, monkeypatch, capsys):
+    """correlate_study calls progress once per section, ending at total/total; the CLI
+    prints them as plain lines off a terminal."""
+    from backend.analysis.report import correlate_study
+    from db.session import Database
+    from tests.helpers_api import STUDY, build_rated_study
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    build_rated_study(url)
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("RADCONCORD_DATA_DIR", str(tmp_path / "data"))
+    assert main(["score", "--study", STUDY, "--metrics", "bleu4,rougeL"]) == 0
+    seen = []
+    db = Database(url)
+    try:
+        correlate_study(db, study_name=STUDY, bootstrap=20, permutations=20,
+                        progress=lambda d, t, m: seen.append((d, t, m)))
+    finally:
+        db.dispose()
+    assert [d for d, _, _ in seen] == list(range(1, len(seen) + 1))
+    assert seen[-1][0] == seen[-1][1] == 9
+    capsys.readouterr()
+    assert main(["correlate", "--study", STUDY, "--bootstrap", "20", "--permutations", "20",
+                 "--output", str(tmp_path / "r.json")]) == 0
+    err = capsys.readouterr().err
+    assert "correlate: 9/9 sections" in err
