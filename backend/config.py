@@ -9,9 +9,25 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 APP_VERSION = "0.1.0"
 
 
+def is_checkout() -> bool:
+    """Whether the code runs from a source checkout (else from an installed package)."""
+    return (REPO_ROOT / "pyproject.toml").is_file()
+
+
 def data_dir() -> Path:
-    """Folder for the SQLite file, imported images and exports (``RADCONCORD_DATA_DIR``)."""
-    return Path(os.environ.get("RADCONCORD_DATA_DIR", REPO_ROOT / "data")).resolve()
+    """Folder for the SQLite file, imported images and exports.
+
+    ``RADCONCORD_DATA_DIR`` when set; else ``data/`` in a checkout; else, for an installed
+    package (whose code sits in site-packages), the user's data folder
+    (``$XDG_DATA_HOME/radconcord``, default ``~/.local/share/radconcord``).
+    """
+    value = os.environ.get("RADCONCORD_DATA_DIR")
+    if value:
+        return Path(value).resolve()
+    if is_checkout():
+        return (REPO_ROOT / "data").resolve()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return (Path(base) / "radconcord").resolve()
 
 
 def database_url() -> str:

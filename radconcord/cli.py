@@ -48,16 +48,14 @@ def _app(argv: list[str]) -> int:
 def installed_data_dir() -> Path | None:
     """The data folder for an installed package, or None when running from a checkout.
 
-    ``backend.config`` defaults to ``data/`` beside the code, which for an installed package
-    is inside site-packages; the console script uses the user's data folder instead
-    (``$XDG_DATA_HOME/radconcord``, else ``~/.local/share/radconcord``).
+    ``backend.config.data_dir`` already chooses the user's data folder for an installed
+    package; the script also exports it so the app's server process inherits the same one.
     """
     from backend import config
 
-    if (config.REPO_ROOT / "pyproject.toml").is_file():
+    if config.is_checkout():
         return None
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "radconcord"
+    return config.data_dir()
 
 
 def main(argv: list[str] | None = None) -> int:
