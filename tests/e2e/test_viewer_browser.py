@@ -418,3 +418,24 @@ def _texts(data, opaque_id):
         return view.reference_text, view.candidate_text
     finally:
         db.dispose()
+
+
+def test_full_screen_gives_the_film_the_whole_screen_on_a_dark_surround(server, browser):
+    url, data = server
+    context, page = _rater_page(browser, url, 1280, 800)
+    try:
+        _open(page, url, _pair_with(data, ["dicom"]))
+        fitted = _panes(page)[0]["drawn"]
+        page.get_by_role("button", name="Full screen").click()
+        page.wait_for_function("() => document.fullscreenElement?.classList.contains('rcv-root')"
+                               " && document.querySelector('.rcv-pane').clientHeight > 700")
+        pane = _panes(page)[0]
+        assert pane["drawn"]["h"] > fitted["h"] and pane["box"]["y"] + pane["box"]["height"] <= 800
+        assert page.evaluate("() => getComputedStyle(document.fullscreenElement)"
+                             ".backgroundColor") == "rgb(13, 13, 13)"
+        page.get_by_role("button", name="Full screen").click()
+        page.wait_for_function("() => !document.fullscreenElement")
+        page.wait_for_function("h => Math.abs(JSON.parse(document.querySelector('.rcv-pane')"
+                               ".dataset.drawn).h - h) < 1", arg=fitted["h"])
+    finally:
+        context.close()
