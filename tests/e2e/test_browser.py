@@ -19,6 +19,7 @@ from tests.e2e.conftest import (
     RATER_PASSWORD,
     log_in,
     log_out,
+    wait_for_cookie,
 )
 from tests.e2e.conftest import (
     cell as _cell,
@@ -150,6 +151,7 @@ def test_the_dashboard_follows_a_rating_without_a_reload(server, browser):
         admin.goto(url)
         log_in(admin, "admin", "radconcord-admin")
         admin.get_by_text("Studies & progress").first.wait_for()
+        wait_for_cookie(admin)  # navigating before the cookie is set logs the admin out
         admin.goto(f"{url}/dashboard")
         ratings_metric = admin.get_by_test_id("stMetric").filter(has_text="Ratings")
         rated_metric = admin.get_by_test_id("stMetric").filter(has_text="Rated pairs")
