@@ -1,9 +1,12 @@
 """Time on task from the rater's own activity: spans sent by the browser, unioned per pair.
 
 The rating page's invisible tracker (``webapp/components/activity``) watches the rater's own
-input and focus events (keys, pointer presses and moves, wheel, scroll, input, focus, tab
-visibility) and cuts them into *spans*: intervals in which the rater was active on the pair
-on screen. The rules, applied in the browser:
+input and focus events (keys, pointer presses and moves (at most one per 200 ms), wheel,
+input, the window getting the focus, the tab becoming visible) and cuts them into *spans*:
+intervals in which the rater was active on the pair on screen. ``scroll`` and an element's
+``focusin`` are not used: a page re-render scrolls and focuses too, while the rater's own
+scrolling and focusing come with wheel, key or pointer events. Loading the page counts as an
+event. The rules, applied in the browser:
 
 * The rater is active from an event until the next one, as long as the gap is at most the
   idle cut ``T`` (:func:`idle_cut_seconds`, ``RADCONCORD_IDLE_CUT_S``, default

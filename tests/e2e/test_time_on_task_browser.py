@@ -9,15 +9,15 @@ appears (the last span is sent on ``pagehide``).
 
 Expected times follow the documented rules from what the rater saw and did, recorded in the
 browser's own clock by the test's recorder (when each "Pair N of M" header appeared, when the
-page's tracker had loaded, each pointer press, the last pointer event): a pair's time runs
-from its appearance to the next one's while the rater is active, an event keeps the rater
-active for the cut (2 s) after it, and leaving the page stops the clock. Pair 1's clock starts
-when the tracker has loaded (its script is fetched on the first rating page, a few hundred ms
-after the page appears). The total over the four pairs must match within ``TOTAL_TOLERANCE_S``
-(0.5 s) and each pair within ``TOLERANCE_S`` (0.8 s): the instant time moves to the next pair
-is when the page hands the tracker the new pair, which follows the new header by a few tens
-of ms on an idle machine (measured 0.00-0.07 s) but by up to ~0.7 s on a loaded one (2 cores,
-other test suites running). The old measure gave ~61 s for the pass through pair 3.
+page's tracker had loaded, every key, press, wheel, input and pointer move at most one per
+200 ms): a pair's time is the part of its time on screen that lies within the cut (2 s) of an
+event, and leaving the page stops the clock. Pair 1's clock starts when the tracker has
+loaded (its script is fetched on the first rating page; the load counts as an event). The
+total over the four pairs must match within ``TOTAL_TOLERANCE_S`` (0.5 s) and each pair within
+``TOLERANCE_S`` (0.8 s): time moves to the next pair when the page hands the tracker the new
+pair, which follows the new header by a few tens of ms on an idle machine (measured 0.00-0.07
+s) and by up to ~0.7 s on a loaded one (2 cores, other test suites running). The old measure
+gave ~61 s for the pass through pair 3.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ TOTAL_TOLERANCE_S = 0.5
 # test process observing late cannot skew it): when each "Pair N of M" header first appeared,
 # when the page's tracker had loaded, every pointer press and the last pointer event.
 RECORDER = """
-window.__rcTest = {shown: {}, tracker: null, downs: [], last: null};
+window.__rcTest = {shown: {}, tracker: null, events: [], lastMove: -Infinity};
 const note = () => {
   const now = performance.now();
   if (window.__radconcordActivity && window.__rcTest.tracker === null) {
@@ -54,13 +54,29 @@ document.addEventListener("DOMContentLoaded", () => new MutationObserver(note).o
 // Every frame too: the tracker loads without touching the page.
 const frame = () => { note(); requestAnimationFrame(frame); };
 requestAnimationFrame(frame);
-document.addEventListener("pointermove", () => { window.__rcTest.last = performance.now(); },
-                          true);
-document.addEventListener("pointerdown", () => {
-  window.__rcTest.last = performance.now();
-  window.__rcTest.downs.push(window.__rcTest.last);
+// The rater's events as the documented rules define them (moves at most one per 200 ms).
+const event = () => window.__rcTest.events.push(performance.now());
+for (const type of ["keydown", "pointerdown", "wheel", "input"]) {
+  document.addEventListener(type, event, true);
+}
+document.addEventListener("pointermove", () => {
+  const now = performance.now();
+  if (now - window.__rcTest.lastMove < 200) return;
+  window.__rcTest.lastMove = now;
+  event();
 }, true);
 """
+
+
+def _active_ms(events: list[float], start: float, end: float, cut: float) -> float:
+    """How long [start, end) is covered by [e, e + cut] for the events e (the rules)."""
+    total, covered = 0.0, start
+    for e in sorted(events):
+        a, b = max(e, covered), min(e + cut, end)
+        if b > a:
+            total += b - a
+            covered = b
+    return total
 
 
 def _pair(page) -> str:
@@ -128,7 +144,6 @@ def test_stored_time_on_task_matches_a_scripted_rater(browser, tmp_path):
         p2 = _pair(page)
 
         _work(page, 2.0)
-        last_on_p2 = _seen(page)["last"]
         time.sleep(4.0)  # idle, longer than the cut
         _next(page)
         _shown(page, 3)
@@ -143,15 +158,13 @@ def test_stored_time_on_task_matches_a_scripted_rater(browser, tmp_path):
         leave = page.evaluate("() => performance.now()")
         page.goto("about:blank")  # pagehide: the last span goes out with keepalive
 
-        shown = {int(k): v for k, v in seen["shown"].items()}
-        back, click2 = seen["downs"][-2:]  # the presses on Next after the idle and on pair 3
-        expected = {
-            p1: shown[2] - seen["tracker"],
-            p2: min(last_on_p2 + cut, back) - shown[2] + (shown[3] - back),
-            p3: shown[4] - shown[3],
-            p4: min(leave, click2 + cut) - shown[4],
-        }
-        expected = {pair: ms / 1000 for pair, ms in expected.items()}
+        # Each pair's time: from its appearance (pair 1: the tracker's start, itself an
+        # event) to the next pair's (pair 4: leaving), while within the cut of an event.
+        start = seen["tracker"]
+        events = [start] + [e for e in seen["events"] if e >= start]
+        bounds = [start] + [seen["shown"][str(n)] for n in (2, 3, 4)] + [leave]
+        spans = zip((p1, p2, p3, p4), bounds[:-1], bounds[1:], strict=True)
+        expected = {pair: _active_ms(events, a, b, cut) / 1000 for pair, a, b in spans}
         deadline = time.monotonic() + 15
         stored = _stored(data, list(expected))
         while time.monotonic() < deadline and not all(stored.get(p, 0) > 0 for p in expected):
@@ -165,5 +178,6 @@ def test_stored_time_on_task_matches_a_scripted_rater(browser, tmp_path):
         sum(expected.values()), abs=TOTAL_TOLERANCE_S), report
     for pair, want in expected.items():
         assert stored.get(pair, 0.0) == pytest.approx(want, abs=TOLERANCE_S), report
-    # The pass through pair 3 is about a second, not the ~61 s of the old measure.
-    assert stored[p3] < 2.0, report
+    # The pass through pair 3 is about a second (more when the page is slow to show the next
+    # pair), not the ~61 s of the old measure.
+    assert stored[p3] < 5.0, report

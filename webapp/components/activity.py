@@ -1,8 +1,9 @@
 """Invisible time-on-task tracker of the rating page (a Streamlit v2 component, no iframe).
 
 ``activity_tracker(pair_key)`` mounts ``activity/activity.js`` once per page load; it watches
-the rater's own events on ``document`` (keys, pointer presses and moves, wheel, scroll, input,
-focus, tab visibility) and sends the active spans of the pair on screen to
+the rater's own events on ``document`` in the capture phase (keys, pointer presses and moves,
+wheel, input; window focus and blur; tab visibility) and sends the active spans of the pair
+on screen to
 ``POST _rc/api/activity`` (``webapp/api/activity.py``), which stores them through
 ``backend.services.activity``. The rules (idle cut ``RADCONCORD_IDLE_CUT_S``, default 30 s;
 nothing while the tab is hidden or the window blurred; time to the pair on screen) are

@@ -3,7 +3,8 @@
 // createTracker() is the pure part (no DOM, times in ms): it turns events, pair changes and
 // inactivity into spans {pair, start, end, events}. The default export wires it to the page:
 // one tracker per page load (window.__radconcordActivity), listening on `document` in the
-// capture phase so events inside shadow roots and canvases count too, and sending the spans
+// capture phase so events inside shadow roots and canvases count too (keys, pointer presses
+// and moves, wheel, input; window focus; tab visibility), and sending the spans
 // to POST _rc/api/activity every flush interval, on a change of pair and when the page is
 // hidden or left (fetch with keepalive and the X-RadConcord header; never sendBeacon, which
 // cannot carry the header). A 401 (session ended) keeps the spans for a later send.
@@ -160,8 +161,11 @@ function install(data) {
     state.tracker.inactive(clock());
     flush(true);
   };
+  // Only events the rater makes: a "scroll" or an element's "focusin" also follows a page
+  // re-render or a script (Streamlit scrolls and focuses on its own); the rater's scrolling
+  // and focusing come with wheel, key or pointer events, which are listened to.
   const capture = { capture: true, passive: true };
-  for (const type of ["keydown", "pointerdown", "wheel", "scroll", "input", "focusin"]) {
+  for (const type of ["keydown", "pointerdown", "wheel", "input"]) {
     document.addEventListener(type, onEvent, capture);
   }
   document.addEventListener("pointermove", onMove, capture);
