@@ -206,3 +206,16 @@ def test_my_studies_lists_progress_and_resumes(study_env, make_app, all_text):
     assert not at.exception
     assert at.query_params["pair"] == _queue(study_env)[0].opaque_id
     assert "Candidate report" in all_text(at)
+
+
+def test_difference_marks_follow_the_studys_choice(study_env, make_app, all_text):
+    from webapp.components.reports import HIGHLIGHT_NOTE
+
+    first = _queue(study_env)[0].opaque_id
+    at = make_app(study_env.rater, params={"pair": first})
+    assert HIGHLIGHT_NOTE not in all_text(at)  # off by default
+    with study_env.db.begin() as s:
+        s.execute(update(Study).values(settings={"highlight_differences": True}))
+    at = make_app(study_env.rater, params={"pair": first})
+    assert not at.exception
+    assert HIGHLIGHT_NOTE in all_text(at)

@@ -121,7 +121,9 @@ def _end_screen(actor: Actor, view: rating.RaterPairView) -> None:
 
 
 def _report_pair(view: rating.RaterPairView, *, tall: bool = False) -> None:
-    reports.report_pair(view.reference_text, view.candidate_text, tall=tall)
+    # Difference marks only where the study lead chose them (off by default: they may bias).
+    reports.report_pair(view.reference_text, view.candidate_text, tall=tall,
+                        highlight=view.highlight_differences)
 
 
 actor = state.require_actor()
