@@ -28,6 +28,11 @@ RATER, RATER_PASSWORD = "rater1", "radconcord-rater1"
 START_TIMEOUT_S = 90
 
 
+def free_port() -> int:
+    """A local TCP port nobody listens on now."""
+    return _free_port()
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -39,10 +44,11 @@ APP_SCRIPT = "webapp/server.py"
 
 
 @contextmanager
-def start_server(data: Path, extra_env: dict[str, str] | None = None
-                 ) -> Iterator[tuple[str, Path]]:
-    """Run the app on a free port with its data in ``data``; yields (base URL, data folder)."""
-    port = _free_port()
+def start_server(data: Path, extra_env: dict[str, str] | None = None, *,
+                 port: int | None = None) -> Iterator[tuple[str, Path]]:
+    """Run the app on a free port (or ``port``: a restart where the open pages expect it)
+    with its data in ``data``; yields (base URL, data folder)."""
+    port = port or _free_port()
     env = {
         **os.environ,
         "RADCONCORD_DATA_DIR": str(data),

@@ -1,7 +1,8 @@
 """In a real browser: the count grid never loses a click (issue 16).
 
 (a) a click after the rater's session was revoked shows "Not saved" at once, is kept in the
-    browser, and is stored after the rater logs in again;
+    browser, and is stored after the rater logs in again; a click while the server restarts
+    likewise, stored by the grid's retry once the server is back;
 (b) two tabs on the same pair: the older tab's "+" is refused with "changed in another
     window, reloaded" and the grid shows the stored values;
 (c) Ctrl+Enter marks a pair done and answers the all-zero question;
@@ -24,10 +25,12 @@ from tests.e2e.conftest import (
     RATER,
     RATER_PASSWORD,
     cell,
+    free_port,
     grid_of,
     grid_state,
     grid_status,
     log_in,
+    start_server,
     step_up,
     wait_for_cookie,
 )
@@ -279,4 +282,32 @@ def test_the_last_pair_done_shows_the_end_screen(server, browser):
     assert _view(data, RATER2, RATER2_PASSWORD, last).completed_at is not None
     assert _view(data, RATER2, RATER2_PASSWORD, last).counts[(4, False)] == 1
     page.screenshot(path=str(data / "end-screen.png"))
+    context.close()
+
+
+def test_a_click_while_the_server_restarts_is_kept_and_stored_when_it_is_back(browser,
+                                                                             tmp_path):
+    """The server goes down under an open page (a restart): the click shows "Not saved" at
+    once, stays on screen and in the browser, and is stored by the grid's own retry once
+    the server is back (the session cookie is still good: sessions live in the database)."""
+    data = tmp_path / "restart"
+    data.mkdir()
+    port = free_port()
+    with start_server(data, port=port) as (url, _):
+        context, page = _open(browser, url, RATER, RATER_PASSWORD)
+        pair = _pair_of(page)
+        before = _view(data, RATER, RATER_PASSWORD, pair).counts[(2, True)]
+        expect(grid_of(page, pair)).to_be_visible()
+    t0 = time.monotonic()
+    step_up(page, OMISSION)
+    expect(page.locator(".rc-unsaved .rc-flag")).to_have_text("Not saved")
+    shown_after = time.monotonic() - t0
+    expect(grid_status(page)).to_contain_text("the server cannot be reached")
+    assert shown_after < 3.0, f"'Not saved' took {shown_after:.2f} s"
+    expect(cell(page, OMISSION)).to_have_value(str(before + 1))
+    with start_server(data, port=port):
+        expect(grid_state(page)).to_have_text(SAVED, timeout=90_000)
+        assert _wait_stored(data, RATER, RATER_PASSWORD, pair, (2, True), before + 1) == (
+            before + 1)
+        expect(grid_status(page)).to_have_text("")
     context.close()
