@@ -226,10 +226,21 @@ class CausalLM:
 
     def format_prompt(self, user_text: str) -> str:
         """Wrap a user message in the chat template when the model has one."""
+        return self.format_messages([{"role": "user", "content": user_text}])
+
+    def format_messages(self, messages: Sequence[dict[str, str]]) -> str:
+        """The prompt string for chat ``messages`` (``role``/``content`` dicts).
+
+        With a chat template it is applied with the generation prompt, exactly as an
+        OpenAI-compatible server around this model does (:mod:`backend.metrics.llm_server`),
+        so both paths generate from the same tokens. Without one the contents are joined by
+        blank lines (a single user message is passed through unchanged).
+        """
+        msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
         if not self.has_chat_template:
-            return user_text
+            return "\n\n".join(m["content"] for m in msgs)
         return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
+            msgs, tokenize=False, add_generation_prompt=True
         )
 
     def generate(
