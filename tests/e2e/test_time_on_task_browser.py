@@ -5,14 +5,16 @@ The server runs with an idle cut of 2 s (``RADCONCORD_IDLE_CUT_S``) and sends ev
 (``RADCONCORD_ACTIVITY_FLUSH_S``). The rater works on pair 1 for ~4 s (pointer moves every
 250 ms) and clicks Next; works on pair 2 for ~2 s and idles for 4 s (longer than the cut);
 clicks Next, passes through pair 3 in half a second, and leaves the page 1 s after pair 4
-appears (the last span is sent on ``pagehide``).
+appears; after 1 s of work there the window loses the focus, and 1.5 s later the rater
+leaves the page (the last span is sent on ``pagehide``).
 
 Expected times follow the documented rules from what the rater saw and did, recorded in the
 browser's own clock by the test's recorder (when each "Pair N of M" header appeared, when the
 page's tracker had loaded, every key, press, wheel, input and pointer move at most one per
 200 ms): a pair's time is the part of its time on screen that lies within the cut (2 s) of an
-event, and leaving the page stops the clock. Pair 1's clock starts when the tracker has
-loaded (its script is fetched on the first rating page; the load counts as an event). The
+event, and the window losing the focus or leaving the page stops the clock. Pair 1's clock
+starts when the tracker has loaded (its script is fetched on the first rating page; the load
+counts as an event). The
 total over the four pairs must match within ``TOTAL_TOLERANCE_S`` (0.5 s) and each pair within
 ``TOLERANCE_S`` (0.8 s): time moves to the next pair when the page hands the tracker the new
 pair, which follows the new header by a few tens of ms on an idle machine (measured 0.00-0.07
@@ -40,7 +42,7 @@ TOTAL_TOLERANCE_S = 0.5
 # test process observing late cannot skew it): when each "Pair N of M" header first appeared,
 # when the page's tracker had loaded, every pointer press and the last pointer event.
 RECORDER = """
-window.__rcTest = {shown: {}, tracker: null, events: [], lastMove: -Infinity};
+window.__rcTest = {shown: {}, tracker: null, events: [], stops: [], lastMove: -Infinity};
 const note = () => {
   const now = performance.now();
   if (window.__radconcordActivity && window.__rcTest.tracker === null) {
@@ -59,6 +61,10 @@ const event = () => window.__rcTest.events.push(performance.now());
 for (const type of ["keydown", "pointerdown", "wheel", "input"]) {
   document.addEventListener(type, event, true);
 }
+// The window losing the focus stops the clock at once.
+window.addEventListener("blur", (e) => {
+  if (e.target === window) window.__rcTest.stops.push(performance.now());
+});
 document.addEventListener("pointermove", () => {
   const now = performance.now();
   if (now - window.__rcTest.lastMove < 200) return;
@@ -68,11 +74,14 @@ document.addEventListener("pointermove", () => {
 """
 
 
-def _active_ms(events: list[float], start: float, end: float, cut: float) -> float:
-    """How long [start, end) is covered by [e, e + cut] for the events e (the rules)."""
+def _active_ms(events: list[float], stops: list[float], start: float, end: float,
+               cut: float) -> float:
+    """How long [start, end) is covered by [e, e + cut] for the events e, each cut short by
+    the first stop (window blur) after it (the rules)."""
     total, covered = 0.0, start
     for e in sorted(events):
-        a, b = max(e, covered), min(e + cut, end)
+        stop = min((x for x in stops if x >= e), default=float("inf"))
+        a, b = max(e, covered), min(e + cut, stop, end)
         if b > a:
             total += b - a
             covered = b
@@ -153,7 +162,10 @@ def test_stored_time_on_task_matches_a_scripted_rater(browser, tmp_path):
         _next(page)
         _shown(page, 4)
         p4 = _pair(page)
-        time.sleep(1.0)
+        _work(page, 1.0)
+        # The window loses the focus: nothing counts from here, not even the cut's 2 s.
+        page.evaluate("() => window.dispatchEvent(new FocusEvent('blur'))")
+        time.sleep(1.5)
         seen = _seen(page)
         leave = page.evaluate("() => performance.now()")
         page.goto("about:blank")  # pagehide: the last span goes out with keepalive
@@ -164,7 +176,8 @@ def test_stored_time_on_task_matches_a_scripted_rater(browser, tmp_path):
         events = [start] + [e for e in seen["events"] if e >= start]
         bounds = [start] + [seen["shown"][str(n)] for n in (2, 3, 4)] + [leave]
         spans = zip((p1, p2, p3, p4), bounds[:-1], bounds[1:], strict=True)
-        expected = {pair: _active_ms(events, a, b, cut) / 1000 for pair, a, b in spans}
+        expected = {pair: _active_ms(events, seen["stops"], a, b, cut) / 1000
+                    for pair, a, b in spans}
         deadline = time.monotonic() + 15
         stored = _stored(data, list(expected))
         while time.monotonic() < deadline and not all(stored.get(p, 0) > 0 for p in expected):
