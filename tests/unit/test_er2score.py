@@ -85,3 +85,86 @@ def test_smollm2_short_training(tmp_path, monkeypatch) -> None:
     assert m.availability() is None
     r = m.score(references=["mild cardiomegaly."], candidates=["mild cardiomegaly."])
     assert all(math.isfinite(v[0]) for v in r.values.values())
+
+
+def _varied_items() -> list[RatedCandidate]:
+    """Four references with four candidates of different lengths and error counts."""
+    words = ["there is pleural effusion.", "mild cardiomegaly.", "spurious nodule seen.",
+             "no pneumothorax.", "right lobe consolidation.", "lungs are clear."]
+    out = []
+    for g in range(4):
+        ref = " ".join(words[g : g + 2])
+        for k in range(4):
+            cand = " ".join(words[(g + k) % 6 : (g + k) % 6 + 1 + k % 3])
+            out.append(RatedCandidate(f"{g}-{k}", f"g{g}", ref, cand,
+                                      (float(k), float(g % 2), 0, float(k % 2), 0, 0)))
+    return out
+
+
+def _train(base, out, **config):
+    cfg = TrainConfig(**{"epochs": 1, "lr": 1e-2, "seed": 3, "batch_size": 8, "max_steps": 3,
+                         **config})
+    res = train_reward_model(base=llm.LMRef(str(base)), train_items=_varied_items(),
+                             output=out, config=cfg)
+    from safetensors.torch import load_file
+
+    return res, load_file(str(out / er2score.HEAD_FILE))
+
+
+def test_micro_batches_and_checkpointing_train_the_same_model(tmp_path) -> None:
+    """Accumulated micro-batches and recomputed activations give the full-batch step."""
+    base = build_tiny_llama(tmp_path)
+    full, head_full = _train(base, tmp_path / "full", micro_batch=8,
+                             gradient_checkpointing=False)
+    small, head_small = _train(base, tmp_path / "small", micro_batch=1,
+                               gradient_checkpointing=True)
+    odd, head_odd = _train(base, tmp_path / "odd", micro_batch=3, gradient_checkpointing=False)
+    assert full.steps == small.steps == odd.steps == 3
+    # The loss moved (lr is large), so equal losses mean equal updates, not a frozen model.
+    assert full.losses[0] != pytest.approx(full.losses[-1], abs=1e-3)
+    assert small.losses == pytest.approx(full.losses, abs=1e-5)
+    assert odd.losses == pytest.approx(full.losses, abs=1e-5)
+    # The head's weight only: its bias cancels in every reward difference, so its gradient is
+    # float noise that AdamW scales up to full-size steps, whatever the batching.
+    want = head_full["weight"].flatten().tolist()
+    assert head_small["weight"].flatten().tolist() == pytest.approx(want, abs=1e-5)
+    assert head_odd["weight"].flatten().tolist() == pytest.approx(want, abs=1e-5)
+    meta = json.loads((tmp_path / "small" / er2score.META_FILE).read_text())
+    assert meta["hyperparameters"]["micro_batch"] == 1
+    assert meta["hyperparameters"]["gradient_checkpointing"] is True
+
+
+def test_training_keeps_far_fewer_activations_for_backward(tmp_path, monkeypatch) -> None:
+    """Bytes autograd saves during one forward pass: the memory a step holds at its peak."""
+    import torch
+
+    base = build_tiny_llama(tmp_path)
+    original = er2score.RewardModel.forward
+    peaks: list[int] = []
+
+    def counting_forward(self, texts):
+        saved = [0]
+
+        def pack(t):
+            saved[0] += t.element_size() * t.nelement()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = original(self, texts)
+        if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+            peaks.append(saved[0])
+        return out
+
+    monkeypatch.setattr(er2score.RewardModel, "forward", counting_forward)
+    _train(base, tmp_path / "old-way", micro_batch=8, gradient_checkpointing=False)
+    old_way = max(peaks)
+    peaks.clear()
+    _train(base, tmp_path / "default")  # the defaults: micro-batches + recompute
+    assert TrainConfig().micro_batch == 2 and TrainConfig().gradient_checkpointing
+    assert max(peaks) < old_way / 4
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_bad_micro_batch_is_refused(bad) -> None:
+    with pytest.raises(ValueError, match="micro_batch"):
+        TrainConfig(micro_batch=bad)
