@@ -48,6 +48,7 @@ def test_dashboard_pair_download_prefixes_formula_cells(study_env, make_app, ser
                                        newline="")))
     assert rows == [
         ["Pair", "Case", "Source", "Mean errors", "Raters"],
-        ["0", "'" + EVIL_CASE, "'" + EVIL_SOURCE, "", "0"],
-        ["1", "'" + EVIL_CASE, "plain", "", "0"],
+        # Pairs numbered 1..N, as every page shows them.
+        ["1", "'" + EVIL_CASE, "'" + EVIL_SOURCE, "", "0"],
+        ["2", "'" + EVIL_CASE, "plain", "", "0"],
     ]
