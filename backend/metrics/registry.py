@@ -106,6 +106,7 @@ _ENTRIES: tuple[Entry, ...] = (
     _e("radcliq", "backend.metrics.radcliq:RadCliQ", ("radcliq_v0", "radcliq_v1", "radcliq_v1_inv"),
        "composite", lower=("radcliq_v0", "radcliq_v1"), corpus=_radcliq_inputs),
     _e("temporal_f1", "backend.metrics.temporal:TemporalF1", ("temporal_f1",), "clinical"),
+    _e("ratescore", "backend.metrics.ratescore:RaTEScore", ("ratescore",), "clinical"),
     _e("srrbert", "backend.metrics.srrbert:SrrBert",
        ("srrbert_weighted_f1", "srrbert_weighted_precision", "srrbert_weighted_recall"),
        "clinical"),
