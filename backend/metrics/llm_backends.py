@@ -37,10 +37,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from backend.metrics import hf, llm
-from backend.metrics.base import Resources
+from backend.metrics.base import BaseMetric, Resources
 
 logger = logging.getLogger(__name__)
 
@@ -484,3 +484,82 @@ def transformers_backend(
     torch_dtype = hf.pick_dtype(device, dtype)
     lm = llm.shared_lm(resources, folder, device=device, dtype=torch_dtype)
     return TransformersBackend(lm, batch_size=batch_size, model_identity=llm.identity(ref))
+
+
+class LLMMetric(BaseMetric):
+    """Base of the LLM families: one model behind either backend.
+
+    Subclasses add :data:`BACKEND_DEFAULTS` plus ``model``, ``revision``, ``dtype`` and
+    ``batch_size`` to their ``defaults`` and call :meth:`chat`; :meth:`backend_signature` says
+    which model answered. ``availability`` is cheap: a local lookup for transformers, one
+    ``/v1/models`` request (5 s) for an endpoint.
+    """
+
+    #: Label used in messages ("GREEN model not available: ...").
+    model_label: ClassVar[str] = "LLM"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.backend_name = check_backend_option(self.spec.name, self.options)
+        self._backend: ChatBackend | None = None
+        self._endpoint: OpenAIChatBackend | None = None
+        if self.backend_name == "openai":
+            # Settings are checked now (bad URL, missing URL), the endpoint is asked later.
+            self._endpoint = openai_backend(self.spec.name, self.options,
+                                            prefer=str(self.options.get("model") or "") or None)
+
+    def lm_ref(self) -> llm.LMRef:
+        """The in-process model's reference (``model`` + ``revision`` options)."""
+        return llm.LMRef(str(self.options["model"]), self.options.get("revision"))
+
+    def availability(self) -> str | None:
+        if self._endpoint is not None:
+            try:
+                saved = (self._endpoint.timeout, self._endpoint.max_retries)
+                self._endpoint.timeout, self._endpoint.max_retries = min(saved[0], 5.0), 0
+                try:
+                    self._endpoint.model_info()
+                finally:
+                    self._endpoint.timeout, self._endpoint.max_retries = saved
+            except LLMEndpointError as exc:
+                return f"{self.spec.name}: LLM endpoint not usable: {exc}"
+            return None
+        reason = llm.availability(self.lm_ref())
+        if reason is None:
+            return None
+        return f"{self.model_label} model not available: {reason}"
+
+    def _load(self) -> None:
+        if self._endpoint is not None:
+            self._backend = self._endpoint
+            return
+        self._backend = transformers_backend(
+            self.resources, self.lm_ref(), device=self.device,
+            dtype=str(self.options.get("dtype", "auto")),
+            batch_size=int(self.options.get("batch_size", 8)),
+        )
+
+    @property
+    def backend(self) -> ChatBackend:
+        """The loaded backend (loads on first use)."""
+        if not self._loaded:
+            self.load(self.device)
+        assert self._backend is not None
+        return self._backend
+
+    def chat(self, prompts: Sequence[Prompt], *, max_new_tokens: int) -> list[str]:
+        """Greedy completions of chat prompts from the configured backend."""
+        return self.backend.generate(prompts, max_new_tokens=max_new_tokens)
+
+    def backend_signature(self) -> str:
+        """``model:<identity>|rev:<revision>|dtype:<dtype>`` in-process, else
+        ``endpoint:<served id>[@fingerprint]``.
+
+        Raises:
+            LLMEndpointError: when the endpoint cannot say which model it serves.
+        """
+        if self._endpoint is not None:
+            return f"endpoint:{self._endpoint.identity()}"
+        o = self.options
+        return (f"model:{llm.identity(self.lm_ref())}|rev:{o.get('revision')}"
+                f"|dtype:{o.get('dtype', 'auto')}")

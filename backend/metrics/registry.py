@@ -84,6 +84,14 @@ def _radcliq_inputs(options: Mapping[str, Any]) -> bool:
                                         if "bertscore.idf" in options else {})})
 
 
+#: llm_rexval's keys: the two totals, then each ReXVal category significant/insignificant.
+LLM_REXVAL_KEYS: tuple[str, ...] = (
+    "llm_rexval_total",
+    "llm_rexval_sig",
+    *(f"llm_rexval_c{i}_{lvl}" for i in range(1, 7) for lvl in ("sig", "insig")),
+)
+
+
 _ENTRIES: tuple[Entry, ...] = (
     _e("bleu", "backend.metrics.lexical:Bleu", ("bleu1", "bleu2", "bleu3", "bleu4"), "lexical"),
     _e("bleu2_radcliq", "backend.metrics.lexical:Bleu2RadCliQ", ("bleu2_radcliq",), "lexical"),
@@ -140,6 +148,8 @@ _ENTRIES: tuple[Entry, ...] = (
         ("er2score", *(f"er2_cat{i}" for i in range(1, 7))),
         "learned",
     ),
+    _e("llm_rexval", "backend.metrics.llm_rexval:LlmRexval", LLM_REXVAL_KEYS, "learned",
+       lower=LLM_REXVAL_KEYS),
 )
 
 ENTRIES: dict[str, Entry] = {e.family: e for e in _ENTRIES}
