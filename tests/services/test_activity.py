@@ -197,3 +197,33 @@ def test_idle_cut_and_flush_settings(monkeypatch):
         assert activity.idle_cut_seconds() == 30.0
     monkeypatch.setenv(activity.FLUSH_ENV, "1")
     assert activity.flush_seconds() == 1.0
+
+
+def test_two_tabs_sending_at_once_lose_nothing(any_db, make_study, fast_password_hashing):
+    """Both tabs' batches land in the union, whatever the interleaving (the assignment row is
+    locked while a batch is stored and the union recomputed)."""
+    import threading
+
+    r1 = _setup(any_db, make_study)["r1"]
+    p1 = _mine(any_db, r1)[0]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def tab(name: str, offset: float) -> None:
+        try:
+            for i in range(8):
+                barrier.wait(timeout=30)
+                start = offset + 20 * i
+                activity.record_spans(any_db, r1, client_id=f"{name}-000000",
+                                      spans=[span(p1, start, start + 4)], now=NOW)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=tab, args=(n, o)) for n, o in (("tab-a", 0), ("tab-b", 10))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    # 16 disjoint spans of 4 s: every one counted.
+    assert _seconds(any_db, r1)[p1] == pytest.approx(64.0)
