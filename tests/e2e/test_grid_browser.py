@@ -13,7 +13,9 @@ plus the keyboard (arrows, +/-, digits) and the save round trip, printed for the
 from __future__ import annotations
 
 import re
+import sqlite3
 import statistics
+import threading
 import time
 
 import pytest
@@ -270,17 +272,28 @@ def test_the_last_pair_done_shows_the_end_screen(server, browser):
     context, page = _open(browser, url, RATER2, RATER2_PASSWORD)
     assert _pair_of(page) == last
     expect(grid_of(page, last)).to_be_visible()
-    # Mark done clicked while the count's save is in flight: the click waits for it.
-    step_up(page, SEVERITY)
-    page.get_by_role("button", name="Mark done").click()
+    # Mark done clicked while the count's save is in flight (held up by another writer's
+    # lock for 1.5 s): the click waits for the save, then marks the pair done.
+    raw = sqlite3.connect(data / "e2e.db", isolation_level=None, check_same_thread=False)
+    raw.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(1.5, lambda: (raw.rollback(), raw.close()))
+    release.start()
+    try:
+        step_up(page, SEVERITY)
+        expect(grid_state(page)).to_have_text("Saving…")
+        page.get_by_role("button", name="Mark done").click()
+    finally:
+        release.join(10)
     page.get_by_text("Study complete").wait_for()
     page.get_by_text("Thank you", exact=False).wait_for()
     page.get_by_role("button", name="Review my ratings").wait_for()
     body = page.inner_text("body")
     assert "Thank you" in body and f"all {len(queue)} pairs" in body
     assert page.get_by_test_id("stToast").count() == 0
-    assert _view(data, RATER2, RATER2_PASSWORD, last).completed_at is not None
-    assert _view(data, RATER2, RATER2_PASSWORD, last).counts[(4, False)] == 1
+    view = _view(data, RATER2, RATER2_PASSWORD, last)
+    assert view.completed_at is not None and view.counts[(4, False)] == 1
+    # Marked done after the count was stored: the count, then the completion, bumped it.
+    assert view.version == 2
     page.screenshot(path=str(data / "end-screen.png"))
     context.close()
 
