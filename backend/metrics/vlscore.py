@@ -15,8 +15,11 @@ is better for the sphere: a smaller triangle means closer agreement).
 
 The embedding backend is any transformers model with ``get_text_features`` and
 ``get_image_features`` (CLIPModel, SiglipModel, VisionTextDualEncoderModel, ...), by hub id
-with a pinned revision or a local folder. No LIMITR weights are public, so there is no default
-model: the metric is unavailable until ``vlscore.model`` is set.
+(with a pinned revision, or pinned to the hub's current commit when online) or a local
+folder. The paper's LIMITR weights are not public; the default is :data:`DEFAULT_MODEL`, a
+CLIP ViT-B/16 trained on chest X-ray image-text pairs for CheXagent, loadable by
+``AutoModel`` as a plain ``CLIPModel`` (see the card for why); LIMITR or any other
+image-text model stays an option (``vlscore.model``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,14 @@ logger = logging.getLogger(__name__)
 
 #: Longest image side handed to the image processor (it resizes further itself).
 IMAGE_SIDE = 512
+
+#: StanfordAIMI's XrayCLIP (CheXagent, Chen et al. 2024): a CLIPModel (transformers "clip"
+#: architecture, tokenizer and image processor in the repository) fine-tuned on chest X-ray
+#: image-text pairs from the LAION-2B ViT-B/16 CLIP.
+DEFAULT_MODEL = "StanfordAIMI/XrayCLIP__vit-b-16__laion2b-s34b-b88k"
+#: No full commit sha of it could be verified offline, so none is pinned: online, the hub's
+#: current commit is resolved once and named in the signature (backend.metrics.hf).
+DEFAULT_REVISION: str | None = None
 
 
 def triangle_scores(i: np.ndarray, g: np.ndarray, r: np.ndarray) -> dict[str, np.ndarray]:
@@ -173,8 +184,8 @@ class VLScore(BaseMetric):
         citation="VLScore: image-aware radiology report evaluation (2024)",
     )
     defaults: dict[str, Any] = {
-        "model": None,
-        "revision": None,
+        "model": DEFAULT_MODEL,
+        "revision": DEFAULT_REVISION,
         "c": None,
         "normalize": True,
         "batch_size": 16,
@@ -203,6 +214,12 @@ class VLScore(BaseMetric):
         if self.options["c"] is not None and not float(self.options["c"]) > 0:
             return f"vlscore.c must be positive (got {self.options['c']})"
         _, reason = hf.resolve_or_reason(ref)
+        if reason is not None and ref.model == DEFAULT_MODEL:
+            return (
+                f"the default image-text model is not available: {reason}. Set vlscore.model to"
+                " another CLIP-style model folder or hub id (LIMITR, the paper's model, if you"
+                " have its weights)"
+            )
         return reason
 
     def _load(self) -> None:
@@ -271,8 +288,11 @@ class VLScore(BaseMetric):
         if ref is None:
             model = "none"
         else:
-            path, _ = hf.resolve_or_reason(ref)
-            model = f"{ref.short_name}@sha256:{hf.fingerprint(path)[:16]}" if path else str(ref)
+            try:
+                # A folder: <name>@sha256:<weights>; a hub model: <id>@<commit>.
+                model = hf.identity(ref)
+            except hf.ModelNotAvailable:
+                model = str(ref)
         c = "scored-set-max" if self.options["c"] is None else f"{float(self.options['c']):g}"
         norm = "l2" if self.options["normalize"] else "none"
         return (

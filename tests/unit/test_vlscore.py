@@ -152,7 +152,11 @@ def test_explicit_c_is_in_the_signature_and_not_corpus_dependent(tmp_path):
     assert "C:scored-set-max" in vlscore.VLScore(model=str(path)).signature()
 
 
-def test_unavailable_without_a_model_says_why():
+def test_unavailable_without_a_model_says_why(monkeypatch, tmp_path):
+    # The default model is a hub id now: offline with an empty cache it is not available.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("RADCONCORD_MODEL_DIR", str(tmp_path))
     reason = vlscore.VLScore().availability()
     assert reason is not None and "LIMITR" in reason and "vlscore.model" in reason
     assert "does not exist" in vlscore.VLScore(model="/nonexistent/clip").availability()
