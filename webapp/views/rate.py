@@ -98,11 +98,10 @@ def _end_screen(actor: Actor, view: rating.RaterPairView) -> None:
     """Every pair of the study is done: say so, with the time spent, and thank the rater."""
     mine = next((s for s in state.call(rating.rater_studies, state.get_db(), actor)
                  if s.name == view.study_name), None)
-    done = mine.completed if mine else view.total
     total = mine.total if mine else view.total
     with st.container(border=True, key="rate_end_screen"):
-        st.markdown(f"### :material/task_alt: Study complete: {view.study_name}")
-        st.markdown(f"You have marked **all {total} pairs** done ({done} of {total}).")
+        st.subheader(f":material/task_alt: Study complete: {view.study_name}", anchor=False)
+        st.markdown(f"You have marked **all {total} pairs** of this study done.")
         if mine is not None and mine.active_seconds > 0:
             st.markdown(f"Time spent rating: **{_duration(mine.active_seconds)}** "
                         "(your active time on the rating screen).")
