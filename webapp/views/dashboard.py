@@ -288,7 +288,7 @@ def _time_on_task(database: Database) -> None:
         label="Download time on task (CSV)")
     st.caption(
         "Active time is measured in the rater's browser from their own keys, clicks, pointer "
-        "moves, scrolling and focus, attributed to the pair on screen; a pause longer than "
+        "moves, mouse wheel and typing, attributed to the pair on screen; a pause longer than "
         f"{activity.idle_cut_seconds():g} s adds at most that much, and nothing counts while "
         "the tab is hidden or the window is in the background. Median per pair: over the "
         "pairs with any active time (M:SS).")
