@@ -150,6 +150,9 @@ _ENTRIES: tuple[Entry, ...] = (
     ),
     _e("llm_rexval", "backend.metrics.llm_rexval:LlmRexval", LLM_REXVAL_KEYS, "learned",
        lower=LLM_REXVAL_KEYS),
+    _e("crimson", "backend.metrics.crimson:Crimson",
+       ("crimson", "crimson_false", "crimson_missing", "crimson_attribute"), "learned",
+       lower=("crimson_false", "crimson_missing", "crimson_attribute")),
 )
 
 ENTRIES: dict[str, Entry] = {e.family: e for e in _ENTRIES}
