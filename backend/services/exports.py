@@ -160,7 +160,9 @@ def _rater_indices(users: dict[int, str]) -> dict[int, int]:
     return out
 
 
-def _load(db: Database, study_name: str) -> tuple[dict[str, Any], list[_PairData], list[_Cell]]:
+def _load(db: Database, study_name: str
+          ) -> tuple[dict[str, Any], list[_PairData], list[_Cell], dict[int, int], int]:
+    """The study, its pairs, its rating cells, user id -> rater index, counted ratings."""
     with db.begin() as s:
         study = get_study(s, study_name)
         info = {
@@ -238,8 +240,7 @@ def _load(db: Database, study_name: str) -> tuple[dict[str, Any], list[_PairData
     # The dashboard's "Ratings": one per rater and pair that counts (backend.analysis.data).
     counted = {(a.rater_id, a.pair_id) for a in completed} | {
         (r.rater_id, r.pair_id) for r in ratings if (r.rater_id, r.pair_id) not in assigned}
-    info["counted_ratings"] = len(counted)
-    info["_rater_index"] = index
+
     cells: list[_Cell] = []
     have: set[tuple[int, int, int, bool]] = set()
     for r in ratings:
@@ -256,7 +257,7 @@ def _load(db: Database, study_name: str) -> tuple[dict[str, Any], list[_PairData
                 if (a.rater_id, a.pair_id, category, significant) not in have:
                     cells.append(_Cell(a.pair_id, index[a.rater_id], category, significant,
                                        0, None, False))
-    return info, pairs, cells
+    return info, pairs, cells, index, len(counted)
 
 
 def _rexval_files(
@@ -552,9 +553,7 @@ def export_study(
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown export format {fmt!r}; choose rexval or jsonl")
     out_dir = free_output_dir(out_dir)
-    info, pairs, cells = _load(db, study_name)
-    index = info.pop("_rater_index")
-    n_counted = info.pop("counted_ratings")
+    info, pairs, cells, index, n_counted = _load(db, study_name)
     extras = _load_extras(db, study_name, pairs, index, scores=with_scores, timing=with_timing)
     written: list[str] = []
     n_rows = 0
