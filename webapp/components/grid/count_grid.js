@@ -20,22 +20,36 @@
 // Mark done (the page's button, or Ctrl+Enter) waits for the grid: a click while a save is
 // in flight or pending is held until every change is stored, then passed on; if a change
 // cannot be stored the pair is not marked done and the grid says why.
+//
+// `Saver` (the saving rules) touches no DOM: tests/unit/test_count_grid_js.py runs it in
+// node against a scripted server. `Grid` draws the cells and the keyboard around it.
 
-const STORE_PREFIX = "radconcord.grid.unsaved:";
+export const STORE_PREFIX = "radconcord.grid.unsaved:";
 const DONE_SELECTORS = [".st-key-confirm_zero_yes button", ".st-key-done button"];
-const RETRY_FIRST_MS = 1000;
-const RETRY_MAX_MS = 30000;
+export const RETRY_FIRST_MS = 1000;
+export const RETRY_MAX_MS = 30000;
 const MAX_COUNT = 99;
+const MESSAGE_KINDS = ["stale", "busy", "login", "error"];
 
 const instances = new WeakMap();
 
-function storeKey(pair, tag) {
+export function storeKey(pair, tag) {
   return `${STORE_PREFIX}${pair}:${tag}`;
 }
 
-function readStore(key) {
+// The browser's localStorage, or nothing when it is disabled (private mode, a full quota):
+// then a change is still on screen and in memory, only not kept across a reload.
+function browserStorage() {
   try {
-    const raw = window.localStorage.getItem(key);
+    return window.localStorage;
+  } catch (err) {
+    return null;
+  }
+}
+
+export function readStore(storage, key) {
+  try {
+    const raw = storage ? storage.getItem(key) : null;
     if (!raw) return null;
     const entry = JSON.parse(raw);
     if (!entry || typeof entry.version !== "number" || typeof entry.cells !== "object") {
@@ -43,36 +57,36 @@ function readStore(key) {
     }
     return entry;
   } catch (err) {
-    return null; // storage disabled or a damaged entry: nothing to resend
+    return null; // a damaged entry: nothing to resend
   }
 }
 
-function writeStore(key, cells, version) {
+// Only the unsaved counts and the version they were based on: nothing else is ever stored.
+export function writeStore(storage, key, cells, version) {
   try {
-    if (Object.keys(cells).length === 0) {
-      window.localStorage.removeItem(key);
-    } else {
-      window.localStorage.setItem(key, JSON.stringify({ cells, version }));
-    }
+    if (!storage) return;
+    if (Object.keys(cells).length === 0) storage.removeItem(key);
+    else storage.setItem(key, JSON.stringify({ cells, version }));
   } catch (err) {
-    // Private mode or a full quota: the change is still on screen and in memory.
+    // A full quota: the change is still on screen and in memory.
   }
 }
 
 // A refused save (409) whose cells all hold the values sent was stored after all: the
 // answer to an earlier try was lost (a page left mid-save, a network cut).
-function alreadyStored(cells, counts) {
+export function alreadyStored(cells, counts) {
   return Object.entries(cells).every(([key, value]) => counts && counts[key] === value);
 }
 
-function clock(iso) {
+export function clock(iso) {
   const at = iso ? new Date(iso) : new Date();
   const pad = (n) => String(n).padStart(2, "0");
   return `${pad(at.getHours())}:${pad(at.getMinutes())}:${pad(at.getSeconds())}`;
 }
 
-async function post(url, body) {
-  // Returns {status, body}; a network failure (server down or restarting) is status 0.
+// POST a JSON body; resolves {status, body}. A network failure (server down or restarting)
+// is status 0.
+export async function postJson(url, body) {
   let response;
   try {
     response = await fetch(url, {
@@ -97,19 +111,21 @@ async function post(url, body) {
 // Changes kept from earlier pages (a save refused with 401, a server that was down) are sent
 // again when any grid mounts. Each is sent with its own tag: the server refuses one that
 // another account made on this browser ("not_yours"), which then stays for that account.
-async function resendKept(url, skipKey) {
-  let keys = [];
+// Resolves to the number of kept changes that another window's changes replaced.
+export async function resendKept(url, skipKey,
+                                 { post = postJson, storage = browserStorage() } = {}) {
+  const keys = [];
   try {
-    for (let i = 0; i < window.localStorage.length; i += 1) {
-      const key = window.localStorage.key(i);
+    for (let i = 0; storage && i < storage.length; i += 1) {
+      const key = storage.key(i);
       if (key && key.startsWith(STORE_PREFIX) && key !== skipKey) keys.push(key);
     }
   } catch (err) {
-    keys = [];
+    return 0;
   }
   let stale = 0;
   for (const key of keys) {
-    const entry = readStore(key);
+    const entry = readStore(storage, key);
     const rest = key.slice(STORE_PREFIX.length);
     const cut = rest.lastIndexOf(":");
     if (!entry || cut <= 0) continue;
@@ -121,85 +137,241 @@ async function resendKept(url, skipKey) {
     const reason = body && body.reason;
     if (status === 409 && !alreadyStored(entry.cells, body.counts)) stale += 1;
     const keep = status === 0 || status === 401 || status >= 500 || reason === "not_yours";
-    if (!keep) writeStore(key, {}, 0);
+    if (!keep) writeStore(storage, key, {}, 0);
   }
   return stale;
 }
 
-class Grid {
-  constructor(parentElement) {
-    this.parent = parentElement;
-    this.root = null;
-    this.pair = null;
-    this.waiters = [];
-    this.passThrough = false;
+// The saving rules of one pair's grid: one save in flight at a time, each carrying the
+// version its counts are based on; what the server answers decides what is shown.
+export class Saver {
+  constructor({ pair, tag, url, version, counts, readOnly = false, post = postJson,
+                storage = browserStorage(), onChange = () => {},
+                setTimer = (fn, ms) => setTimeout(fn, ms), clearTimer = (t) => clearTimeout(t),
+                now = () => Date.now() }) {
+    Object.assign(this, { pair, tag, url, post, storage, onChange, setTimer, clearTimer, now });
+    this.key = storeKey(pair, tag);
+    this.version = version;
+    this.stored = { ...counts };
+    this.readOnly = Boolean(readOnly);
+    this.pending = {};
+    this.inflight = null;
+    this.blocked = null; // "login": no further tries until the next mount
+    this.status = { kind: "idle", text: "" };
     this.retryTimer = null;
     this.retryDelay = RETRY_FIRST_MS;
+    this.waiters = [];
+    this.lastSaveMs = null;
+  }
+
+  // A change kept in this browser before the session ended (or the server went down) is
+  // shown at once and sent with the version it was based on; a pair changed since in
+  // another window refuses it (409) and the stored counts are shown.
+  restoreKept() {
+    const kept = readStore(this.storage, this.key);
+    if (!kept || this.readOnly) return false;
+    this.version = kept.version;
+    this.pending = { ...kept.cells };
+    this.setStatus("saving", "Saving the change kept from before…");
+    this.flush();
+    return true;
+  }
+
+  // A rerun of the page brings what the server stores. It can be older than what this grid
+  // has already saved (the rerun started before the save): only move forward, and never
+  // over changes that are not stored yet.
+  adopt(version, counts, readOnly) {
+    this.readOnly = Boolean(readOnly);
+    if (version > this.version && this.clean()) {
+      this.version = version;
+      this.stored = { ...counts };
+    }
+    this.onChange();
+  }
+
+  value(key) {
+    if (key in this.pending) return this.pending[key];
+    if (this.inflight && key in this.inflight) return this.inflight[key];
+    return Number(this.stored[key] || 0);
+  }
+
+  pendingCount() {
+    return Object.keys(this.pending).length;
+  }
+
+  unsavedKeys() {
+    return new Set([...Object.keys(this.pending), ...Object.keys(this.inflight || {})]);
+  }
+
+  clean() {
+    return !this.inflight && this.pendingCount() === 0;
+  }
+
+  // A cell is "Not saved" while its change is unsaved and the last try failed.
+  notSaved(key) {
+    return ["login", "busy", "error"].includes(this.status.kind) && this.unsavedKeys().has(key);
+  }
+
+  setStatus(kind, text) {
+    this.status = { kind, text };
+    this.onChange();
+  }
+
+  persist() {
+    writeStore(this.storage, this.key, { ...(this.inflight || {}), ...this.pending },
+      this.version);
+  }
+
+  change(key, value) {
+    if (this.readOnly) return;
+    const next = Math.max(0, Math.min(MAX_COUNT, Math.trunc(value)));
+    if (!Number.isFinite(next) || next === this.value(key)) {
+      this.onChange();
+      return;
+    }
+    this.pending[key] = next;
+    this.persist();
+    this.onChange();
+    // Still logged out: kept here and in this browser, marked Not saved, sent after login.
+    if (this.blocked !== "login") this.flush();
+  }
+
+  flush() {
+    if (this.inflight) return;
+    if (this.pendingCount() === 0 || this.blocked || this.readOnly) {
+      this.settleWaiters();
+      return;
+    }
+    if (this.retryTimer) {
+      this.clearTimer(this.retryTimer);
+      this.retryTimer = null;
+    }
+    this.inflight = this.pending;
+    this.pending = {};
+    this.persist();
+    if (this.status.kind !== "busy" && this.status.kind !== "stale") {
+      this.setStatus("saving", "Saving…");
+    }
+    const sentAt = this.now();
+    const body = { pair: this.pair, version: this.version, cells: this.inflight, tag: this.tag };
+    return this.post(this.url, body).then(({ status, body: answer }) => {
+      this.lastSaveMs = this.now() - sentAt;
+      this.answer(status, answer || {});
+    });
+  }
+
+  answer(status, body) {
+    const sent = this.inflight || {};
+    this.inflight = null;
+    if (status === 200 || (status === 409 && alreadyStored(sent, body.counts))) {
+      this.version = body.version;
+      this.stored = { ...body.counts };
+      this.retryDelay = RETRY_FIRST_MS;
+      this.persist();
+      this.setStatus("saved", `Saved ${clock(status === 200 ? body.saved_at : null)}`);
+      if (this.pendingCount() > 0) this.flush();
+      else this.settleWaiters();
+      return;
+    }
+    if (status === 409) {
+      // Another window changed the pair: what it stored wins; this grid's unsaved changes
+      // were based on an older view and are dropped, with a visible message.
+      this.version = body.version;
+      this.stored = { ...body.counts };
+      this.pending = {};
+      this.persist();
+      this.setStatus("stale", body.message || "Not saved: changed in another window, reloaded");
+      this.settleWaiters();
+      return;
+    }
+    if (status === 401 || status === 0 || status >= 500) {
+      this.pending = { ...sent, ...this.pending };
+      this.persist();
+      if (status === 401) {
+        this.blocked = "login";
+        this.setStatus("login", body.message || "Not saved: your session has ended. Log in "
+          + "again; your change is kept in this browser and saved then.");
+      } else {
+        const wait = this.retryDelay;
+        this.retryDelay = Math.min(RETRY_MAX_MS, this.retryDelay * 2);
+        const again = `sent again in ${Math.round(wait / 1000)} s`;
+        this.setStatus("busy", status === 0
+          ? `Not saved: the server cannot be reached; your change is kept and ${again}.`
+          : `${body.message || "Not saved: the server is busy; your change is kept"} `
+            + `(${again}).`);
+        this.retryTimer = this.setTimer(() => {
+          this.retryTimer = null;
+          this.flush();
+        }, wait);
+      }
+      this.settleWaiters();
+      return;
+    }
+    // 400, 403 (closed study), 404: the change cannot be stored; say why, show the stored.
+    this.pending = {};
+    this.persist();
+    if (body.reason === "read_only") this.readOnly = true;
+    this.setStatus("error", body.message || `Not saved (error ${status}).`);
+    this.settleWaiters();
+  }
+
+  // Resolves true once every change is stored; false when one cannot be stored now (the
+  // session ended, the server is busy or down) or another window's counts replaced them.
+  settle() {
+    if (this.clean()) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      this.waiters.push(resolve);
+      if (!this.inflight) this.flush(); // a change waiting for a retry is sent at once
+    });
+  }
+
+  settleWaiters() {
+    if (this.inflight || this.waiters.length === 0) return;
+    const ok = this.clean() && this.status.kind !== "stale";
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const resolve of waiters) resolve(ok);
+  }
+
+  destroy() {
+    if (this.retryTimer) this.clearTimer(this.retryTimer);
+    this.retryTimer = null;
+  }
+}
+
+class Grid {
+  constructor(parentElement, data) {
+    this.parent = parentElement;
+    this.passThrough = false;
+    this.pair = data.pair;
+    this.note = data.note || "";
+    this.saver = new Saver({
+      pair: data.pair, tag: data.tag, url: data.url, version: data.version,
+      counts: data.counts, readOnly: data.read_only, onChange: () => this.render(),
+    });
+    this.build(data);
+    this.render();
+    this.saver.restoreKept();
+    resendKept(data.url, this.saver.key).then((stale) => {
+      if (stale > 0 && this.saver.status.kind !== "stale") {
+        this.saver.setStatus("stale", "A change kept in this browser for another pair was "
+          + "not applied: that pair was changed in another window meanwhile.");
+      }
+    });
     this.onDocumentClick = this.onDocumentClick.bind(this);
     this.onWindowKey = this.onWindowKey.bind(this);
     document.addEventListener("click", this.onDocumentClick, true);
     window.addEventListener("keydown", this.onWindowKey, true);
   }
 
-  // -- data from Python ------------------------------------------------------------------
-
   update(data) {
-    if (this.pair !== data.pair) {
-      this.start(data);
-      return;
-    }
-    this.readOnly = Boolean(data.read_only);
     this.note = data.note || "";
-    // A rerun of the page brings what the server stores. It can be older than what this
-    // grid has already saved (the rerun started before the save): only move forward, and
-    // never over changes that are not stored yet.
-    if (data.version > this.version && !this.inflight && this.pendingCount() === 0) {
-      this.version = data.version;
-      this.stored = { ...data.counts };
-    }
-    this.render();
-  }
-
-  start(data) {
-    this.pair = data.pair;
-    this.tag = data.tag;
-    this.url = data.url;
-    this.key = storeKey(data.pair, data.tag);
-    this.rows = data.rows;
-    this.columns = data.columns;
-    this.readOnly = Boolean(data.read_only);
-    this.note = data.note || "";
-    this.version = data.version;
-    this.stored = { ...data.counts };
-    this.pending = {};
-    this.inflight = null;
-    this.blocked = null; // "login": no further tries until the next mount
-    this.status = { kind: "idle", text: "" };
-    this.lastSaveMs = null;
-    this.build();
-    const kept = readStore(this.key);
-    if (kept && !this.readOnly) {
-      // A change this rater made before the session ended (or the server went down):
-      // shown at once and sent with the version it was based on; a pair changed since in
-      // another window refuses it (409) and the stored counts are shown.
-      this.version = kept.version;
-      this.pending = { ...kept.cells };
-      this.status = { kind: "saving", text: "Saving the change kept from before…" };
-    }
-    this.render();
-    if (this.pendingCount() > 0) this.flush();
-    resendKept(this.url, this.key).then((stale) => {
-      if (stale > 0 && this.status.kind !== "stale") {
-        this.setStatus("stale", "A change kept in this browser for another pair was not "
-          + "applied: that pair was changed in another window meanwhile.");
-      }
-    });
+    this.saver.adopt(data.version, data.counts, data.read_only);
   }
 
   // -- DOM -------------------------------------------------------------------------------
 
-  build() {
-    if (this.root) this.root.remove();
+  build(data) {
     const root = document.createElement("div");
     root.className = "rc-grid";
     root.setAttribute("role", "group");
@@ -213,7 +385,7 @@ class Grid {
     const state = document.createElement("div");
     state.className = "rc-head rc-corner rc-state";
     table.appendChild(state);
-    for (const col of this.columns) {
+    for (const col of data.columns) {
       const head = document.createElement("div");
       head.className = "rc-head";
       head.textContent = col.label;
@@ -222,7 +394,7 @@ class Grid {
     this.inputs = [];
     this.labels = [];
     this.cells = {};
-    this.rows.forEach((row, r) => {
+    data.rows.forEach((row, r) => {
       const label = document.createElement("div");
       label.className = "rc-label";
       const num = document.createElement("span");
@@ -232,7 +404,7 @@ class Grid {
       table.appendChild(label);
       this.labels.push(label);
       this.inputs.push([]);
-      this.columns.forEach((col, c) => {
+      data.columns.forEach((col, c) => {
         const key = `${row.category}${col.significant ? "s" : "i"}`;
         const name = `${row.label} (${col.label.toLowerCase()})`;
         const box = document.createElement("div");
@@ -271,8 +443,8 @@ class Grid {
         for (const step of [minus, plus]) {
           step.addEventListener("mousedown", (e) => e.preventDefault());
         }
-        minus.addEventListener("click", () => this.change(key, this.value(key) - 1));
-        plus.addEventListener("click", () => this.change(key, this.value(key) + 1));
+        minus.addEventListener("click", () => this.saver.change(key, this.saver.value(key) - 1));
+        plus.addEventListener("click", () => this.saver.change(key, this.saver.value(key) + 1));
         input.addEventListener("focus", () => {
           input.select();
           this.labels.forEach((l, i) => l.classList.toggle("rc-active", i === r));
@@ -280,7 +452,7 @@ class Grid {
         input.addEventListener("keydown", (e) => this.onCellKey(e, key, r, c));
         input.addEventListener("input", () => this.onCellInput(key, input));
         input.addEventListener("blur", () => {
-          if (input.value.trim() === "") input.value = String(this.value(key));
+          if (input.value.trim() === "") input.value = String(this.saver.value(key));
           this.labels[r].classList.remove("rc-active");
         });
       });
@@ -306,86 +478,43 @@ class Grid {
   }
 
   render() {
-    const unsaved = this.unsavedKeys();
-    const failing = ["login", "busy", "error"].includes(this.status.kind);
-    this.root.classList.toggle("rc-readonly", this.readOnly);
+    if (!this.root) return;
+    const saver = this.saver;
+    this.root.classList.toggle("rc-readonly", saver.readOnly);
     for (const [key, cell] of Object.entries(this.cells)) {
-      const value = this.value(key);
+      const value = saver.value(key);
       const text = String(value);
       // A cell the rater has just emptied to type a new number stays empty while focused.
       const typing = this.focused() === cell.input && cell.input.value === "";
       if (cell.input.value !== text && !typing) cell.input.value = text;
       cell.input.setAttribute("aria-valuenow", text);
-      cell.input.readOnly = this.readOnly;
-      cell.minus.disabled = this.readOnly || value <= 0;
-      cell.plus.disabled = this.readOnly || value >= MAX_COUNT;
-      const notSaved = failing && unsaved.has(key);
+      cell.input.readOnly = saver.readOnly;
+      cell.minus.disabled = saver.readOnly || value <= 0;
+      cell.plus.disabled = saver.readOnly || value >= MAX_COUNT;
+      const notSaved = saver.notSaved(key);
       cell.box.classList.toggle("rc-unsaved", notSaved);
       cell.flag.textContent = notSaved ? "Not saved" : "";
       cell.box.classList.toggle("rc-nonzero", value > 0);
       cell.input.setAttribute("aria-invalid", notSaved ? "true" : "false");
     }
-    const kind = this.status.kind;
-    const message = ["stale", "busy", "login", "error"].includes(kind);
+    const { kind, text } = saver.status;
     this.statusBox.dataset.kind = kind;
-    this.statusText.textContent = message ? this.status.text : "";
+    this.statusText.textContent = MESSAGE_KINDS.includes(kind) ? text : "";
     this.stateBox.dataset.kind = kind;
     // Until the first save, the page's short note (how saving works, the done-state).
     this.stateBox.textContent = {
-      idle: this.note, saving: "Saving…", saved: this.status.text,
+      idle: this.note, saving: "Saving…", saved: text,
       stale: "Reloaded", busy: "Not saved", login: "Not saved", error: "Not saved",
     }[kind];
     this.root.dataset.pair = this.pair;
-    this.root.dataset.version = String(this.version);
-    this.root.dataset.state = this.status.kind;
-    if (this.lastSaveMs !== null) this.root.dataset.lastSaveMs = this.lastSaveMs.toFixed(1);
+    this.root.dataset.version = String(saver.version);
+    this.root.dataset.state = kind;
+    if (saver.lastSaveMs !== null) this.root.dataset.lastSaveMs = saver.lastSaveMs.toFixed(1);
   }
 
   focused() {
     // Inside a shadow root the document only sees the host as focused.
     return this.parent.activeElement || document.activeElement;
-  }
-
-  setStatus(kind, text) {
-    this.status = { kind, text };
-    this.render();
-  }
-
-  // -- values ----------------------------------------------------------------------------
-
-  value(key) {
-    if (key in this.pending) return this.pending[key];
-    if (this.inflight && key in this.inflight) return this.inflight[key];
-    return Number(this.stored[key] || 0);
-  }
-
-  pendingCount() {
-    return Object.keys(this.pending).length;
-  }
-
-  unsavedKeys() {
-    return new Set([...Object.keys(this.pending), ...Object.keys(this.inflight || {})]);
-  }
-
-  persist() {
-    writeStore(this.key, { ...(this.inflight || {}), ...this.pending }, this.version);
-  }
-
-  change(key, value) {
-    if (this.readOnly) return;
-    const next = Math.max(0, Math.min(MAX_COUNT, Math.trunc(value)));
-    if (!Number.isFinite(next) || next === this.value(key)) {
-      this.render();
-      return;
-    }
-    this.pending[key] = next;
-    this.persist();
-    if (this.blocked === "login") {
-      this.render(); // still logged out: kept here and in this browser, marked Not saved
-      return;
-    }
-    this.render();
-    this.flush();
   }
 
   // -- keyboard --------------------------------------------------------------------------
@@ -399,16 +528,17 @@ class Grid {
       this.inputs[nr][nc].focus();
     };
     if (event.ctrlKey || event.metaKey || event.altKey) return; // Ctrl+Enter: window handler
+    const saver = this.saver;
     switch (event.key) {
       case "ArrowUp": event.preventDefault(); move(-1, 0); return;
       case "ArrowDown": event.preventDefault(); move(1, 0); return;
       case "ArrowLeft": event.preventDefault(); move(0, -1); return;
       case "ArrowRight": event.preventDefault(); move(0, 1); return;
       case "+": case "=":
-        event.preventDefault(); this.change(key, this.value(key) + 1); event.target.select();
+        event.preventDefault(); saver.change(key, saver.value(key) + 1); event.target.select();
         return;
       case "-": case "_":
-        event.preventDefault(); this.change(key, this.value(key) - 1); event.target.select();
+        event.preventDefault(); saver.change(key, saver.value(key) - 1); event.target.select();
         return;
       default:
         break;
@@ -421,120 +551,7 @@ class Grid {
     const raw = input.value.replace(/[^0-9]/g, "");
     if (raw !== input.value) input.value = raw;
     if (raw === "") return; // emptied while typing: nothing to store yet
-    this.change(key, Number(raw));
-  }
-
-  // -- saving ----------------------------------------------------------------------------
-
-  flush() {
-    if (this.inflight) return;
-    if (this.pendingCount() === 0 || this.blocked || this.readOnly) {
-      this.settleWaiters();
-      return;
-    }
-    if (this.retryTimer) {
-      clearTimeout(this.retryTimer);
-      this.retryTimer = null;
-    }
-    this.inflight = this.pending;
-    this.pending = {};
-    this.persist();
-    if (this.status.kind !== "busy" && this.status.kind !== "stale") {
-      this.setStatus("saving", "Saving…");
-    }
-    const sentAt = performance.now();
-    const body = { pair: this.pair, version: this.version, cells: this.inflight, tag: this.tag };
-    post(this.url, body).then(({ status, body: answer }) => {
-      this.lastSaveMs = performance.now() - sentAt;
-      this.answer(status, answer || {});
-    });
-  }
-
-  answer(status, body) {
-    const sent = this.inflight || {};
-    this.inflight = null;
-    if (status === 200) {
-      this.version = body.version;
-      this.stored = { ...body.counts };
-      this.retryDelay = RETRY_FIRST_MS;
-      this.persist();
-      this.setStatus("saved", `Saved ${clock(body.saved_at)}`);
-      if (this.pendingCount() > 0) this.flush();
-      else this.settleWaiters();
-      return;
-    }
-    if (status === 409 && alreadyStored(sent, body.counts)) {
-      this.version = body.version;
-      this.stored = { ...body.counts };
-      this.persist();
-      this.setStatus("saved", `Saved ${clock()}`);
-      if (this.pendingCount() > 0) this.flush();
-      else this.settleWaiters();
-      return;
-    }
-    if (status === 409) {
-      // Another window changed the pair: what it stored wins; this grid's unsaved changes
-      // were based on an older view and are dropped, with a visible message.
-      this.version = body.version;
-      this.stored = { ...body.counts };
-      this.pending = {};
-      this.persist();
-      this.setStatus("stale", body.message || "Not saved: changed in another window, reloaded");
-      this.settleWaiters();
-      return;
-    }
-    if (status === 401 || status === 0 || status >= 500) {
-      this.pending = { ...sent, ...this.pending };
-      this.persist();
-      if (status === 401) {
-        this.blocked = "login";
-        this.setStatus("login", body.message || "Not saved: your session has ended. Log in "
-          + "again; your change is kept in this browser and saved then.");
-      } else {
-        const wait = this.retryDelay;
-        this.retryDelay = Math.min(RETRY_MAX_MS, this.retryDelay * 2);
-        const again = `sent again in ${Math.round(wait / 1000)} s`;
-        const text = status === 0
-          ? `Not saved: the server cannot be reached; your change is kept and ${again}.`
-          : `${body.message || "Not saved: the server is busy; your change is kept"} `
-            + `(${again}).`;
-        this.setStatus("busy", text);
-        this.retryTimer = setTimeout(() => {
-          this.retryTimer = null;
-          this.flush();
-        }, wait);
-      }
-      this.settleWaiters();
-      return;
-    }
-    // 400, 403 (closed study), 404: the change cannot be stored; say why, show the stored.
-    this.pending = {};
-    this.persist();
-    if (body.reason === "read_only") this.readOnly = true;
-    this.setStatus("error", body.message || `Not saved (error ${status}).`);
-    this.settleWaiters();
-  }
-
-  clean() {
-    return !this.inflight && this.pendingCount() === 0;
-  }
-
-  // Resolves true once every change is stored; false when one cannot be stored now (the
-  // session ended, the server is busy or down) or another window's counts replaced them.
-  settle() {
-    if (this.clean()) return Promise.resolve(true);
-    return new Promise((resolve) => {
-      this.waiters.push(resolve);
-      if (!this.inflight) this.flush(); // a change waiting for a retry is sent at once
-    });
-  }
-
-  settleWaiters() {
-    if (this.inflight || this.waiters.length === 0) return;
-    const ok = this.clean() && this.status.kind !== "stale";
-    const waiters = this.waiters;
-    this.waiters = [];
-    for (const resolve of waiters) resolve(ok);
+    this.saver.change(key, Number(raw));
   }
 
   // -- Mark done -------------------------------------------------------------------------
@@ -548,12 +565,12 @@ class Grid {
   }
 
   markDone() {
-    this.settle().then((ok) => {
+    const saver = this.saver;
+    saver.settle().then((ok) => {
       if (!ok) {
         const note = "The pair is not marked done until your counts are saved.";
-        if (this.status.kind !== "stale" && !this.status.text.includes(note)) {
-          this.setStatus(this.status.kind, `${this.status.text} ${note}`);
-        }
+        const { kind, text } = saver.status;
+        if (kind !== "stale" && !text.includes(note)) saver.setStatus(kind, `${text} ${note}`);
         return;
       }
       const button = this.doneButton();
@@ -571,7 +588,7 @@ class Grid {
     if (this.passThrough || !this.root || !this.root.isConnected) return;
     const target = event.target;
     const button = target && target.closest ? target.closest(DONE_SELECTORS.join(",")) : null;
-    if (!button || this.clean()) return;
+    if (!button || this.saver.clean()) return;
     // A save is in flight or waiting: hold the click until it is stored.
     event.preventDefault();
     event.stopImmediatePropagation();
@@ -591,24 +608,31 @@ class Grid {
   destroy() {
     document.removeEventListener("click", this.onDocumentClick, true);
     window.removeEventListener("keydown", this.onWindowKey, true);
-    if (this.retryTimer) clearTimeout(this.retryTimer);
-    this.retryTimer = null;
+    this.saver.destroy();
   }
 }
 
 export default function countGrid(component) {
   const { data, parentElement } = component;
   let grid = instances.get(parentElement);
-  if (!grid) {
-    grid = new Grid(parentElement);
-    instances.set(parentElement, grid);
+  if (grid && grid.pair !== data.pair) {
+    // Not expected (a new pair mounts a new grid under its own key), but never mix pairs.
+    grid.destroy();
+    grid.root.remove();
+    grid = null;
   }
-  grid.update(data);
+  if (!grid) {
+    grid = new Grid(parentElement, data);
+    instances.set(parentElement, grid);
+  } else {
+    grid.update(data);
+  }
   // Streamlit calls this function again with each new `data`, and may call a returned
   // cleanup when a newer call overtakes it; tear down only once the grid has left the page.
   return () => {
     setTimeout(() => {
-      if (!parentElement.isConnected && !(parentElement.host && parentElement.host.isConnected)) {
+      const host = parentElement.host;
+      if (!parentElement.isConnected && !(host && host.isConnected)) {
         grid.destroy();
         instances.delete(parentElement);
       }
