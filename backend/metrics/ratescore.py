@@ -596,6 +596,9 @@ class RaTEScore(BaseMetric):
                 hf.load_model(embed_path, device=self.device, model_class=AutoModel),
             ),
         )
+        # From now on the signature names the files actually loaded (fingerprints), also
+        # when they were downloaded at load time.
+        self._plan_cache = (_Plan(plan.ner, Path(ner_path), plan.embed, Path(embed_path)), None)
         self._id2label = {int(k): str(v) for k, v in self._ner.config.id2label.items()}
         if self._splitter_name == "medspacy":
             self._split = self.resources.get(("ratescore-medspacy",), medspacy_splitter)
