@@ -37,10 +37,11 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from backend.metrics import hf, llm
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from backend.metrics import llm
+from backend.metrics.base import MetricResult, MetricSpec, OutputSpec
+from backend.metrics.llm_backends import BACKEND_DEFAULTS, LLMMetric, Message, prompt_hash
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,10 @@ def build_prompt(reference: str, candidate: str) -> str:
         f"{fmt_items}\n\n"
         "[Matched Findings]:\n<count>. <Finding 1>; <Finding 2>; ..."
     )
+
+
+#: Hash of the prompt template (in endpoint signatures).
+PROMPT_HASH = prompt_hash(build_prompt("{reference}", "{candidate}"))
 
 
 # --------------------------------------------------------------------------- parsing
@@ -252,7 +257,7 @@ def parse_generation(text: str) -> GreenParse:
 # --------------------------------------------------------------------------- metric
 
 
-class Green(BaseMetric):
+class Green(LLMMetric):
     """GREEN score and its parsed error counts per pair.
 
     Options:
@@ -262,6 +267,10 @@ class Green(BaseMetric):
         batch_size: Prompts per generation batch.
         dtype: ``fp32`` | ``bf16`` | ``fp16`` (half types on CUDA only).
         max_words: Reports are cut to this many words before prompting.
+        backend: ``transformers`` (in the worker) | ``openai`` (any OpenAI-compatible chat
+            endpoint, e.g. ``vllm serve StanfordAIMI/GREEN-RadLlama2-7b``).
+        base_url, endpoint_model, api_key, concurrency, timeout, max_retries: endpoint
+            settings (see :mod:`backend.metrics.llm_backends`; else ``RADCONCORD_LLM_*``).
     """
 
     spec = MetricSpec(
@@ -277,23 +286,23 @@ class Green(BaseMetric):
         needs_model=True,
         citation="Ostmeier et al., GREEN, Findings of EMNLP 2024",
     )
-    defaults: dict[str, Any] = {
+    model_label: ClassVar[str] = "GREEN"
+    defaults: ClassVar[dict[str, Any]] = {
         "model": DEFAULT_MODEL,
         "revision": DEFAULT_REVISION,
         "max_new_tokens": 512,
         "batch_size": 8,
         "dtype": "fp32",
         "max_words": MAX_WORDS,
+        **BACKEND_DEFAULTS,
     }
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._lm: llm.CausalLM | None = None
-
     def _ref(self) -> llm.LMRef:
-        return llm.LMRef(str(self.options["model"]), self.options["revision"])
+        return self.lm_ref()
 
     def availability(self) -> str | None:
+        if self.backend_name != "transformers":
+            return super().availability()
         reason = llm.availability(self._ref())
         if reason is None:
             return None
@@ -304,28 +313,19 @@ class Green(BaseMetric):
             )
         return f"GREEN model not available: {reason}"
 
-    def _load(self) -> None:
-        folder = llm.resolve_folder(self._ref())
-        dtype = hf.pick_dtype(self.device, self.options["dtype"])
-        self._lm = llm.shared_lm(self.resources, folder, device=self.device, dtype=dtype)
+    def prompts(self, references: list[str], candidates: list[str]) -> list[list[Message]]:
+        """One user message per pair (reports cut to ``max_words`` words)."""
+        n = int(self.options["max_words"])
+        return [
+            [{"role": "user",
+              "content": build_prompt(llm.truncate_words(r, n), llm.truncate_words(c, n))}]
+            for r, c in zip(references, candidates, strict=True)
+        ]
 
     def generate(self, references: list[str], candidates: list[str]) -> list[str]:
         """Raw generations for aligned pairs (reports cut to ``max_words`` words)."""
-        if not self._loaded:
-            self.load(self.device)
-        assert self._lm is not None
-        n = int(self.options["max_words"])
-        prompts = [
-            self._lm.format_prompt(
-                build_prompt(llm.truncate_words(r, n), llm.truncate_words(c, n))
-            )
-            for r, c in zip(references, candidates, strict=True)
-        ]
-        return self._lm.generate(
-            prompts,
-            max_new_tokens=int(self.options["max_new_tokens"]),
-            batch_size=int(self.options["batch_size"]),
-        )
+        return self.chat(self.prompts(references, candidates),
+                         max_new_tokens=int(self.options["max_new_tokens"]))
 
     def _score(self, *, references: list[str], candidates: list[str], images: Any) -> MetricResult:
         gens = self.generate(references, candidates)
@@ -354,6 +354,12 @@ class Green(BaseMetric):
 
     def signature(self) -> str:
         o = self.options
+        if self.backend_name != "transformers":
+            return (
+                f"green|{self.backend_signature()}|greedy|max_new:{o['max_new_tokens']}"
+                f"|words:{o['max_words']}|prompt:v1-{PROMPT_HASH}|parser:v{PARSER_VERSION}"
+            )
+        # Unchanged from before the endpoint backend existed, so cached scores stay valid.
         return (
             f"green|model:{llm.identity(self._ref())}|rev:{o['revision']}|greedy"
             f"|max_new:{o['max_new_tokens']}|words:{o['max_words']}|dtype:{o['dtype']}"
