@@ -241,8 +241,9 @@ class LLMServer:
         return self
 
     def serve_forever(self) -> None:
-        """Start and block until interrupted (the CLI's loop)."""
-        self.start()
+        """Start (unless started) and block until interrupted (the CLI's loop)."""
+        if self._httpd is None:
+            self.start()
         try:
             while self._thread is not None and self._thread.is_alive():
                 self._thread.join(timeout=1.0)
