@@ -219,3 +219,27 @@ def test_difference_marks_follow_the_studys_choice(study_env, make_app, all_text
     at = make_app(study_env.rater, params={"pair": first})
     assert not at.exception
     assert HIGHLIGHT_NOTE in all_text(at)
+
+
+def test_mark_done_based_on_a_stale_view_is_refused_with_a_message(study_env, make_app,
+                                                                   monkeypatch):
+    """Another tab changes the pair between this run's read and the completion."""
+    first = _queue(study_env)[0].opaque_id
+    rating.set_count(study_env.db, study_env.rater, opaque_id=first, category=3,
+                     significant=True, count=1)
+    at = make_app(study_env.rater, params={"pair": first})
+    real = rating.complete_pair
+
+    def other_tab_first(db, actor, **kwargs):
+        rating.set_count(db, actor, opaque_id=kwargs["opaque_id"], category=3,
+                         significant=True, count=2)
+        return real(db, actor, **kwargs)
+
+    monkeypatch.setattr(rating, "complete_pair", other_tab_first)
+    at.button(key="done").click().run()
+    assert not at.exception
+    view = rating.get_pair(study_env.db, study_env.rater, opaque_id=first)
+    assert view.completed_at is None and view.counts[(3, True)] == 2
+    assert at.query_params["pair"] == first
+    assert any("changed in another window" in w.value for w in at.warning)
+    assert _grid(at, first)["counts"]["3s"] == 2
