@@ -185,7 +185,9 @@ def identity(ref: LMRef) -> str:
             return f"fp:{hf.fingerprint(path)[:16]}"
         except FileNotFoundError:
             pass
-    return f"ref:{ref}"
+    # Not local yet: the commit an unpinned hub id was pinned to by availability() (the
+    # scoring runner asks it before the signature), so the signature names that commit.
+    return f"ref:{hf.pinned(ref.hf_ref())}"
 
 
 # --------------------------------------------------------------------------- loaded model
