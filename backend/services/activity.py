@@ -19,6 +19,9 @@ event. The rules, applied in the browser:
 * Spans are sent every ~10 s, on a change of pair and when the page is hidden or left; each
   carries the page load's random ``client_id`` so a span resent after a lost reply is stored
   once (unique ``(client_id, assignment_id, started_at)``).
+* Spans are tagged with the account they were measured for (:func:`account_tag`): spans
+  kept through a logout (the server answered 401) are never sent for the next rater who logs
+  in at the same browser (a shared reading-room workstation), even on a pair both rate.
 
 This module checks and stores the spans and keeps the derived numbers: the time on task of an
 assignment (``Assignment.active_seconds``) is the length of the **union** of its spans, so two
@@ -36,6 +39,7 @@ started more than :data:`MAX_AGE` ago.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import math
 import os
@@ -92,6 +96,16 @@ def _env_seconds(name: str, default: float, low: float) -> float:
         log.warning("%s=%r is below %g s; using %g", name, raw, low, default)
         return default
     return value
+
+
+def account_tag(actor: Actor) -> str:
+    """A short tag of the account the browser measures for (not a secret: its own page's).
+
+    The rating page hands it to the tracker, which tags each span with it; the route refuses
+    a batch whose tag is not the cookie's account's.
+    """
+    raw = f"radconcord-activity:{actor.user_id}:{actor.username}".encode()
+    return hashlib.sha256(raw).hexdigest()[:16]
 
 
 def idle_cut_seconds() -> float:
@@ -398,6 +412,7 @@ __all__ = [
     "DEFAULT_IDLE_CUT_S",
     "FLUSH_ENV",
     "IDLE_CUT_ENV",
+    "account_tag",
     "MAX_SPANS_PER_BATCH",
     "MAX_SPAN_SECONDS",
     "RaterTime",

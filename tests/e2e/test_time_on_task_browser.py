@@ -16,10 +16,10 @@ event, and the window losing the focus or leaving the page stops the clock. Pair
 starts when the tracker has loaded (its script is fetched on the first rating page; the load
 counts as an event). The
 total over the four pairs must match within ``TOTAL_TOLERANCE_S`` (0.5 s) and each pair within
-``TOLERANCE_S`` (0.8 s): time moves to the next pair when the page hands the tracker the new
+``TOLERANCE_S`` (1 s): time moves to the next pair when the page hands the tracker the new
 pair, which follows the new header by a few tens of ms on an idle machine (measured 0.00-0.07
-s) and by up to ~0.7 s on a loaded one (2 cores, other test suites running). The old measure
-gave ~61 s for the pass through pair 3.
+s) and by up to ~0.7 s on a loaded one (measured at a load average of 13 on 2 cores). The old
+measure gave ~61 s for the pass through pair 3.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tests.e2e.conftest import RATER, RATER_PASSWORD, log_in, start_server
 pytestmark = pytest.mark.browser
 
 IDLE_CUT_S = 2.0
-TOLERANCE_S = 0.8
+TOLERANCE_S = 1.0
 TOTAL_TOLERANCE_S = 0.5
 
 

@@ -25,6 +25,18 @@ def test_tracker_is_mounted_hidden_with_the_pair_and_the_rules(monkeypatch):
     assert {k: data[k] for k in ("pair", "url", "idle_ms", "flush_ms")} == {
         "pair": "pair-7f3a", "url": "/_rc/api/activity", "idle_ms": 4000, "flush_ms": 2500}
     assert isinstance(data["server_now_ms"], int)
+    assert data["account"] is None  # nobody logged in: spans measured here go nowhere
     # The element sits in a container hidden by CSS: it takes no room on the page.
     styles = [h.proto.body for h in at.get("html")]
     assert any(".st-key-rc_activity {display: none;}" in body for body in styles)
+
+
+def test_tracker_names_the_account_it_measures_for(monkeypatch):
+    from backend.services import activity
+    from backend.services.types import Actor
+    from webapp.components.activity import tracker_data
+
+    rita = Actor(user_id=7, username="rita", role="rater")
+    data = tracker_data("p1", rita)
+    assert data["account"] == activity.account_tag(rita) != activity.account_tag(
+        Actor(user_id=8, username="ravi", role="rater"))

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from backend.services import auth, sessions
+from backend.services import activity, auth, sessions
 from backend.services.assignment import assign_raters
 from backend.services.types import Actor
 from db.models import ActivitySpan, Assignment, Pair
@@ -52,7 +52,8 @@ def test_spans_are_stored_once_and_others_refused(env):
     db, actors, client = env
     mine, theirs = _pairs(db, actors["r1"])[0], _pairs(db, actors["r2"])[0]
     now = int(time.time() * 1000)
-    body = {"client_id": "page-load-abc123", "spans": [
+    body = {"client_id": "page-load-abc123", "account": activity.account_tag(actors["r1"]),
+            "spans": [
         {"pair": mine, "start": now - 6000, "end": now - 2000, "events": 9},
         {"pair": theirs, "start": now - 6000, "end": now - 2000, "events": 9},
     ]}
@@ -76,7 +77,7 @@ def test_header_login_and_body_are_checked(env):
     db, actors, client = env
     mine = _pairs(db, actors["r1"])[0]
     now = int(time.time() * 1000)
-    good = {"client_id": "page-load-abc123",
+    good = {"client_id": "page-load-abc123", "account": activity.account_tag(actors["r1"]),
             "spans": [{"pair": mine, "start": now - 1000, "end": now, "events": 1}]}
     # No cookie: 401, the browser keeps its spans.
     reply = client.post("/_rc/api/activity", json=good, headers=HEADERS)
@@ -86,9 +87,11 @@ def test_header_login_and_body_are_checked(env):
     assert client.post("/_rc/api/activity", json=good).status_code == 403
     cases = [
         (b"not json", "request body is not JSON"),
-        (b"[1, 2]", "request body: must be an object with client_id and spans"),
+        (b"[1, 2]", "request body: must be an object with client_id, account and spans"),
         (b'{"client_id": "page-load-abc123", "spans": {}}', "spans: must be a list, got dict"),
-        (b'{"client_id": "x", "spans": []}', "client_id: must be 8-64 letters"),
+        (b'{"client_id": "page-load-abc123", "spans": []}', "account: must be the account"),
+        (f'{{"client_id": "x", "account": "{activity.account_tag(actors["r1"])}", '
+         '"spans": []}'.encode(), "client_id: must be 8-64 letters"),
         (b'{"client_id": "page-load-abc123", "spans": [], "user": 3}',
          "request body: unknown field(s) 'user'"),
         (b" " * (api.MAX_JSON_BODY + 1), "request body over"),
@@ -103,3 +106,27 @@ def test_header_login_and_body_are_checked(env):
     token = client.cookies.get(SESSION_COOKIE)
     sessions.revoke_session(db, token=token, reason="logout")
     assert client.post("/_rc/api/activity", json=good, headers=HEADERS).status_code == 401
+
+
+def test_spans_of_another_account_are_refused(env):
+    """Spans kept through a logout (401) and sent after another rater logged in at the same
+    browser are refused with 409, even for a pair both raters have: never credited to the
+    wrong rater."""
+    db, actors, client = env
+    with db.begin() as s:
+        shared = s.scalar(select(Pair.opaque_id).join(Assignment)
+                          .where(Assignment.rater_id == actors["r1"].user_id))
+        pair_id = s.scalar(select(Pair.id).where(Pair.opaque_id == shared))
+        s.add(Assignment(study_id=s.scalar(select(Pair.study_id).where(Pair.id == pair_id)),
+                         rater_id=actors["r2"].user_id, pair_id=pair_id, order_index=99))
+    now = int(time.time() * 1000)
+    body = {"client_id": "page-load-abc123", "account": activity.account_tag(actors["r1"]),
+            "spans": [{"pair": shared, "start": now - 3000, "end": now, "events": 2}]}
+    client.cookies.set(SESSION_COOKIE, _login(db, actors["r2"]))
+    reply = client.post("/_rc/api/activity", json=body, headers=HEADERS)
+    assert reply.status_code == 409 and reply.json()["reason"] == "account"
+    with db.read() as s:
+        assert s.scalar(select(func.count(ActivitySpan.id))) == 0
+    # The same spans with r1's cookie are r1's.
+    client.cookies.set(SESSION_COOKIE, _login(db, actors["r1"]))
+    assert client.post("/_rc/api/activity", json=body, headers=HEADERS).json()["stored"] == 1

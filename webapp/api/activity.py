@@ -2,7 +2,7 @@
 
 Body (JSON, at most ``MAX_JSON_BODY`` bytes)::
 
-    {"client_id": "<random id of the page load>",
+    {"client_id": "<random id of the page load>", "account": "<account tag of the spans>",
      "spans": [{"pair": "<opaque id>", "start": <ms since 1970>, "end": <ms>, "events": <n>}]}
 
 Answers:
@@ -14,6 +14,9 @@ Answers:
 * ``401``: no live session (logged out, expired, revoked): the browser keeps its spans and
   sends them again later, after the rater logs in again.
 * ``403``: the ``X-RadConcord: 1`` header is missing.
+* ``409 {"reason": "account"}``: the spans were measured for another account than the
+  cookie's (kept through a logout, then another rater logged in at the same browser): the
+  browser drops them, so they are never credited to the wrong rater.
 
 CSRF. Like every route of this package the request must carry ``X-RadConcord: 1``. The page
 never uses ``navigator.sendBeacon`` (which cannot set a header); it sends with
@@ -49,15 +52,19 @@ async def post_activity(request: Request) -> Response:
     except ValueError as exc:
         return api.error(400, "invalid", str(exc))
     if not isinstance(body, dict):
-        return api.error(400, "invalid", "request body: must be an object with client_id "
-                                         "and spans")
-    unknown = sorted(set(body) - {"client_id", "spans"})
+        return api.error(400, "invalid", "request body: must be an object with client_id, "
+                                         "account and spans")
+    unknown = sorted(set(body) - {"client_id", "account", "spans"})
     if unknown:
         return api.error(400, "invalid", f"request body: unknown field(s) "
                                          f"{', '.join(map(repr, unknown))}")
     spans = body.get("spans")
     if not isinstance(spans, list):
         return api.error(400, "invalid", f"spans: must be a list, got {type(spans).__name__}")
+    if not isinstance(body.get("account"), str):
+        return api.error(400, "invalid", "account: must be the account tag the page was given")
+    if body["account"] != activity.account_tag(actor):
+        return api.error(409, "account", "these spans were measured for another account")
     try:
         result = await api.in_thread(activity.record_spans, api.database(), actor,
                                      client_id=body.get("client_id"), spans=spans)

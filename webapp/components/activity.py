@@ -20,7 +20,8 @@ from typing import Any
 import streamlit as st
 
 from backend.services import activity
-from webapp import api
+from backend.services.types import Actor
+from webapp import api, state
 
 JS_FILE = Path(__file__).with_name("activity") / "activity.js"
 NAME = "radconcord_activity"
@@ -29,10 +30,17 @@ CONTAINER = "rc_activity"  # CSS class st-key-rc_activity: hidden
 _component = st.components.v2.component(NAME, js=JS_FILE.read_text(encoding="utf-8"))
 
 
-def tracker_data(pair_key: str | None) -> dict[str, Any]:
-    """What the browser side gets: the pair on screen, the route, the clock and the rules."""
+def tracker_data(pair_key: str | None, actor: Actor | None = None) -> dict[str, Any]:
+    """What the browser side gets: the pair on screen, the account it is measured for, the
+    route, the clock and the rules."""
+    if actor is None:
+        found = st.session_state.get(state.ACTOR_KEY)
+        actor = found if isinstance(found, Actor) else None
     return {
         "pair": pair_key or None,
+        # Spans are tagged with it: kept through a logout, they are never sent for the next
+        # account that logs in at the same browser.
+        "account": activity.account_tag(actor) if actor is not None else None,
         "url": api.url(str(st.get_option("server.baseUrlPath") or ""), "activity"),
         "idle_ms": round(activity.idle_cut_seconds() * 1000),
         "flush_ms": round(activity.flush_seconds() * 1000),

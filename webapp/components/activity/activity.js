@@ -101,6 +101,7 @@ function install(data) {
   const state = {
     clientId: randomId(),
     url: data.url,
+    account: typeof data.account === "string" ? data.account : null,
     tracker: createTracker({ idleMs: Number(data.idle_ms) || 30000 }),
     queue: [],
     sending: false,
@@ -116,15 +117,22 @@ function install(data) {
   }
 
   function collect() {
-    const spans = state.tracker.take(clock());
+    // Each span carries the account it was measured for (see flush).
+    const spans = state.tracker.take(clock()).map((span) => ({ ...span,
+                                                               account: state.account }));
     state.queue.push(...spans);
     if (state.queue.length > MAX_QUEUE) state.queue.splice(0, state.queue.length - MAX_QUEUE);
   }
 
   async function flush(keepalive = false) {
     collect();
+    // Spans measured without an account (none logged in) can go nowhere.
+    state.queue = state.queue.filter((span) => span.account !== null);
     if (state.queue.length === 0 || (state.sending && !keepalive)) return;
-    const batch = state.queue.slice(0, MAX_BATCH);
+    // One account per request: the route refuses spans of another account than the cookie's
+    // (409), and those are dropped rather than credited to the next rater.
+    const account = state.queue[0].account;
+    const batch = state.queue.filter((span) => span.account === account).slice(0, MAX_BATCH);
     state.sending = !keepalive || state.sending;
     try {
       const reply = await fetch(state.url, {
@@ -132,11 +140,16 @@ function install(data) {
         credentials: "same-origin",
         keepalive,
         headers: { "Content-Type": "application/json", "X-RadConcord": "1" },
-        body: JSON.stringify({ client_id: state.clientId, spans: batch }),
+        body: JSON.stringify({
+          client_id: state.clientId,
+          account,
+          spans: batch.map(({ pair, start, end, events }) => ({ pair, start, end, events })),
+        }),
       });
       // 200: stored (refused spans are named and dropped); 400: a malformed batch that no
-      // resend can fix. Anything else (401 login again, 5xx, network) keeps the spans.
-      if (reply.status === 200 || reply.status === 400) {
+      // resend can fix; 409: another account's spans. Anything else (401 login again, 5xx,
+      // network) keeps the spans.
+      if (reply.status === 200 || reply.status === 400 || reply.status === 409) {
         state.queue = state.queue.filter((span) => !batch.includes(span));
         if (reply.status === 400) console.warn("activity spans refused", await reply.text());
       }
@@ -189,6 +202,14 @@ function install(data) {
   state.mount = (next) => {
     state.mounts += 1;
     if (next.url) state.url = next.url;
+    const account = typeof next.account === "string" ? next.account : null;
+    if (account !== state.account) {
+      // Another account on this page load (a logout and a login): what was measured so far
+      // is the previous account's.
+      state.tracker.setPair(null, clock());
+      collect();
+      state.account = account;
+    }
     const pair = typeof next.pair === "string" && next.pair ? next.pair : null;
     if (pair !== state.tracker.pair) {
       state.tracker.setPair(pair, clock());
