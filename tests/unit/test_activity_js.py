@@ -74,3 +74,56 @@ def test_scripted_rater_gets_its_true_times(tmp_path):
     # Events are counted per span: 17 on A (0, 0.25, ..., 4 s; the page load came before
     # any pair was on screen).
     assert sum(s["events"] for s in a) == 17
+
+
+WIRING = r"""
+import tracker from "./activity.mjs";
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+globalThis.window = new EventTarget();
+globalThis.document = new EventTarget();
+document.visibilityState = "visible";
+document.hasFocus = () => true;
+const calls = [];
+const replies = [401, 409, 200, 200];
+globalThis.fetch = async (url, options) => {
+  calls.push({ url, keepalive: options.keepalive, headers: options.headers,
+               body: JSON.parse(options.body) });
+  return { status: replies.shift() ?? 200, text: async () => "" };
+};
+const data = (pair, account) => ({ pair, account, url: "/_rc/api/activity", idle_ms: 2000,
+                                   flush_ms: 1000000, server_now_ms: Date.now() });
+tracker({ data: data("A", "acc-rita") });
+await sleep(30);
+document.dispatchEvent(new Event("pointerdown"));
+await sleep(60);
+await window.__radconcordActivity.flush();          // 401: rita's session ended; kept
+const kept = window.__radconcordActivity.queue.length;
+tracker({ data: data("B", "acc-ravi") });           // ravi logs in at the same browser
+await sleep(60);                                    // the send on the change: rita's -> 409
+document.dispatchEvent(new Event("keydown"));
+await sleep(60);
+window.dispatchEvent(new Event("pagehide"));        // keepalive send of ravi's span
+await sleep(60);
+console.log(JSON.stringify({ calls, kept, left: window.__radconcordActivity.queue.length }));
+clearInterval(window.__radconcordActivity.timer);
+"""
+
+
+def test_page_wiring_keeps_spans_on_401_and_never_sends_them_for_another_account(tmp_path):
+    shutil.copyfile(JS, tmp_path / "activity.mjs")
+    (tmp_path / "run.mjs").write_text(WIRING, encoding="utf-8")
+    out = subprocess.run([shutil.which("node") or "node", "run.mjs"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, check=True)
+    result = json.loads(out.stdout)
+    calls = result["calls"]
+    assert result["kept"] == 1 and result["left"] == 0
+    assert [c["body"]["account"] for c in calls] == ["acc-rita", "acc-rita", "acc-ravi"]
+    assert all(c["headers"]["X-RadConcord"] == "1" and c["url"] == "/_rc/api/activity"
+               for c in calls)
+    # The span refused with 401 is sent again as it was (same page load, same times).
+    assert calls[0]["body"] == calls[1]["body"]
+    assert {s["pair"] for s in calls[0]["body"]["spans"]} == {"A"}
+    # ravi's span, sent on pagehide with keepalive, carries only ravi's pair.
+    assert calls[2]["keepalive"] is True
+    assert {s["pair"] for s in calls[2]["body"]["spans"]} == {"B"}
+    assert set(calls[2]["body"]["spans"][0]) == {"pair", "start", "end", "events"}
