@@ -50,12 +50,16 @@ def tracker_data(pair_key: str | None, actor: Actor | None = None) -> dict[str, 
     }
 
 
-def activity_tracker(pair_key: str | None) -> None:
+def activity_tracker(pair_key: str | None, actor: Actor | None = None) -> None:
     """Attribute the rater's active time to ``pair_key`` (``None``: no pair on screen).
+
+    Draw it on every run of the rating page (not inside a fragment that a change of pair
+    does not rerun), with the same call site, so the element stays mounted between pairs.
 
     Args:
         pair_key: The opaque id of the pair on screen.
+        actor: The logged-in rater (default: the one of this browser session).
     """
     st.html(f"<style>.st-key-{CONTAINER} {{display: none;}}</style>")
     with st.container(key=CONTAINER):
-        _component(key="rc_activity_tracker", data=tracker_data(pair_key))
+        _component(key="rc_activity_tracker", data=tracker_data(pair_key, actor))
