@@ -112,3 +112,48 @@ def test_tiny_model_through_server_equals_in_process(tmp_path) -> None:
         assert remote.signature().startswith(f"crimson|endpoint:openai:{path}@")
     sig = local.signature()
     assert "guidelines:1" in sig and "prompt:crimson@07e333152f2c-" in sig and "fp:" in sig
+
+
+def _tiny_gemma3(tmp_path):
+    """A random Gemma 3 image-text model (the architecture of MedGemma, CRIMSON's default)
+    with the tiny word-level tokenizer and a Gemma-style chat template."""
+    import torch
+    from transformers import AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration
+
+    from tests.helpers_llm import tiny_vocab
+
+    src = build_tiny_llama(tmp_path)
+    out = tmp_path / "tiny-gemma3"
+    v = len(tiny_vocab())
+    cfg = Gemma3Config(
+        text_config=dict(vocab_size=v, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                         max_position_embeddings=1024, sliding_window=64, pad_token_id=0,
+                         bos_token_id=1, eos_token_id=2),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=28, patch_size=14),
+        mm_tokens_per_image=4, image_token_index=v - 1, boi_token_index=v - 2,
+        eoi_token_index=v - 3,
+    )
+    torch.manual_seed(0)
+    Gemma3ForConditionalGeneration(cfg).save_pretrained(str(out))
+    tok = AutoTokenizer.from_pretrained(str(src))
+    tok.chat_template = (
+        "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n"
+        "{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+        "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+    tok.save_pretrained(str(out))
+    return out
+
+
+def test_gemma3_architecture_loads_and_generates_text_only(tmp_path) -> None:
+    """MedGemma is a Gemma 3 image-text model: it loads as a causal LM and writes text from a
+    text-only chat prompt (random weights here: the answer is flagged, nothing invented)."""
+    path = _tiny_gemma3(tmp_path)
+    m = Crimson(model=str(path), max_new_tokens=5, batch_size=2)
+    assert m.availability() is None
+    res = m.score(references=["Mild cardiomegaly.", "No acute process."],
+                  candidates=["Lungs are clear.", "Edema."])
+    assert type(m.backend.lm.model).__name__ == "Gemma3ForConditionalGeneration"
+    assert all(isinstance(d["generation"], str) and d["flags"] for d in res.details)
+    assert all(math.isnan(v) for v in res.values["crimson"])
