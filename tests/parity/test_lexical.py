@@ -259,6 +259,43 @@ def test_meteor_matches_pycocoevalcap(meteor):
 
 @needs_java
 @pytest.mark.slow
+def test_meteor_aligns_each_distinct_pair_once_with_pycocoevalcap_values(meteor):
+    """Repeated pairs (a study often holds the same candidate text twice) are sent to the jar
+    once; every copy still gets its value and the aggregate counts each copy, as in
+    pycocoevalcap given the full list."""
+    from pycocoevalcap.meteor.meteor import Meteor as CocoMeteor
+
+    idx = [0, 1, 2, 0, 3, 1, 0, 4]
+    refs = [REFS[i] for i in idx]
+    cands = [CANDS[i] for i in idx]
+    coco = CocoMeteor()
+    try:
+        corpus, per_pair = coco.compute_score(
+            {k: [TOK_REFS[i]] for k, i in enumerate(idx)},
+            {k: [preprocess(CANDS[i])] for k, i in enumerate(idx)},
+        )
+    finally:
+        del coco
+    sent: list[int] = []
+    original = meteor._proc.statistics
+
+    def counting(r, c):
+        sent.append(len(r))
+        return original(r, c)
+
+    meteor._proc.statistics = counting
+    try:
+        ours = meteor.score(references=refs, candidates=cands)
+    finally:
+        del meteor._proc.statistics
+    assert sent == [len(set(idx))]
+    assert ours.values["meteor"] == pytest.approx(per_pair, abs=1e-4, rel=0)
+    assert ours.corpus["meteor_corpus"] == pytest.approx(corpus, abs=1e-4, rel=0)
+    assert ours.values["meteor"][0] == ours.values["meteor"][3] == ours.values["meteor"][6]
+
+
+@needs_java
+@pytest.mark.slow
 def test_meteor_protocol_characters_do_not_desynchronise(meteor):
     """Reference: the clean pairs scored alone by the same jar; tolerance exact.
 
