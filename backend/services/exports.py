@@ -75,7 +75,7 @@ from backend import config
 from backend.analysis.data import AnalysisInputError, load_metric_columns, load_ratings
 from backend.datasets import rexval
 from backend.imaging.deid import DEID_PROFILE
-from backend.services import activity
+from backend.services import activity, study_settings
 from backend.services.assignment import study_strategy
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
@@ -176,6 +176,8 @@ def _load(db: Database, study_name: str
             "provenance": study.provenance or {},
             # The order strategy changes the sampling design (which pairs got rated first).
             "assignment": study_strategy(study).as_dict(),
+            # How the raters saw the pairs (e.g. difference highlighting), with its history.
+            "settings": study_settings.export_settings(study.settings),
         }
         pairs_orm = s.scalars(
             select(Pair)

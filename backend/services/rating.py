@@ -54,7 +54,7 @@ CELLS: tuple[tuple[int, bool], ...] = tuple(
     (category, significant) for category in sorted(CATEGORIES) for significant in (True, False)
 )
 # Studies raters cannot see: not opened yet, or still being imported.
-HIDDEN_STATUSES = ("draft", STUDY_STAGING)
+HIDDEN_STATUSES = ("draft", STUDY_STAGING, "archived")
 READ_ONLY_STATUSES = ("closed",)  # studies raters can see but no longer change
 
 

@@ -286,7 +286,8 @@ def delete_study(
         try:
             root.mkdir(parents=True, exist_ok=True)
             export_dir = exports.export_study(db, actor, study_name=study_name, fmt="jsonl",
-                                              out_dir=target).out_dir
+                                              out_dir=target, with_scores=True,
+                                              with_timing=True).out_dir
         except Exception as exc:
             with db.begin() as s:
                 s.execute(update(Study).where(Study.id == study_id)

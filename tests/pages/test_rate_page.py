@@ -63,7 +63,8 @@ def test_the_cases_image_goes_to_the_viewer_beside_the_texts(study_env, make_app
     at = make_app(study_env.rater, params={"pair": with_image[0]})
     assert not at.exception
     names = [e.proto.component_name for e in at.get("bidi_component")]
-    assert "radconcord_count_grid" in names and len(names) == 2  # the grid and the viewer
+    # The grid, the viewer and the (invisible) time-on-task tracker.
+    assert "radconcord_count_grid" in names and len(names) == 3
     no_image = next(item.opaque_id for item in _queue(study_env)
                     if item.opaque_id != with_image[0])
     at = make_app(study_env.rater, params={"pair": no_image})

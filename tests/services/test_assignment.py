@@ -357,7 +357,8 @@ def test_adaptive_reorders_only_open_pairs_and_keeps_assignments(any_db):
     view = _rating.get_pair(any_db, rater_actor(any_db, "ra"), opaque_id=nxt)
     assert set(vars(view)) == {
         "opaque_id", "study_name", "index", "total", "reference_text", "candidate_text",
-        "images", "counts", "completed_at", "prev_opaque_id", "next_opaque_id"}
+        "images", "counts", "completed_at", "prev_opaque_id", "next_opaque_id", "version",
+        "highlight_differences", "read_only"}
 
 
 def _play(db, name: str, seed: int) -> dict[str, list[tuple[int, bool]]]:

@@ -152,12 +152,30 @@ def test_0005_gives_old_assignments_version_0_and_old_studies_empty_settings(emp
             "INSERT INTO studies (id, name, description, scheme, raters_per_pair, seed, "
             "status, provenance, created_at) VALUES (1, 's', '', 'rexval', 1, 0, 'open', "
             "'{}', :now)"), {"now": now})
+        conn.execute(sa.text(
+            "INSERT INTO cases (id, study_id, external_id, created_at) VALUES (1, 1, 'c', :now)"),
+            {"now": now})
+        conn.execute(sa.text(
+            "INSERT INTO reports (id, case_id, role, text, created_at) VALUES "
+            "(1, 1, 'reference', 'a', :now), (2, 1, 'candidate', 'b', :now)"), {"now": now})
+        conn.execute(sa.text(
+            "INSERT INTO pairs (id, study_id, case_id, reference_id, candidate_id, source, "
+            "opaque_id, position, input_hash) VALUES (1, 1, 1, 1, 2, 's', 'o', 0, 'h')"))
+        conn.execute(sa.text(
+            "INSERT INTO assignments (id, study_id, rater_id, pair_id, order_index, "
+            "active_seconds, last_active_at) VALUES (1, 1, 1, 1, 0, 245.0, :now)"),
+            {"now": now})
     upgrade(engine)
     from db.models import Study
     from db.session import make_sessionmaker
 
+    from db.models import Assignment
+
     with make_sessionmaker(engine).begin() as s:
         assert s.get(Study, 1).settings == {}
+        old = s.get(Assignment, 1)
+        # The old gap-capped time on task was ~4x too high: reset, not kept beside spans.
+        assert (old.version, old.active_seconds, old.last_active_at) == (0, 0.0, None)
     cols = {c["name"]: c for c in sa.inspect(engine).get_columns("assignments")}
     assert cols["version"]["nullable"] is False
     assert "activity_spans" in sa.inspect(engine).get_table_names()

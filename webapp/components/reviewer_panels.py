@@ -13,7 +13,7 @@ from typing import Any
 
 import streamlit as st
 
-from webapp.components import plots
+from webapp.components import plots, tables
 from webapp.components.csv_download import csv_download
 from webapp.components.simulation_plot import curves_frame, simulation_plot
 
@@ -118,10 +118,11 @@ def pairwise_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
     )
     rows = pairwise_rows(pairwise)
     with st.expander(f"Paired tests as a table ({len(rows)} metric pairs)"):
-        st.dataframe(rows, hide_index=True, width="stretch", key="dash_pairwise_table",
-                     column_config={c: st.column_config.NumberColumn(format="%.4f")
-                                    for c in ("tau(A) - tau(B)", "CI low", "CI high", "p",
-                                              "p adjusted", "Williams p")})
+        numeric = ("tau(A) - tau(B)", "CI low", "CI high", "p", "p adjusted", "Williams p")
+        # Text cells: st.dataframe draws a missing value as "None"; here it is a blank.
+        st.dataframe([{c: tables.num(v, 4) if c in numeric else v for c, v in r.items()}
+                      for r in rows], hide_index=True, width="stretch",
+                     key="dash_pairwise_table")
         st.caption("Williams p: Williams' T2 test for dependent correlations sharing the "
                    "radiologists as target (Steiger 1980), on Spearman's rho; blank where it "
                    "does not apply.")

@@ -22,6 +22,7 @@ from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from webapp import state
 from webapp.components import reports
+from webapp.components.activity import activity_tracker
 from webapp.components.count_grid import count_grid
 from webapp.components.image_viewer import viewer_panel
 
@@ -141,6 +142,10 @@ view = state.call(rating.get_pair, db, actor, opaque_id=opaque_id)
 if st.session_state.get(END_KEY) == view.study_name:
     _end_screen(actor, view)
     st.stop()
+
+# Time on task: the rater's own input and focus events, attributed to the pair on screen
+# (every run, never in a fragment: a new pair must re-key the tracker at once).
+activity_tracker(view.opaque_id, actor)
 
 with st.sidebar:
     st.caption("Shortcuts: **N** next pair · **P** previous pair · **Ctrl+Enter** mark done "

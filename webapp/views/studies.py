@@ -131,6 +131,7 @@ def progress_panel(name: str) -> None:
                     "Assigned": r.total,
                     "Progress": r.completed / r.total if r.total else 0.0,
                     "Time on task (min)": r.active_seconds / 60,
+                    "Median per pair (s)": r.median_seconds,
                     "Last active": r.last_active_at,
                 }
                 for r in prog.raters
@@ -140,13 +141,14 @@ def progress_panel(name: str) -> None:
             column_config={
                 "Progress": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0),
                 "Time on task (min)": st.column_config.NumberColumn(format="%.1f"),
+                "Median per pair (s)": st.column_config.NumberColumn(format="%.1f"),
                 "Last active": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
             },
         )
     with st.expander(f"Pairs ({prog.n_pairs})"):
         st.dataframe(
             [
-                {"Position": p.position, "Pair id": p.opaque_id, "Source": p.source,
+                {"Pair": p.number, "Pair id": p.opaque_id, "Source": p.source,
                  "Raters": p.assigned, "Done": p.completed}
                 for p in prog.pairs
             ],

@@ -8,6 +8,10 @@ Create Date: 2026-11-24
   pair; a save carries the version the rater saw and a stale one is refused.
 * ``activity_spans``: the rater's own active intervals (from the browser's input and focus
   events) attributed to the pair on screen; time on task is derived from them.
+* ``assignments.active_seconds`` / ``last_active_at`` are reset: before 0005 each page run
+  added the gap since the pair's last activity (capped at 60 s) even when the rater had been
+  on other pairs meanwhile, about 4x the real time; a wrong number kept beside the right
+  one would be read as time on task. From now on they are derived from activity spans.
 * ``studies.settings``: per-study options (e.g. ``highlight_differences``), recorded with the
   study so an analysis can say how raters saw the pairs.
 """
@@ -23,6 +27,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("assignments") as batch:
         batch.add_column(sa.Column("version", sa.Integer(), nullable=False, server_default="0"))
+    op.execute("UPDATE assignments SET active_seconds = 0, last_active_at = NULL")
     with op.batch_alter_table("studies") as batch:
         batch.add_column(sa.Column("settings", sa.JSON(), nullable=False,
                                    server_default=sa.text("'{}'")))
