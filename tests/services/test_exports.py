@@ -300,3 +300,20 @@ def test_every_export_manifest_records_the_deidentification_profile(db, tmp_path
         manifest = json.loads((tmp_path / fmt / "manifest.json").read_text())
         assert manifest["deidentification"] == json.loads(json.dumps(DEID_PROFILE))
         assert {"profile", "options"} <= set(manifest["deidentification"])
+
+
+def test_manifest_records_how_raters_saw_the_pairs(db, tmp_path):
+    """The study's settings (e.g. difference highlighting) and their history go into the
+    manifest, so an analysis of the export can say how the raters saw the pairs."""
+    from backend.services import study_settings
+
+    _import_fixture(db)
+    before = export_study(db, ADMIN, study_name="rexval", fmt="jsonl", out_dir=tmp_path / "a")
+    manifest = json.loads((before.out_dir / "manifest.json").read_text())
+    assert manifest["study"]["settings"]["values"]["highlight_differences"] is False
+    study_settings.update_study_settings(db, ADMIN, study_name="rexval",
+                                         highlight_differences=True)
+    after = export_study(db, ADMIN, study_name="rexval", fmt="jsonl", out_dir=tmp_path / "b")
+    settings = json.loads((after.out_dir / "manifest.json").read_text())["study"]["settings"]
+    assert settings["values"]["highlight_differences"] is True
+    assert [h["key"] for h in settings["history"]] == ["highlight_differences"]
