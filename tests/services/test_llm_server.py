@@ -154,29 +154,28 @@ class _Proxy:
                     failing = method == "POST" and proxy.fail > 0
                     if failing:
                         proxy.fail -= 1
+                # The answer is prepared first and the request leaves the in-flight count
+                # before a byte is written back: the client may send its next request as
+                # soon as it reads this one's answer.
                 try:
                     if proxy.delay:
                         time.sleep(proxy.delay)
                     if failing:
-                        raw = b'{"error": {"message": "overloaded"}}'
-                        self.send_response(proxy.status)
-                        self.send_header("Content-Length", str(len(raw)))
-                        self.end_headers()
-                        self.wfile.write(raw)
-                        return
-                    req = urllib.request.Request(proxy.target + self.path, data=data,
-                                                 method=method,
-                                                 headers={"Content-Type": "application/json"})
-                    with urllib.request.urlopen(req, timeout=60) as r:
-                        raw = r.read()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
+                        status, raw = proxy.status, b'{"error": {"message": "overloaded"}}'
+                    else:
+                        req = urllib.request.Request(proxy.target + self.path, data=data,
+                                                     method=method,
+                                                     headers={"Content-Type": "application/json"})
+                        with urllib.request.urlopen(req, timeout=60) as r:
+                            status, raw = 200, r.read()
                 finally:
                     with proxy.lock:
                         proxy.in_flight -= 1
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
 
             def do_GET(self) -> None:  # noqa: N802
                 self._forward("GET")
