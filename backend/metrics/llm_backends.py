@@ -375,10 +375,23 @@ class OpenAIChatBackend:
         self.model_info()  # fail once, before the pool, when the endpoint is not there
         if self.concurrency == 1 or len(items) == 1:
             return [self.complete(p, max_new_tokens=max_new_tokens) for p in items]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items)),
-                                thread_name_prefix="llm-http") as pool:
-            return list(pool.map(lambda p: self.complete(p, max_new_tokens=max_new_tokens),
-                                 items))
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(items)),
+                                  thread_name_prefix="llm-http")
+        try:
+            futures = [pool.submit(self.complete, p, max_new_tokens=max_new_tokens)
+                       for p in items]
+            out = [f.result() for f in futures]
+        except BaseException:
+            # One request failed for good (after its retries): the queued ones are dropped
+            # rather than each retrying against an endpoint that is not answering.
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        stray = self.answered_by - {self.model}
+        if stray:
+            logger.warning("LLM endpoint %s asked for %s answered as %s", self.base_url,
+                           self.model, ", ".join(sorted(stray)))
+        return out
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:

@@ -270,3 +270,17 @@ def test_settings_are_checked() -> None:
         normalise_base_url("h:8000")
     with pytest.raises(ValueError, match="concurrency"):
         OpenAIChatBackend("http://h", concurrency=0)
+
+
+def test_a_request_failing_for_good_drops_the_queued_ones(tiny) -> None:
+    with LLMServer(str(tiny), device="cpu") as server:
+        proxy = _Proxy(f"http://127.0.0.1:{server.port}", fail=10_000, status=503)
+        try:
+            client = OpenAIChatBackend(proxy.url, concurrency=2, max_retries=1, backoff=0.01)
+            with pytest.raises(LLMEndpointError, match="HTTP 503"):
+                client.generate([f"p{i}" for i in range(20)], max_new_tokens=2)
+            # /models + at most the requests in flight (2 at a time) with their retries, not
+            # 20 prompts x 2 attempts.
+            assert client.attempts <= 1 + 2 * 2 + 2
+        finally:
+            proxy.close()
