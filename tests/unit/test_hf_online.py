@@ -164,6 +164,8 @@ def test_green_is_available_online_without_a_pinned_revision(online, tmp_path):
     metric = Green(model="acme/green-tiny", max_new_tokens=4, batch_size=2)
     assert metric.availability() is None
     assert hf.pinned(hf.ModelRef("acme/green-tiny")).revision == SHA
+    # Before the download the signature names the commit (llm.identity via hf.pinned).
+    assert f"model:ref:acme/green-tiny@{SHA}|" in metric.signature()
     res = metric.score(references=["No effusion."], candidates=["Small effusion."])
     assert len(res) == 1
     assert online.downloads == [("acme/green-tiny", SHA)]
