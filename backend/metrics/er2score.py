@@ -429,6 +429,7 @@ def train_reward_model(
     study: str = "",
     device: str = "cpu",
     progress: Callable[[int, int, float], None] | None = None,
+    phase: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """Train LoRA + head on preference pairs of ``train_items`` and save to ``output``.
 
@@ -443,7 +444,10 @@ def train_reward_model(
         config: Hyperparameters.
         study: Training study name (metadata).
         device: Torch device.
-        progress: Called with ``(step, total_steps, loss)``.
+        progress: Called with ``(step, total_steps, loss)`` after each optimiser step.
+        phase: Called with a short message when a stage without steps starts (loading the
+            backbone, scoring the held-out pairs before and after training, saving), so a
+            caller can show what the minutes outside the steps are spent on.
 
     Raises:
         ValueError: no preference pairs, or ``output`` is a non-empty folder.
@@ -460,6 +464,12 @@ def train_reward_model(
             " total error counts differ"
         )
     started = time.monotonic()
+
+    def say(message: str) -> None:
+        if phase is not None:
+            phase(message)
+
+    say(f"loading the backbone {base.model}")
     folder = llm.resolve_folder(base)
     torch.manual_seed(config.seed)
     model = RewardModel(
@@ -471,9 +481,10 @@ def train_reward_model(
         max_length=config.max_length,
     )
 
-    def held_tau() -> float:
+    def held_tau(when: str) -> float:
         if len(heldout_items) < 2:
             return math.nan
+        say(f"scoring {len(heldout_items)} held-out pairs {when} training")
         r = model.rewards([reward_text(i.reference, i.candidate) for i in heldout_items])
         return kendall_tau_vs_errors([sum(x) for x in r], heldout_items)
 
@@ -485,7 +496,7 @@ def train_reward_model(
         steps=0,
         seconds=0.0,
     )
-    result.tau_untrained = held_tau()
+    result.tau_untrained = held_tau("before")
     opt = torch.optim.AdamW(model.trainable_parameters(), lr=config.lr, weight_decay=0.0)
     rng = random.Random(config.seed)
     steps_per_epoch = math.ceil(len(pairs) / config.batch_size)
@@ -493,6 +504,7 @@ def train_reward_model(
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
     step = 0
+    say(f"training: {total_steps} steps of up to {config.batch_size} preference pairs")
     if config.gradient_checkpointing and not model.enable_gradient_checkpointing():
         logger.info("er2score: %s has no gradient checkpointing; training without", base.model)
     model.backbone.train()
@@ -518,9 +530,10 @@ def train_reward_model(
             if progress is not None:
                 progress(step, total_steps, step_loss)
     result.steps = step
-    result.tau_trained = held_tau()
+    result.tau_trained = held_tau("after")
 
     # Write everything into a temporary sibling and rename, so a failure leaves nothing.
+    say("saving the adapter")
     with staging_dir(output.parent, ".er2-") as tmp:
         model.save(tmp)
         meta = {

@@ -279,6 +279,7 @@ def train_from_study(
     device: str = "cpu",
     progress: Callable[[int, int, float], None] | None = None,
     job_id: int | None = None,
+    phase: Callable[[str], None] | None = None,
 ) -> TrainSummary:
     """Train LoRA + reward head on the study's ratings and save the adapter to ``output``.
 
@@ -301,6 +302,8 @@ def train_from_study(
         job_id: The job running this training (see the module docstring): the adapter is
             built in ``.<name>.job-<id>`` with ``training.json``, and an adapter this job
             already finished at ``output`` is reported instead of trained again.
+        phase: Called with a short message when a stage without steps starts (reading the
+            ratings, loading the backbone, scoring the held-out pairs, saving).
 
     Raises:
         PermissionDenied: not an admin.
@@ -319,6 +322,8 @@ def train_from_study(
             logger.info("job %d: adapter %s was already trained", job_id, output)
             return done
     _check_output(output)
+    if phase is not None:
+        phase(f"reading the ratings of study '{study}'")
     ref, train, held = _check_data(db, actor, study=study, base=base,
                                    base_revision=base_revision, heldout=heldout, seed=seed)
     config = er2score.TrainConfig(
@@ -339,6 +344,7 @@ def train_from_study(
             study=study,
             device=device,
             progress=progress,
+            phase=phase,
         )
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc

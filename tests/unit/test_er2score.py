@@ -168,3 +168,25 @@ def test_training_keeps_far_fewer_activations_for_backward(tmp_path, monkeypatch
 def test_bad_micro_batch_is_refused(bad) -> None:
     with pytest.raises(ValueError, match="micro_batch"):
         TrainConfig(micro_batch=bad)
+
+
+def test_training_reports_its_stages_and_steps_in_order(tmp_path) -> None:
+    base = build_tiny_llama(tmp_path)
+    events: list[str] = []
+    items = _varied_items()
+    train, held = er2score.split_groups(items, 0.25, seed=0)
+    train_reward_model(
+        base=llm.LMRef(str(base)), train_items=train, heldout_items=held,
+        output=tmp_path / "ad", config=TrainConfig(epochs=1, max_steps=2, batch_size=4),
+        progress=lambda step, total, loss: events.append(f"step {step}/{total}"),
+        phase=events.append,
+    )
+    assert events == [
+        f"loading the backbone {base}",
+        f"scoring {len(held)} held-out pairs before training",
+        "training: 2 steps of up to 4 preference pairs",
+        "step 1/2",
+        "step 2/2",
+        f"scoring {len(held)} held-out pairs after training",
+        "saving the adapter",
+    ]

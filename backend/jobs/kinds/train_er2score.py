@@ -34,6 +34,11 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     def progress(step: int, total: int, loss: float) -> None:
         ctx.progress(step, total, f"step {step} of {total}, loss {loss:.4f}")
 
+    def phase(message: str) -> None:
+        # Stages without steps keep the step count reached so far (0 of 0 before training).
+        done, total = ctx.last_progress or (0, 0)
+        ctx.progress(done, total, message)
+
     ctx.progress(0, 0, "loading the ratings and the base model")
     summary = er2train.train_from_study(
         ctx.db, job_actor(ctx),
@@ -50,6 +55,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         device=ctx.device,
         progress=progress,
         job_id=ctx.job_id,
+        phase=phase,
     )
     out = er2train.summary_to_json(summary)
     out["output"] = param(params, "output", str)
