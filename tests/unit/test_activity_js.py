@@ -120,8 +120,15 @@ def test_page_wiring_keeps_spans_on_401_and_never_sends_them_for_another_account
     assert [c["body"]["account"] for c in calls] == ["acc-rita", "acc-rita", "acc-ravi"]
     assert all(c["headers"]["X-RadConcord"] == "1" and c["url"] == "/_rc/api/activity"
                for c in calls)
-    # The span refused with 401 is sent again as it was (same page load, same times).
-    assert calls[0]["body"] == calls[1]["body"]
+    # The span refused with 401 is sent again as it was (same page load, same times); on a
+    # loaded machine the still-open span may have grown a continuation meanwhile, which is
+    # sent after it.
+    first, again = calls[0]["body"], calls[1]["body"]
+    assert {k: v for k, v in first.items() if k != "spans"} == {
+        k: v for k, v in again.items() if k != "spans"}
+    assert again["spans"][: len(first["spans"])] == first["spans"]
+    assert all(s["start"] >= first["spans"][-1]["end"]
+               for s in again["spans"][len(first["spans"]):])
     assert {s["pair"] for s in calls[0]["body"]["spans"]} == {"A"}
     # ravi's span, sent on pagehide with keepalive, carries only ravi's pair.
     assert calls[2]["keepalive"] is True
