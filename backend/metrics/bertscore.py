@@ -15,7 +15,12 @@ Semantics copied from ``bert_score`` 0.3.13 (checked by ``tests/parity/test_bert
 * idf(t) = log((M + 1) / (df(t) + 1)) over the M references of the scored set (unseen tokens:
   log(M + 1)), computed once per call (or once via :meth:`BertScore.fit_idf`), never per pair;
 * an empty side scores raw P = R = F = 0 before rescaling;
-* rescaling is (x - b) / (1 - b) with the baseline row of the chosen layer.
+* rescaling is (x - b) / (1 - b) with the baseline row of the chosen layer;
+* layers above ``num_layers`` are cut off as bert_score cuts them (``encoder.layer``,
+  ``transformer.layer``, or a top-level ``layers`` stack such as ModernBERT's, whose last
+  hidden state then comes after its final norm). ``model="IAMJB/RadEvalModernBERT"`` is
+  RadEval's ``radeval_bertscore``: layer 22, no idf, no baseline (model and layer in the
+  signature).
 
 Deviations, on purpose: padded positions never take part in the max (bert_score lets a padded
 position contribute a similarity of 0 to the max, which makes a score depend on its batch when
@@ -73,8 +78,13 @@ DISTILROBERTA_L5_BASELINE = (0.84732, 0.84759504, 0.8473319)
 FALLBACK_LABEL = "all-MiniLM-L6-v2(packaged-fallback)"
 FALLBACK_LAYER = 6
 
+#: RadEval's radiology ModernBERT (jbdel/RadEval 2.2, ``radeval_bertscore``): scored at layer
+#: 22 (its last), no idf, no baseline rescaling.
+RADEVAL_MODERNBERT = "IAMJB/RadEvalModernBERT"
+
 # Layers bert_score tuned on WMT16 for common models (its ``model2layers``), used when the
 # user names one of them without ``num_layers``; any other model uses its last layer.
+# RadEval's ModernBERT is listed with the layer RadEval uses.
 KNOWN_LAYERS: dict[str, int] = {
     "distilroberta-base": 5,
     "roberta-base": 10,
@@ -83,6 +93,7 @@ KNOWN_LAYERS: dict[str, int] = {
     "bert-large-uncased": 18,
     "distilbert-base-uncased": 5,
     "microsoft/deberta-xlarge-mnli": 40,
+    RADEVAL_MODERNBERT: 22,
 }
 
 _PAD_SIM = -2.0  # below any cosine, so a padded position never wins a max
@@ -561,6 +572,17 @@ class BertScore(BaseMetric):
                     )
                 owner.layer = torch.nn.ModuleList(list(stack)[:layer])
                 return None
+        stack = getattr(model, "layers", None)
+        if isinstance(stack, torch.nn.ModuleList):
+            # ModernBERT (BART-style stack): bert_score and RadEval cut ``layers`` and read the
+            # last hidden state, which ModernBERT takes after its final norm; its
+            # ``hidden_states[layer]`` comes before that norm and would give other numbers.
+            if not 0 <= layer <= len(stack):
+                raise MetricUnavailable(
+                    f"bertscore: num_layers={layer} outside 0..{len(stack)} for this model"
+                )
+            model.layers = torch.nn.ModuleList(list(stack)[:layer])
+            return None
         n = BertScore._last_layer_from_config(model.config)
         if n is not None and not 0 <= layer <= n:
             raise MetricUnavailable(f"bertscore: num_layers={layer} outside 0..{n} for this model")
