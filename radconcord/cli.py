@@ -26,6 +26,12 @@ STREAMLIT_SETTINGS: dict[str, str] = {
 }
 
 
+# `app` is not a backend command (it replaces this process by Streamlit's), so --help would
+# not list it.
+APP_HELP = ("radconcord app [STREAMLIT OPTIONS]: start the web app (127.0.0.1:8501 unless"
+            " RADCONCORD_HOST or --server.port say otherwise)")
+
+
 def app_command(argv: list[str]) -> list[str]:
     """The ``streamlit run`` command line of ``radconcord app`` (loopback unless
     ``RADCONCORD_HOST`` says otherwise, as ``scripts/run-app.sh``)."""
@@ -70,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return _app(args[1:])
     from backend.cli import main as backend_main
 
-    return backend_main(args)
+    # Usage lines and --help name the command the user typed, not `python -m backend`.
+    return backend_main(args, prog="radconcord", epilog=APP_HELP)
 
 
 if __name__ == "__main__":

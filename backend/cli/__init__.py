@@ -38,14 +38,19 @@ class CommandModuleError(RuntimeError):
     """A command module listed in :data:`COMMAND_MODULES` failed to import or register."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m backend", epilog: str | None = None
+                 ) -> argparse.ArgumentParser:
     """The top-level parser with every subcommand of :data:`COMMAND_MODULES`.
+
+    Args:
+        prog: The command's name in usage lines and help (``radconcord`` for the script).
+        epilog: Text after the top-level help (commands a wrapper adds, such as ``app``).
 
     Raises:
         CommandModuleError: A listed module cannot be imported or has no ``register``; the
             message names the module and the underlying error.
     """
-    parser = argparse.ArgumentParser(prog="python -m backend", description="RadConcord")
+    parser = argparse.ArgumentParser(prog=prog, description="RadConcord", epilog=epilog)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
@@ -62,9 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
-    parser = build_parser()
+def main(argv: list[str] | None = None, *, prog: str = "python -m backend",
+         epilog: str | None = None) -> int:
+    """Entry point; returns the exit status.
+
+    Args:
+        argv: The arguments (default ``sys.argv[1:]``).
+        prog: The command's name in usage lines and help.
+        epilog: Text after the top-level help.
+    """
+    parser = build_parser(prog, epilog)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from radconcord import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,3 +47,24 @@ def test_other_commands_are_python_m_backend(capsys):
     assert cli.main(["score", "--input", "x.csv", "--metrics", "nosuchmetric",
                      "--output", "o.csv"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_help_names_the_script_and_lists_app(capsys):
+    """`radconcord --help` and a subcommand's usage say `radconcord`, and the help shows
+    `radconcord app`, which is not a backend command."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: radconcord [-h]")
+    assert "radconcord app" in text
+    assert "python -m backend" not in text
+    with pytest.raises(SystemExit):
+        cli.main(["score", "--help"])
+    assert capsys.readouterr().out.startswith("usage: radconcord score ")
+    # The checkout's module keeps its own name.
+    from backend.cli import main as backend_main
+
+    with pytest.raises(SystemExit):
+        backend_main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m backend [-h]")
