@@ -472,7 +472,9 @@ class BertScore(BaseMetric):
         if plan.path is not None:
             ident = "sha256:" + hf.fingerprint(plan.path)[:16]
         else:
-            ident = f"rev:{plan.ref.revision}"
+            # Not downloaded yet: the pinned revision, or the commit an unpinned hub id was
+            # pinned to when the plan located it (backend.metrics.hf).
+            ident = f"rev:{hf.pinned(plan.ref).revision}"
         parts = [
             "bertscore",
             f"model:{plan.label}@{ident}",

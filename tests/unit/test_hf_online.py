@@ -172,3 +172,16 @@ def test_green_is_available_online_without_a_pinned_revision(online, tmp_path):
     snapshot = online.root / "models--acme--green-tiny" / "snapshots" / SHA
     # Loaded from the downloaded commit; the signature names that folder's content.
     assert f"fp:{hf.fingerprint(snapshot)[:16]}" in metric.signature()
+
+
+def test_bertscore_names_the_commit_before_and_the_weights_after_the_download(online):
+    from backend.metrics.bertscore import BertScore
+
+    metric = BertScore(model="acme/tiny-bert", num_layers=1)
+    assert metric.availability() is None
+    assert f"|model:acme/tiny-bert@rev:{SHA}|L1|" in metric.signature()
+    metric.score(references=["no effusion"], candidates=["small effusion"])
+    assert online.downloads == [("acme/tiny-bert", SHA)]
+    snapshot = online.root / "models--acme--tiny-bert" / "snapshots" / SHA
+    fresh = BertScore(model="acme/tiny-bert", num_layers=1)  # a new plan finds it local
+    assert f"@sha256:{hf.fingerprint(snapshot)[:16]}|" in fresh.signature()
