@@ -8,6 +8,7 @@ the end, so logs show progress without carriage-return noise.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,23 @@ from contextlib import contextmanager
 from typing import TextIO
 
 ProgressFn = Callable[[int, int, str], None]
+
+
+def _bar_size(out: TextIO) -> dict[str, object]:
+    """tqdm's size settings: follow the terminal, or a fixed size where it reports none.
+
+    A pseudo-terminal whose size was never set (``docker run -t``, ``script``, some CI
+    runners) reports 0 rows and 0 columns; tqdm then hides the bar entirely (no row to draw
+    it in), so such a terminal gets an 80-column bar instead.
+    """
+    try:
+        size = os.get_terminal_size(out.fileno())
+    except (AttributeError, OSError, ValueError):
+        size = None  # not a real file (a test's stream): tqdm's own fallback applies
+    if size is not None and (size.columns <= 0 or size.lines <= 0):
+        return {"ncols": size.columns if size.columns > 0 else 80,
+                "nrows": size.lines if size.lines > 0 else 24}
+    return {"dynamic_ncols": True}
 
 
 @contextmanager
@@ -37,7 +55,7 @@ def progress_bar(desc: str, *, unit: str = "it", stream: TextIO | None = None,
     if on_tty:
         from tqdm import tqdm
 
-        bar = tqdm(desc=desc, unit=unit, file=out, dynamic_ncols=True, leave=True)
+        bar = tqdm(desc=desc, unit=unit, file=out, leave=True, **_bar_size(out))
 
         def update(done: int, total: int, message: str = "") -> None:
             if total and bar.total != total:

@@ -123,6 +123,50 @@ def test_stream_decides_between_bar_and_lines():
     assert "\r" not in plain.getvalue() and plain.getvalue().startswith("x: 1/2 its")
 
 
+
+def _pty_output(rows: int, cols: int) -> str:
+    """What progress_bar draws on a real pseudo-terminal of the given size."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        with os.fdopen(os.dup(slave), "w", encoding="utf-8") as tty:
+            with progress_bar("score", unit="pair", stream=tty) as p:
+                p(3, 10, "bleu: 3 computed")
+                p(10, 10, "done")
+        chunks = []
+        os.set_blocking(master, False)
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(0, 0), (40, 0), (0, 120), (40, 120)])
+def test_bar_is_drawn_on_a_pseudo_terminal_of_any_reported_size(rows, cols):
+    """A pty whose size was never set (docker run -t, script, CI runners) reports 0x0;
+    tqdm alone draws nothing there. The bar must show its count, rate and time left."""
+    text = _pty_output(rows, cols)
+    assert re.search(r"score:\s+30%\|.*3/10 \[\d\d:\d\d<\d\d:\d\d, ", text), text
+    final = text.replace("\r\n", "\n").rstrip("\n").split("\r")[-1]
+    assert final.startswith("score: 100%") and "10/10" in final and "pair/s" in final
+    width = cols or 80
+    assert max(len(line) for line in text.replace("\r\n", "\n").replace("\r", "\n")
+               .splitlines()) <= width
+
 # --- commands -----------------------------------------------------------------------------
 
 
