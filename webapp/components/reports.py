@@ -9,11 +9,14 @@ import streamlit as st
 from webapp.components.diff import marked_html
 
 # No fixed height: a report of up to ~120 words shows whole at 1280x800 without an inner
-# scroll bar (a compact font; the box grows with the text). Only a very long report (past
-# 75% of the window) scrolls inside its box, so the grid is never pushed out of reach.
+# scroll bar, with the whole count grid under it (a compact font that follows the window
+# height: 0.8rem at 800 px, 0.95rem from about 950 px; the box grows with the text). Only a
+# very long report (past 75% of the window) scrolls inside its box, so the grid is never
+# pushed out of reach.
 _BOX = (
-    '<div class="rc-report" style="white-space: pre-wrap; font-size: 0.95rem;'
-    ' line-height: 1.45; padding: 0.55rem 0.75rem; border-radius: 0.5rem;'
+    '<div class="rc-report" style="white-space: pre-wrap;'
+    ' font-size: clamp(0.8rem, 1.6vh, 0.95rem);'
+    ' line-height: 1.38; padding: 0.45rem 0.6rem; border-radius: 0.5rem;'
     ' border: 1px solid {border}; background: {background}; min-height: 4rem;'
     ' max-height: {max_height}; overflow-y: auto;">{text}</div>'
 )

@@ -128,6 +128,9 @@ def _report_pair(view: rating.RaterPairView, *, tall: bool = False) -> None:
 
 actor = state.require_actor()
 db = state.get_db()
+# Less blank space above the header than the other pages: at 1280x800 the film, both
+# reports of ~120 words and the whole grid share one screen (a style only: no layout room).
+st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 1.5rem;}</style>")
 
 opaque_id = st.query_params.get(PAIR_PARAM)
 if not opaque_id:

@@ -1,0 +1,66 @@
+"""The rating screen on a 1280x800 laptop with ~120-word reports beside the film: both
+reports whole without an inner scroll bar AND the whole count grid on screen with them, so a
+rater reads, counts and marks done without scrolling the page (issue 16)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from tests.e2e.test_viewer_browser import LONG_REPORT, _open, _pairs, _rater_page, _texts
+
+pytestmark = pytest.mark.browser
+
+LAST_ROW = "Omission of comparison describing a change from a previous study"
+
+
+def _set_demo_texts(data, external_id: str, text: str) -> None:
+    from db.models import Case, Report
+    from db.session import Database
+
+    db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
+    try:
+        with db.begin() as s:
+            case_id = s.scalar(select(Case.id).where(Case.external_id == external_id))
+            for report in s.scalars(select(Report).where(Report.case_id == case_id)):
+                report.text = text
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize("formats", [["dicom"], []])
+def test_long_reports_and_the_whole_grid_fit_a_laptop_screen(server, browser, formats):
+    url, data = server
+    context, page = _rater_page(browser, url, 1280, 800)  # the demo is seeded by now
+    try:
+        assert len(LONG_REPORT.split()) == 120
+        # The demo's real PA film, and a case without an image.
+        for external_id in ("demo-01-cr-pa", "demo-04-heart-failure"):
+            _set_demo_texts(data, external_id, LONG_REPORT)
+        found = [oid for oid, fmts, _ in _pairs(data)
+                 if fmts == formats and _texts(data, oid) == (LONG_REPORT, LONG_REPORT)]
+        assert found
+        _open_pair(page, url, found[0], formats)
+        for box in page.locator(".rc-report").all():
+            assert box.inner_text().rstrip().endswith("referring team.")
+            assert box.evaluate("e => e.scrollHeight <= e.clientHeight + 1")
+            bound = box.bounding_box()
+            assert bound["y"] + bound["height"] <= 800
+        grid = page.locator(f'.rc-grid[data-pair="{found[0]}"]').bounding_box()
+        assert grid["y"] + grid["height"] <= 800, grid
+        for name in (f"Increase {LAST_ROW} (clinically significant)",
+                     f"Increase {LAST_ROW} (clinically insignificant)"):
+            plus = page.get_by_role("button", name=name, exact=True).bounding_box()
+            assert plus["y"] + plus["height"] <= 800, (name, plus)
+        done = page.get_by_role("button", name="Mark done").first.bounding_box()
+        assert done["y"] >= 0 and done["y"] + done["height"] <= 800
+    finally:
+        context.close()
+
+
+def _open_pair(page, url, oid, formats):
+    if formats:
+        _open(page, url, oid)
+    else:
+        page.goto(f"{url}/?pair={oid}")
+    page.locator(f'.rc-grid[data-pair="{oid}"]').wait_for()
