@@ -86,3 +86,36 @@ def test_other_pages_do_not_offer_an_archived_study(study_env, make_app, tmp_pat
         options = [o for box in at.selectbox for o in box.options
                    if key is None or box.key == key]
         assert "Other study" in options and study_env.study not in options, page
+
+
+def test_the_raters_table_shows_blanks_not_none_and_times_as_on_the_dashboard(study_env,
+                                                                               make_app):
+    # One rater worked 40 s + 20 s on two pairs; the other never sent any activity.
+    import datetime as dt
+
+    from backend.services import activity, rating
+
+    queue = [q.opaque_id for q in rating.rater_queue(study_env.db, study_env.rater,
+                                                     study_name=study_env.study)]
+    t0 = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
+
+    def at(seconds: float) -> dt.datetime:
+        return t0 + dt.timedelta(seconds=seconds)
+
+    activity.record_spans(study_env.db, study_env.rater, client_id="tab-one-0001", spans=[
+        activity.SpanInput(queue[0], at(0), at(40), 10),
+        activity.SpanInput(queue[1], at(40), at(60), 5)], now=at(61))
+    at_ = _studies_page(study_env, make_app)
+    assert not at_.exception and not at_.error
+    (table,) = [d.value for d in at_.dataframe if "Median per pair" in d.value.columns]
+    rows = {r["Rater"]: r for _, r in table.iterrows()}
+    worked = rows[study_env.rater.username]
+    idle = rows[study_env.other_rater.username]
+    assert (worked["Time on task"], worked["Median per pair"]) == ("1:00", "0:30")
+    assert worked["Last active"] == "2026-11-24 09:01:00 UTC"
+    # Never "None" drawn as a value: blank cells where there is nothing to show.
+    assert (idle["Time on task"], idle["Median per pair"], idle["Last active"]) == (
+        "0:00", "", "")
+    for _, row in table.iterrows():
+        for value in row:
+            assert value is not None and value == value, dict(row)  # no None, no NaN

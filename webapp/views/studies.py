@@ -11,6 +11,7 @@ import streamlit as st
 
 from backend.services import progress, studies, study_settings
 from webapp import state
+from webapp.components import tables
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -130,9 +131,11 @@ def progress_panel(name: str) -> None:
                     "Done": r.completed,
                     "Assigned": r.total,
                     "Progress": r.completed / r.total if r.total else 0.0,
-                    "Time on task (min)": r.active_seconds / 60,
-                    "Median per pair (s)": r.median_seconds,
-                    "Last active": r.last_active_at,
+                    # Text cells as on the dashboard: a missing value is a blank, never
+                    # the grey "None" st.dataframe draws.
+                    "Time on task": tables.minutes_seconds(r.active_seconds),
+                    "Median per pair": tables.minutes_seconds(r.median_seconds),
+                    "Last active": tables.when(r.last_active_at),
                 }
                 for r in prog.raters
             ],
@@ -140,15 +143,12 @@ def progress_panel(name: str) -> None:
             width="stretch",
             column_config={
                 "Progress": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0),
-                "Time on task (min)": st.column_config.NumberColumn(format="%.1f"),
-                "Median per pair (s)": st.column_config.NumberColumn(format="%.1f"),
-                "Last active": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
             },
         )
     with st.expander(f"Pairs ({prog.n_pairs})"):
         st.dataframe(
             [
-                {"Pair": p.number, "Pair id": p.opaque_id, "Source": p.source,
+                {"Pair": p.number, "Pair id": p.opaque_id, "Source": tables.text(p.source),
                  "Raters": p.assigned, "Done": p.completed}
                 for p in prog.pairs
             ],
