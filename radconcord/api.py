@@ -347,6 +347,7 @@ def correlate(
     seed: int = 0,
     cases: Sequence[Any] | None = None,
     level: float = 0.95,
+    progress: ProgressFn | None = None,
 ) -> pd.DataFrame:
     """Kendall tau-b and Spearman of each metric against the raters, with bootstrap CIs.
 
@@ -372,6 +373,8 @@ def correlate(
         cases: Case label per pair: resample whole cases (pairs sharing a reference are not
             independent), as ``correlate --cluster case``.
         level: Interval coverage.
+        progress: Called as ``progress(done, total, key)`` after each key's resamples
+            (thousands of resamples of thousands of pairs take seconds per key).
 
     Returns:
         One row per key: ``kendall_tau_b, kendall_ci_low, kendall_ci_high, spearman,
@@ -430,17 +433,26 @@ def correlate(
             raise InputError(f"{_CORRELATE}: cases: {labels.size} labels for {len(frame)} pairs")
         clusters = labels[rated]
     draws = draw_resamples(rated.size, bootstrap, seed, clusters) if bootstrap > 0 else None
-    (main,) = bootstrap_many(x, -target[rated][None, :], resamples=0, seed=seed, level=level,
-                             draws=draws)
+    # One key at a time on the same resamples: identical values to one batched call at the
+    # same speed (each key's work is its own), and a progress step per key.
+    parts = []
+    for i, key in enumerate(keys):
+        (part,) = bootstrap_many(x[i : i + 1], -target[rated][None, :], resamples=0, seed=seed,
+                                 level=level, draws=draws)
+        parts.append(part)
+        if progress is not None:
+            progress(i + 1, len(keys), key)
+    kendall_ci = np.concatenate([p.kendall_ci for p in parts])
+    spearman_ci = np.concatenate([p.spearman_ci for p in parts])
     out = pd.DataFrame(
         {
-            "kendall_tau_b": main.kendall,
-            "kendall_ci_low": main.kendall_ci[:, 0],
-            "kendall_ci_high": main.kendall_ci[:, 1],
-            "spearman": main.spearman,
-            "spearman_ci_low": main.spearman_ci[:, 0],
-            "spearman_ci_high": main.spearman_ci[:, 1],
-            "n": np.asarray(main.n, dtype=np.int64),
+            "kendall_tau_b": np.concatenate([p.kendall for p in parts]),
+            "kendall_ci_low": kendall_ci[:, 0],
+            "kendall_ci_high": kendall_ci[:, 1],
+            "spearman": np.concatenate([p.spearman for p in parts]),
+            "spearman_ci_low": spearman_ci[:, 0],
+            "spearman_ci_high": spearman_ci[:, 1],
+            "n": np.concatenate([np.asarray(p.n, dtype=np.int64) for p in parts]),
             "higher_is_better": [directions[k] for k in keys],
         },
         index=pd.Index(keys, name="key"),
@@ -534,7 +546,9 @@ def correlate_study(
         bootstrap: Resamples for the intervals (0: none).
         seed: Seed of the resampling.
         **options: The command's other settings: ``metrics``, ``cluster`` (``"pair"`` or
-            ``"case"``), ``unit``, ``correction``, ``permutations``, ``fdr``, ``level``.
+            ``"case"``), ``unit``, ``correction``, ``permutations``, ``fdr``, ``level``, and
+            ``progress``: a ``progress(done, total, section)`` callback called as each
+            section of the analysis is done.
 
     Returns:
         The JSON-able dict of ``correlate --output`` (``metrics``, ``per_category``,

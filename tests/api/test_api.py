@@ -217,11 +217,16 @@ def test_correlate_on_load_study_equals_the_cli(rated_study, tmp_path, cli_args,
     cli = json.loads(out.read_text())
 
     study = radconcord.load_study("api-study", database_url=rated_study)
+    seen: list[tuple[int, int, str]] = []
     result = radconcord.correlate(
         scores=study.scores, ratings=study.errors(target), bootstrap=300, seed=3,
         cases=study.pairs["case_id"] if by_case else None,
+        progress=lambda done, total, key: seen.append((done, total, key)),
     )
     assert list(result.index) == list(cli["metrics"])
+    # One progress step per key, in order, ending at total/total.
+    keys = list(cli["metrics"])
+    assert seen == [(i + 1, len(keys), k) for i, k in enumerate(keys)]
     assert result.attrs["n_pairs"] == cli["n_pairs"]
     assert result.attrs["resamples"] == cli["resamples"] == 300
     for key, entry in cli["metrics"].items():
@@ -243,6 +248,13 @@ def test_correlate_study_is_the_clis_json(rated_study, tmp_path):
     result = radconcord.correlate_study("api-study", database_url=rated_study, bootstrap=100,
                                         unit="rater_pair", permutations=50)
     assert json.loads(json.dumps(result)) == json.loads(out.read_text())
+    sections: list[tuple[int, int, str]] = []
+    again = radconcord.correlate_study(
+        "api-study", database_url=rated_study, bootstrap=100, unit="rater_pair",
+        permutations=50, progress=lambda done, total, name: sections.append((done, total, name)))
+    assert json.loads(json.dumps(again)) == json.loads(out.read_text())
+    assert [d for d, _, _ in sections] == list(range(1, len(sections) + 1))
+    assert sections[-1][0] == sections[-1][1] > 1
     with pytest.raises(radconcord.InputError, match="unit must be one of"):
         radconcord.correlate_study("api-study", database_url=rated_study, unit="nope")
     with pytest.raises(radconcord.InputError, match="unexpected keyword"):
