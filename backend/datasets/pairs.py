@@ -18,8 +18,8 @@ columns: a long file with unknown columns (``candidat``, ``Source``), a ``source
 without ``candidate``, a wide file whose generator column looks like a misspelt column name
 (``candidat``: "did you mean 'candidate'?"), a wide file with long-layout columns. So a typo
 never becomes a generator called ``candidat`` with the ``source`` column silently dropped.
-Columns written by this app's own JSONL export (``position``, ``pair_id``, ``input_hash``) are
-known and ignored, so an export re-imports as it is.
+Columns written by this app's own JSONL export (``position``, ``pair_number``, ``pair_id``,
+``input_hash``) are known and ignored, so an export re-imports as it is.
 
 Optional ``images`` (or ``image``): paths separated by ``;`` (a list in JSONL, whose items
 may be ``{"path": ..., "view": ...}`` objects), relative to the images folder if one is given,
@@ -70,7 +70,7 @@ COMMON_FIELDS = ("case_id", "id", "reference", "images", "image", "notes", "view
 #: Columns only the long layout has (``candidates``: JSONL only).
 LONG_FIELDS = ("candidate", "source", "candidates")
 #: Columns our own JSONL export writes besides the import's: read back and ignored.
-EXPORT_FIELDS = ("position", "pair_id", "input_hash")
+EXPORT_FIELDS = ("position", "pair_number", "pair_id", "input_hash")
 RESERVED_FIELDS = {*COMMON_FIELDS, *LONG_FIELDS, *EXPORT_FIELDS}
 #: Names a misspelt column is compared with ("did you mean ...?").
 _SUGGESTIBLE = ("case_id", "id", "reference", "candidate", "candidates", "source", "images",

@@ -14,9 +14,10 @@ Formats:
     contributes zero rows for the missing cells.
 
 ``jsonl``
-    ``pairs.jsonl`` (position, pair id, case id, reference, candidate, source, images,
-    input hash; re-importable with ``import-pairs``), ``ratings.jsonl`` (one line per rater,
-    pair, category and significance) and ``images/`` (the de-identified image files).
+    ``pairs.jsonl`` (position, 1-based pair number, pair id, case id, reference, candidate,
+    source, images, input hash; re-importable with ``import-pairs``), ``ratings.jsonl`` (one
+    line per rater, pair, category and significance; position and pair number too) and
+    ``images/`` (the de-identified image files).
 
 On request (``with_scores``, ``with_timing``; CLI ``--with-scores``, ``--with-timing``; two
 boxes on the Export page) the folder also carries what the dashboard's numbers are made of,
@@ -491,6 +492,8 @@ def _jsonl_files(
                 images.append({"path": name, "sha256": sha, "view": view, "format": fmt})
             record = {
                 "position": p.position,
+                # The 1-based number the pages and the scores/timing files give the pair.
+                "pair_number": p.position + 1,
                 "pair_id": p.opaque_id,
                 "case_id": p.case_id,
                 "reference": p.reference,
@@ -509,6 +512,7 @@ def _jsonl_files(
             p = by_id[c.pair_id]
             record = {
                 "position": p.position,
+                "pair_number": p.position + 1,
                 "pair_id": p.opaque_id,
                 "case_id": p.case_id,
                 "source": p.source,

@@ -120,8 +120,11 @@ def test_jsonl_export_with_images_and_reimport(db, tmp_path):
     assert image["view"] == "PA" and (out / image["path"]).is_file()
     assert hashlib.sha256((out / image["path"]).read_bytes()).hexdigest() == image["sha256"]
     ratings = [json.loads(line) for line in (out / "ratings.jsonl").read_text().splitlines()]
-    assert ratings == [{"position": 1, "pair_id": pairs[1]["pair_id"], "case_id": "a",
-                        "source": "gen-B", "rater_index": 0, "category": 2,
+    # "pair_number" is the 1-based number every page, and the scores and timing files of
+    # the same export, give the pair ("position" stays: the stored 0-based order).
+    assert [(p["position"], p["pair_number"]) for p in pairs] == [(0, 1), (1, 2), (2, 3)]
+    assert ratings == [{"position": 1, "pair_number": 2, "pair_id": pairs[1]["pair_id"],
+                        "case_id": "a", "source": "gen-B", "rater_index": 0, "category": 2,
                         "significant": True, "count": 1}]
     manifest = json.loads((out / "manifest.json").read_text())
     assert set(manifest["files"]) == set(summary.files) - {"manifest.json"}
