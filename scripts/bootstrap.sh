@@ -35,9 +35,13 @@ if [ "$mode" = "test" ]; then extras="dev"; else extras="all"; fi
 # The package itself, editable (the checkout is what runs), with its dependencies from
 # pyproject.toml; skipped when pyproject.toml and the mode did not change since the last run.
 stamp=".venv/.radconcord-installed"
-want="$mode $(sha256sum pyproject.toml | cut -c1-64)"
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -x .venv/bin/radconcord ] \
-    && .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+hash="$(sha256sum pyproject.toml | cut -c1-64)"
+want="$mode $hash"
+have="$(cat "$stamp" 2>/dev/null || true)"
+# A test install ([dev]) holds everything the app needs ([all]): run-app.sh after test.sh
+# does not reinstall.
+if { [ "$have" = "$want" ] || { [ "$mode" = "app" ] && [ "$have" = "test $hash" ]; }; } \
+    && [ -x .venv/bin/radconcord ] && .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   echo "bootstrap: ready ($mode, unchanged)"
   exit 0
 fi
