@@ -102,7 +102,9 @@ def _run(
     from backend.scoring.runner import MetricFailed, ScoringError, score
 
     try:
-        with progress_bar("score", unit="pair") as progress:
+        # The runner counts pairs x metric families ("36 pairs" for 12 pairs of 3 families
+        # would mislead): one count is one pair scored by one family.
+        with progress_bar("score", unit="score") as progress:
             return score(
                 pairs,
                 metrics,

@@ -124,5 +124,5 @@ def test_score_cli_prints_the_status_of_each_family(db, offline_radgraph, capsys
     assert f"status radgraph: unavailable: {RADGRAPH_OFFLINE}" in captured.out
     assert "bleu: 3 computed, 0 from cache" in captured.out
     # Progress is drawn on stderr (plain lines off a terminal).
-    assert "score: 3/3 pairs" in captured.err
+    assert "score: 3/3 scores" in captured.err
     assert _scores(db, "bleu") == 12

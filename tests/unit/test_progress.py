@@ -182,6 +182,7 @@ def test_score_command_draws_plain_progress_on_stderr(tmp_path, monkeypatch, cap
     lines = [PLAIN.match(line) for line in captured.err.splitlines() if line.startswith("score:")]
     assert lines and all(lines)
     assert lines[-1]["done"] == lines[-1]["total"] == "10"  # 5 pairs x 2 families
+    assert lines[-1]["unit"] == "score"  # not "10 pairs" for 5 pairs
     assert not [line for line in captured.out.splitlines() if line.startswith("score:")]
 
 
