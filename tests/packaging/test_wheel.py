@@ -200,3 +200,6 @@ def test_installed_api_and_module_entry(venv, tmp_path):
     assert not (tmp_path / "data").exists()
     helped = _run([str(py), "-m", "radconcord", "score", "--help"], cwd=tmp_path, env=env)
     assert "--metrics" in helped.stdout
+    script_help = _run([str(venv / "bin" / "radconcord"), "--help"], cwd=tmp_path, env=env)
+    assert script_help.stdout.startswith("usage: radconcord [-h]")
+    assert "radconcord app" in script_help.stdout and "train-er2score" in script_help.stdout
