@@ -33,8 +33,14 @@ APP_HELP = ("radconcord app [STREAMLIT OPTIONS]: start the web app (127.0.0.1:85
 
 
 def app_command(argv: list[str]) -> list[str]:
-    """The ``streamlit run`` command line of ``radconcord app`` (loopback unless
-    ``RADCONCORD_HOST`` says otherwise, as ``scripts/run-app.sh``)."""
+    """The ``streamlit run`` command line of ``radconcord app``.
+
+    It listens on loopback unless ``RADCONCORD_HOST`` says otherwise, as
+    ``scripts/run-app.sh``.
+
+    Args:
+        argv: Extra ``streamlit run`` options (``--server.port 8600``), passed last.
+    """
     import webapp
 
     server = Path(webapp.__file__).resolve().parent / "server.py"
@@ -65,7 +71,11 @@ def installed_data_dir() -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``radconcord`` script; returns the exit status."""
+    """Entry point of the ``radconcord`` script; returns the exit status.
+
+    Args:
+        argv: The arguments (default ``sys.argv[1:]``).
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     data = installed_data_dir()
     if data is not None and "RADCONCORD_DATA_DIR" not in os.environ:
