@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "backend.cli.scoring",
     "backend.cli.data",
     "backend.cli.export",
+    "backend.cli.llm",
     "backend.cli.studies",
     "backend.cli.accounts",
     "backend.cli.analysis",

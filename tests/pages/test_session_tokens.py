@@ -17,6 +17,11 @@ from db.models import AuthSession, User
 from webapp.state import ACTOR_KEY, SESSION_ENDED, SESSION_ID_KEY
 
 
+def _scripts(at) -> list[str]:
+    """The page's script elements (style-only html elements are layout, not requests)."""
+    return [el.proto.body for el in at.get("html") if "<script" in el.proto.body]
+
+
 def _log_in(at, username: str, password: str):
     at.text_input(key="login_username").input(username)
     at.text_input(key="login_password").input(password)
@@ -39,7 +44,7 @@ def test_a_login_starts_a_database_session_whose_ticket_is_stored_hashed(study_e
     assert row.revoked_at is None and row.ticket_sha256 and row.token_sha256 is None
     # The page hands the ticket to the browser (a script posting it to the cookie route);
     # the database holds only its hash.
-    scripts = [el.proto.body for el in at.get("html")]
+    scripts = _scripts(at)
     assert len(scripts) == 1 and "/_rc/session" in scripts[0]
     ticket = scripts[0].split("body: \"", 1)[1].split("\"", 1)[0]
     assert hashlib.sha256(ticket.encode()).hexdigest() == row.ticket_sha256
@@ -56,7 +61,7 @@ def test_logout_revokes_the_database_session(study_env, make_app):
     [row] = _sessions(study_env.db, study_env.rater.user_id)
     assert row.id == session_id and row.revoked_at is not None
     assert row.revoked_reason == "logout"
-    scripts = [el.proto.body for el in at.get("html")]
+    scripts = _scripts(at)
     assert len(scripts) == 1 and "/_rc/logout" in scripts[0]
 
 
@@ -163,6 +168,6 @@ def test_the_cookie_script_follows_the_base_url_path(study_env, make_app):
         at = _log_in(make_app(), "rita", study_env.passwords["rita"])
     finally:
         st_config.set_option("server.baseUrlPath", before)
-    [script] = [el.proto.body for el in at.get("html")]
+    [script] = _scripts(at)
     assert 'fetch("/radconcord/_rc/session"' in script
     assert "credentials: 'same-origin'" in script and '"X-RadConcord": \'1\'' in script
