@@ -64,3 +64,38 @@ def _open_pair(page, url, oid, formats):
     else:
         page.goto(f"{url}/?pair={oid}")
     page.locator(f'.rc-grid[data-pair="{oid}"]').wait_for()
+
+
+def test_the_done_message_leaves_the_grid_on_a_laptop_screen(server, browser):
+    """After Mark done, the next pair (~120-word reports beside a film) still shows its whole
+    grid at 1280x800 together with the "marked done" message."""
+    from db.models import Report
+    from db.session import Database
+
+    url, data = server
+    context, page = _rater_page(browser, url, 1280, 800)
+    try:
+        db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
+        try:
+            with db.begin() as s:
+                for report in s.scalars(select(Report)):
+                    report.text = LONG_REPORT
+        finally:
+            db.dispose()
+        pairs = _pairs(data)
+        formats = {oid: fmts for oid, fmts, _ in pairs}
+        oid, nxt = next((oid, nxt) for oid, _, nxt in pairs
+                        if nxt is not None and formats[nxt])
+        _open_pair(page, url, oid, formats[oid])
+        page.get_by_role("button", name="Increase Omission of finding (clinically "
+                         "significant)", exact=True).click()
+        page.locator(".rc-state").get_by_text("Saved").wait_for()
+        page.get_by_role("button", name="Mark done").first.click()
+        page.locator(f'.rc-grid[data-pair="{nxt}"]').wait_for()
+        page.get_by_text("marked done").first.wait_for()
+        grid = page.locator(f'.rc-grid[data-pair="{nxt}"]').bounding_box()
+        assert grid["y"] + grid["height"] <= 800, grid
+        for box in page.locator(".rc-report").all():
+            assert box.evaluate("e => e.scrollHeight <= e.clientHeight + 1")
+    finally:
+        context.close()

@@ -159,13 +159,21 @@ with st.sidebar:
 n_done = next((s.completed for s in state.call(rating.rater_studies, db, actor)
                if s.name == view.study_name), 0)
 confirming = st.session_state.get(CONFIRM_KEY) == view.opaque_id
+flash = st.session_state.pop(FLASH_KEY, None)
 # "Mark done" sits in the header beside Previous/Next so it is on screen whatever the
 # length of the reports and the height of the window.
 head = st.columns([3.4, 1, 1, 1.25], vertical_alignment="center")
 with head[0]:
     st.markdown(f"#### {view.study_name} · Pair {view.index} of {view.total}")
-    st.progress(n_done / view.total if view.total else 0.0,
-                text=f"{n_done} of {view.total} done")
+    if flash and flash["ok"]:
+        # "Marked done" in the header, in place of the progress bar, with the count: a row
+        # of its own would push the grid below the fold at 1280x800 (and a toast would
+        # cover Mark done, top right).
+        st.markdown(f":green-background[:green[:material/check_circle: {flash['text']}]]"
+                    f" {n_done} of {view.total} done.")
+    else:
+        st.progress(n_done / view.total if view.total else 0.0,
+                    text=f"{n_done} of {view.total} done")
 with head[1]:
     if st.button("Previous", icon=":material/arrow_back:", shortcut="P", width="stretch",
                  disabled=view.prev_opaque_id is None, key="prev"):
@@ -191,13 +199,9 @@ with head[3]:
         _complete(actor, view, confirm_zero=False)
         st.rerun()
 
-# Inline, under the header (a toast would cover Mark done, top right).
-flash = st.session_state.pop(FLASH_KEY, None)
-if flash:
-    if flash["ok"]:
-        st.success(flash["text"], icon=":material/check_circle:")
-    else:
-        st.warning(flash["text"], icon=":material/sync_problem:")
+# A refused Mark done: inline, under the header, where it cannot be missed.
+if flash and not flash["ok"]:
+    st.warning(flash["text"], icon=":material/sync_problem:")
 
 if confirming:
     with st.container(border=True):
