@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from backend.cli.common import UserError
@@ -79,6 +80,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m backend",
     """
     parser = build_parser(prog, epilog)
     args = parser.parse_args(argv)
+    if not sys.stderr.isatty():
+        # Off a terminal progress is plain lines (backend.cli.progress); the carriage-return
+        # bars that transformers and huggingface_hub draw while loading weights would garble
+        # logs. Read when they are first imported, which the commands do lazily, after this.
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

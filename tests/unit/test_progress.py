@@ -269,3 +269,26 @@ def test_correlate_reports_each_section(tmp_path, monkeypatch, capsys):
                  "--output", str(tmp_path / "r.json")]) == 0
     err = capsys.readouterr().err
     assert "correlate: 9/9 sections" in err
+
+
+def test_logs_get_no_carriage_return_bars_from_model_loading(tmp_path):
+    """Off a terminal, stderr holds plain lines only: the command line turns off the bars
+    transformers draws while loading weights (the packaged MiniLM here)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("id,reference,candidate\na,No effusion.,No pleural effusion.\n",
+                     encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    env.update(HF_HUB_OFFLINE="1", RADCONCORD_DATA_DIR=str(tmp_path / "data"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "backend", "score", "--input", str(pairs), "--metrics",
+         "bertscore_f", "--output", str(tmp_path / "s.csv"), "--no-cache", "--device", "cpu"],
+        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, timeout=300)
+    err = proc.stderr.decode("utf-8")  # bytes: text mode would turn the \r into \n
+    assert proc.returncode == 0, err
+    assert "\r" not in err and "Loading weights" not in err, err
+    assert "score: 1/1 scores" in err
