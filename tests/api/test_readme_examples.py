@@ -76,7 +76,6 @@ def _tiny_policy_folder(path: Path) -> Path:
 
 @pytest.mark.slow
 def test_rewards_example_trains_with_both_rewards(offline, monkeypatch):
-    pytest.importorskip("trl")
     from tests.helpers_radgraph import build_tiny_radgraph
 
     models = offline / "models"
