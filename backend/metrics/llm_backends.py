@@ -73,6 +73,10 @@ class LLMEndpointError(RuntimeError):
     """An OpenAI-compatible endpoint could not give a completion; the message says why."""
 
 
+class _Skipped(Exception):
+    """A request not sent because another one of the same call failed for good."""
+
+
 def as_messages(prompt: Prompt) -> list[Message]:
     """``prompt`` as chat messages (a string becomes one user message).
 
@@ -375,17 +379,32 @@ class OpenAIChatBackend:
         self.model_info()  # fail once, before the pool, when the endpoint is not there
         if self.concurrency == 1 or len(items) == 1:
             return [self.complete(p, max_new_tokens=max_new_tokens) for p in items]
+        failed = threading.Event()
+
+        def task(prompt: Prompt) -> str:
+            # Once one request has failed for good (after its retries), the others are not
+            # started: they would each retry against an endpoint that is not answering.
+            if failed.is_set():
+                raise _Skipped
+            try:
+                return self.complete(prompt, max_new_tokens=max_new_tokens)
+            except BaseException:
+                failed.set()
+                raise
+
         pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(items)),
                                   thread_name_prefix="llm-http")
+        futures = [pool.submit(task, p) for p in items]
         try:
-            futures = [pool.submit(self.complete, p, max_new_tokens=max_new_tokens)
-                       for p in items]
             out = [f.result() for f in futures]
-        except BaseException:
-            # One request failed for good (after its retries): the queued ones are dropped
-            # rather than each retrying against an endpoint that is not answering.
+        except BaseException as first:
             pool.shutdown(wait=True, cancel_futures=True)
-            raise
+            for f in futures:  # raise the request's own error, not a skipped one's
+                if f.done() and not f.cancelled():
+                    exc = f.exception()
+                    if exc is not None and not isinstance(exc, _Skipped):
+                        raise exc from None
+            raise first
         pool.shutdown(wait=True)
         stray = self.answered_by - {self.model}
         if stray:
