@@ -28,7 +28,8 @@ Measured here (2 shared CPU cores, load average ~10 from other work, torch 2.13 
 llm_rexval, SmolLM2-135M fp32, 16 pairs, 48 new tokens, batch 8, concurrency 8, median of 2):
 
     --threads 1:  transformers 0.27 / 0.24 samples/s (two runs), server 0.23 samples/s;
-                  identical generations 16/16
+                  identical generations 16/16; server with --concurrency 1 (no batching):
+                  0.05 samples/s (run beside other tests: indicative)
     torch default (2 threads): transformers 0.06 / 0.08 samples/s, server 0.38 samples/s
 
 The second line is an artefact of the oversubscribed machine (two OpenMP threads waiting on
