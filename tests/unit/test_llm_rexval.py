@@ -175,3 +175,18 @@ def test_tiny_model_full_path(tmp_path) -> None:
             assert (math.isnan(v) and math.isnan(res.values[k][i])) or v == res.values[k][i]
     sig = metric.signature()
     assert "fp:" in sig and f"prompt:v1-{llm_rexval.PROMPT_HASH}" in sig and "greedy" in sig
+
+
+def test_endpoint_backend_equals_in_process(tmp_path) -> None:
+    """The same judge behind the local OpenAI-compatible server: same answers, same values."""
+    from backend.metrics.llm_server import LLMServer
+
+    path = build_tiny_llama(tmp_path)
+    refs, cands = ["Mild cardiomegaly.", "No acute process."], ["Edema.", "Lungs are clear."]
+    local = LlmRexval(model=str(path), max_new_tokens=8).score(references=refs, candidates=cands)
+    with LLMServer(str(path), device="cpu", model_id="judge") as server:
+        remote = LlmRexval(backend="openai", base_url=server.base_url, max_new_tokens=8)
+        res = remote.score(references=refs, candidates=cands)
+        assert remote.signature().startswith("llm_rexval|endpoint:openai:judge@")
+    assert [d["generation"] for d in res.details] == [d["generation"] for d in local.details]
+    assert [d["flags"] for d in res.details] == [d["flags"] for d in local.details]
