@@ -290,7 +290,7 @@ def medspacy_splitter() -> Callable[[str], list[str]]:
         import medspacy
     except ImportError as exc:
         raise MetricUnavailable(
-            "unavailable: ratescore sentence_splitter=medspacy needs medspacy (pip install"
+            "ratescore sentence_splitter=medspacy needs medspacy (pip install"
             " medspacy; on Python 3.11 it requires spaCy < 3.8 and numpy < 2)"
         ) from exc
     nlp = medspacy.load(medspacy_enable=["medspacy_pyrush"])
@@ -426,7 +426,7 @@ def check_labels(id2label: Mapping[Any, str], where: str) -> str | None:
     ]
     if not id2label or bad:
         return (
-            f"unavailable: ratescore {where} has labels {sorted(map(str, id2label.values()))}"
+            f"ratescore {where} has labels {sorted(map(str, id2label.values()))}"
             f" that are not 'O' or B-/I- of {', '.join(ENTITY_TYPES)}"
             f" (bad: {', '.join(bad[:5]) or 'none'})"
         )
@@ -509,12 +509,12 @@ class RaTEScore(BaseMetric):
         missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
         if missing:
             self._plan_cache = (
-                None, f"unavailable: ratescore needs {' and '.join(missing)} (pip install)")
+                None, f"ratescore needs {' and '.join(missing)} (pip install)")
             return self._plan_cache
         if self._splitter_name == "medspacy" and importlib.util.find_spec("medspacy") is None:
             self._plan_cache = (
                 None,
-                "unavailable: ratescore sentence_splitter=medspacy needs medspacy (pip install"
+                "ratescore sentence_splitter=medspacy needs medspacy (pip install"
                 " medspacy; on Python 3.11 it requires spaCy < 3.8 and numpy < 2)",
             )
             return self._plan_cache
@@ -523,11 +523,11 @@ class RaTEScore(BaseMetric):
         embed = hf.ModelRef(str(o["embed_model"]), o["embed_revision"])
         ner_path, reason = hf.resolve_or_reason(ner)
         if reason is not None:
-            self._plan_cache = (None, f"unavailable: ratescore NER model: {reason}")
+            self._plan_cache = (None, f"ratescore NER model: {reason}")
             return self._plan_cache
         embed_path, reason = hf.resolve_or_reason(embed)
         if reason is not None:
-            self._plan_cache = (None, f"unavailable: ratescore entity encoder: {reason}")
+            self._plan_cache = (None, f"ratescore entity encoder: {reason}")
             return self._plan_cache
         if ner_path is not None:
             reason = _labels_reason(ner_path)
@@ -738,5 +738,5 @@ def _labels_reason(path: Path) -> str | None:
     try:
         raw = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        return f"unavailable: ratescore cannot read {config}: {exc}"
+        return f"ratescore cannot read {config}: {exc}"
     return check_labels(raw.get("id2label") or {}, f"NER model {path}")
