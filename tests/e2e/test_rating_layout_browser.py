@@ -99,3 +99,19 @@ def test_the_done_message_leaves_the_grid_on_a_laptop_screen(server, browser):
             assert box.evaluate("e => e.scrollHeight <= e.clientHeight + 1")
     finally:
         context.close()
+
+
+def test_the_frontal_and_lateral_toolbar_is_one_row_on_a_laptop(server, browser):
+    url, data = server
+    context, page = _rater_page(browser, url, 1280, 800)
+    try:
+        oid = next(oid for oid, fmts, _ in _pairs(data) if fmts == ["png", "png"])
+        _open(page, url, oid)
+        page.get_by_role("button", name="Sync W/L").wait_for()
+        bar = page.locator(".rcv-toolbar").bounding_box()
+        button = page.get_by_role("button", name="Full screen").bounding_box()
+        # One row: the last button sits on the toolbar's first (and only) line.
+        assert bar["height"] < 2 * button["height"], (bar, button)
+        assert abs(button["y"] - bar["y"]) < button["height"] / 2
+    finally:
+        context.close()
