@@ -115,3 +115,58 @@ def test_the_frontal_and_lateral_toolbar_is_one_row_on_a_laptop(server, browser)
         assert abs(button["y"] - bar["y"]) < button["height"] / 2
     finally:
         context.close()
+
+
+def test_a_stale_write_says_so_on_screen_beside_long_reports(server, browser):
+    """A refused "+" (the pair changed in another window) on a laptop, ~120-word reports
+    beside the film: the words "changed in another window" are on screen (not only in the
+    line under the grid, which is below the fold there)."""
+    url, data = server
+    context, page = _rater_page(browser, url, 1280, 800)
+    try:
+        for external_id in ("demo-01-cr-pa",):
+            _set_demo_texts(data, external_id, LONG_REPORT)
+        _highlight_differences(data)  # one more line under the reports: the tightest case
+        oid = next(oid for oid, fmts, _ in _pairs(data) if fmts == ["dicom"]
+                   and _texts(data, oid) == (LONG_REPORT, LONG_REPORT))
+        label = "Incorrect severity of finding (clinically insignificant)"
+        _open_pair(page, url, oid, ["dicom"])
+        # Another window of the same rater stores a count meanwhile.
+        _store_elsewhere(data, oid)
+        page.get_by_role("button", name=f"Increase {label}", exact=True).click()
+        page.locator(f'.rc-grid[data-pair="{oid}"][data-state="stale"]').wait_for()
+        shown = [b for b in (e.bounding_box() for e in
+                             page.get_by_text("changed in another window").all())
+                 if b is not None and b["y"] >= 0 and b["y"] + b["height"] <= 800]
+        assert shown, "no 'changed in another window' on the 1280x800 screen"
+    finally:
+        context.close()
+
+
+def _store_elsewhere(data, opaque_id: str) -> None:
+    from backend.services import auth, rating
+    from db.session import Database
+    from tests.e2e.conftest import RATER, RATER_PASSWORD
+
+    db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
+    try:
+        actor = auth.authenticate(db, username=RATER, password=RATER_PASSWORD)
+        rating.set_count(db, actor, opaque_id=opaque_id, category=1, significant=True, count=2)
+    finally:
+        db.dispose()
+
+
+def _highlight_differences(data) -> None:
+    from backend.services import auth, rating, study_settings
+    from db.session import Database
+    from tests.e2e.conftest import RATER, RATER_PASSWORD
+
+    db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
+    try:
+        rater = auth.authenticate(db, username=RATER, password=RATER_PASSWORD)
+        study = rating.rater_studies(db, rater)[0].name
+        admin = auth.authenticate(db, username="admin", password="radconcord-admin")
+        study_settings.update_study_settings(db, admin, study_name=study,
+                                             highlight_differences=True)
+    finally:
+        db.dispose()

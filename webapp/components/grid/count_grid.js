@@ -504,7 +504,10 @@ class Grid {
     // Until the first save, the page's short note (how saving works, the done-state).
     this.stateBox.textContent = {
       idle: this.note, saving: "Saving…", saved: text,
-      stale: "Reloaded", busy: "Not saved", login: "Not saved", error: "Not saved",
+      // The corner is always on screen, the line under the grid not always (1280x800, long
+      // reports): the refusal says why in the corner too.
+      stale: "Changed in another window: reloaded", busy: "Not saved", login: "Not saved",
+      error: "Not saved",
     }[kind];
     this.root.dataset.pair = this.pair;
     this.root.dataset.version = String(saver.version);
