@@ -170,3 +170,33 @@ def _highlight_differences(data) -> None:
                                              highlight_differences=True)
     finally:
         db.dispose()
+
+
+def test_an_ended_session_says_log_in_again_on_screen_beside_long_reports(server, browser):
+    """A click after the session ended, on a laptop with ~120-word reports and highlights:
+    "Not saved" and what to do (log in again) are on screen at once."""
+    from backend.services import sessions
+    from db.session import Database
+    from tests.e2e.conftest import wait_for_cookie
+
+    url, data = server
+    context, page = _rater_page(browser, url, 1280, 800)
+    try:
+        _set_demo_texts(data, "demo-01-cr-pa", LONG_REPORT)
+        _highlight_differences(data)
+        oid = next(oid for oid, fmts, _ in _pairs(data) if fmts == ["dicom"]
+                   and _texts(data, oid) == (LONG_REPORT, LONG_REPORT))
+        _open_pair(page, url, oid, ["dicom"])
+        db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
+        try:
+            assert sessions.revoke_session(db, token=wait_for_cookie(page), reason="test")
+        finally:
+            db.dispose()
+        label = "Incorrect location/position of finding (clinically significant)"
+        page.get_by_role("button", name=f"Increase {label}", exact=True).click()
+        page.locator(f'.rc-grid[data-pair="{oid}"][data-state="login"]').wait_for()
+        shown = [b for b in (e.bounding_box() for e in page.get_by_text("log in again").all())
+                 if b is not None and b["y"] >= 0 and b["y"] + b["height"] <= 800]
+        assert shown, "no 'log in again' on the 1280x800 screen"
+    finally:
+        context.close()

@@ -506,8 +506,8 @@ class Grid {
       idle: this.note, saving: "Saving…", saved: text,
       // The corner is always on screen, the line under the grid not always (1280x800, long
       // reports): the refusal says why in the corner too.
-      stale: "Changed in another window: reloaded", busy: "Not saved", login: "Not saved",
-      error: "Not saved",
+      stale: "Changed in another window: reloaded", busy: "Not saved",
+      login: "Not saved: log in again", error: "Not saved",
     }[kind];
     this.root.dataset.pair = this.pair;
     this.root.dataset.version = String(saver.version);
