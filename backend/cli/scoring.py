@@ -118,7 +118,11 @@ def _run(
                 keep_going=args.skip_unavailable,
                 progress=progress,
             )
-    except (ScoringError, MetricUnavailable, MetricInputError) as exc:
+    except MetricUnavailable as exc:
+        hint = "" if args.skip_unavailable else (
+            " (pass --skip-unavailable to score the other metrics anyway)")
+        raise UserError(f"{exc}{hint}") from None
+    except (ScoringError, MetricInputError) as exc:
         raise UserError(str(exc)) from None
     except MetricFailed as exc:
         log.debug("metric failure", exc_info=True)

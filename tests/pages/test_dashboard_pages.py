@@ -205,7 +205,11 @@ def test_explorer_shows_the_pairs_images_with_the_burned_in_flag(rated_env, make
     at = make_app(rated_env.admin, script=VIEWS / "explorer.py",
                   params={"study": rated_env.study, "pair": str(pair_id)})
     assert not at.exception and not at.error
-    assert [w.value for w in at.warning if w.value == BURNED_IN_NOTE] == [BURNED_IN_NOTE]
+    # One flag, under the canvas viewer, naming the film it is about.
+    assert [w.value for w in at.warning if w.value.endswith(BURNED_IN_NOTE)] == [
+        f"PA (PNG): {BURNED_IN_NOTE}"]
+    assert [e.proto.component_name for e in at.get("bidi_component")] == [
+        "radconcord_film_viewer"]
     # The case's own image (from the import) and the flagged one; only the latter is flagged.
     assert at.expander[0].label == "Images (2)"
 

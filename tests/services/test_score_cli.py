@@ -179,6 +179,7 @@ def test_unavailable_metric_errors_or_is_skipped(env, capsys):
     argv = ["score", "--input", pairs, "--metrics", "count_double,gone_double", "--output", out]
     code, _, err = _run(argv, capsys)
     assert code == 2 and "gone_double" in err and "weights not found" in err
+    assert "pass --skip-unavailable to score the other metrics anyway" in err
     assert not out.exists()
     code, _, err = _run([*argv, "--skip-unavailable"], capsys)
     assert code == 0

@@ -15,13 +15,12 @@ from typing import Any
 import streamlit as st
 
 from backend.services import explore, images, studies
-from backend.services.errors import ServiceError
 from backend.services.types import CATEGORIES
 from webapp import state
 from webapp.components import tables
 from webapp.components.csv_download import csv_download
 from webapp.components.diff import show_diff
-from webapp.components.image_viewer import image_panel, order_views, view_controls
+from webapp.components.image_viewer import viewer_panel
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -113,25 +112,13 @@ show_diff(detail.diff)
 st.caption("Struck through: only in the reference; highlighted: only in the candidate "
            "(word level, case and spacing ignored).")
 
-refs = order_views([(i.image_id, i.view, i.format) for i in
-                    state.call(images.images_for_pair, db, actor, pair_id=pair_id)])
+refs = state.call(images.images_for_pair, db, actor, pair_id=pair_id)
 if refs:
     with st.expander(f"Images ({len(refs)})", expanded=True):
-        settings = view_controls()
-        rendered: list[tuple[str, bytes | str]] = []
-        for image_id, view_name, fmt in refs:
-            caption = f"{view_name or 'Image'} ({fmt.upper()})"
-            try:
-                rendered.append((caption, images.rendered_image(
-                    db, actor, image_id=image_id, preset=settings.preset,
-                    center=settings.center, width=settings.width, invert=settings.invert,
-                    zoom=settings.zoom)))
-            except ServiceError as exc:
-                rendered.append((caption, str(exc)))
-        # Burned-in text flags are for the study lead, who can withdraw the image.
-        notes = state.call(images.image_warnings, db, actor, image_ids=[r[0] for r in refs])
-        image_panel(rendered, warnings=[notes.get(r[0]) for r in refs],
-                    show_warnings=actor.is_admin)
+        # The rating screen's viewer (zoom to pointer, W/L drag, Manual from the header);
+        # it shows the burned-in text flags to the study lead, who can withdraw the image.
+        viewer_panel(db, actor, [(i.image_id, i.view, i.format) for i in refs],
+                     pair_key=f"explore-{pair_id}")
 
 left, right = st.columns([2, 3], gap="large")
 with left:
