@@ -187,8 +187,16 @@ def cmd_train_er2score(args: argparse.Namespace) -> int:
     with database() as db, service_errors(), progress_bar("train-er2score",
                                                          unit="step") as bar:
 
+        last = {"step": 0, "total": 0}
+
         def progress(step: int, total: int, loss: float) -> None:
+            last.update(step=step, total=total)
             bar(step, total, f"loss {loss:.4f}")
+
+        def phase(message: str) -> None:
+            # Stages without steps (loading the backbone, held-out scoring) take minutes on a
+            # CPU: say what is happening instead of a frozen step counter.
+            bar(last["step"], last["total"], message)
 
         summary = train_from_study(
             db,
@@ -205,6 +213,7 @@ def cmd_train_er2score(args: argparse.Namespace) -> int:
             max_steps=args.max_steps,
             device=device,
             progress=progress,
+            phase=phase,
         )
     print(f"adapter written to {summary.output}")
     print(

@@ -221,6 +221,8 @@ def test_train_er2score_draws_plain_progress(db, tmp_path, monkeypatch, capsys):
     last = lines[-1]
     assert last["done"] == last["total"] and last["unit"] == "step"
     assert re.fullmatch(r"loss [\d.]+|done", last["msg"])
+    # The stages without steps are named (the first line comes before any step).
+    assert "reading the ratings of study 'prog'" in lines[0]["msg"]
     assert "held-out Kendall tau" in captured.out
 
 
