@@ -166,10 +166,8 @@ def test_0005_gives_old_assignments_version_0_and_old_studies_empty_settings(emp
             "active_seconds, last_active_at) VALUES (1, 1, 1, 1, 0, 245.0, :now)"),
             {"now": now})
     upgrade(engine)
-    from db.models import Study
+    from db.models import Assignment, Study
     from db.session import make_sessionmaker
-
-    from db.models import Assignment
 
     with make_sessionmaker(engine).begin() as s:
         assert s.get(Study, 1).settings == {}
