@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
 
 # `streamlit run webapp/server.py` puts webapp/ on sys.path, not the repository root.
 _ROOT = str(Path(__file__).resolve().parent.parent)
@@ -33,12 +31,10 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import streamlit as st  # noqa: E402
-from starlette.concurrency import run_in_threadpool  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from backend import config  # noqa: E402
 from backend.services import sessions  # noqa: E402
 from db.session import Database  # noqa: E402
 from webapp import api, state  # noqa: E402
@@ -47,20 +43,11 @@ log = logging.getLogger(__name__)
 
 APP_SCRIPT = Path(__file__).resolve().parent / "app.py"
 MAX_BODY = 512
-T = TypeVar("T")
-
-_db: Database | None = None
-_db_lock = threading.Lock()
 
 
 def _database() -> Database:
-    """The routes' database (its own engine; migrated once, when the server starts)."""
-    global _db
-    with _db_lock:
-        if _db is None:
-            _db = Database(config.database_url())
-            api.set_database(_db)  # the API routes share it
-        return _db
+    """The routes' database: one engine shared with the components' API routes."""
+    return api.database()
 
 
 def _secure(request: Request) -> bool:
@@ -79,11 +66,8 @@ def _clear_cookie(response: Response, request: Request) -> None:
                            httponly=True, samesite="strict")
 
 
-def _refused(request: Request) -> Response | None:
-    """A 403 for requests without the app's header (cross-site forms)."""
-    if request.headers.get(state.CSRF_HEADER) != "1":
-        return Response("missing request header", status_code=403)
-    return None
+# One rule for every state-changing route: the app's header (see webapp/api).
+_refused = api.csrf_refused
 
 
 async def _body(request: Request) -> str:
@@ -130,9 +114,7 @@ async def close_session(request: Request) -> Response:
     return response
 
 
-async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    # Database work blocks; keep it off the event loop that serves every websocket.
-    return await run_in_threadpool(fn, *args, **kwargs)
+_in_thread = api.in_thread
 
 
 def _on_script_error(exc: Exception) -> bool:
@@ -157,8 +139,7 @@ async def _lifespan(_app: st.App) -> AsyncIterator[None]:
     # Migrate before the first request, so routes and pages never race to create tables.
     await _in_thread(_database)
     yield
-    if _db is not None:
-        _db.dispose()
+    api.set_database(None, dispose=True)
 
 
 app = st.App(APP_SCRIPT, routes=routes(), on_script_error=_on_script_error,

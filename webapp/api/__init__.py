@@ -47,11 +47,18 @@ def database() -> Database:
         return _db
 
 
-def set_database(db: Database | None) -> None:
-    """Use ``db`` for the routes (the server passes its own; tests pass theirs)."""
+def set_database(db: Database | None, *, dispose: bool = False) -> None:
+    """Use ``db`` for the routes (tests pass theirs; ``None`` forgets the current one).
+
+    Args:
+        db: The database, or ``None``.
+        dispose: Dispose of the database being replaced (the server, when it stops).
+    """
     global _db
     with _db_lock:
-        _db = db
+        old, _db = _db, db
+    if dispose and old is not None and old is not db:
+        old.dispose()
 
 
 async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
