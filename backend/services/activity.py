@@ -39,7 +39,6 @@ started more than :data:`MAX_AGE` ago.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 import math
 import os
@@ -54,6 +53,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from backend.services import sessions
 from backend.services.errors import InvalidInput
 from backend.services.types import Actor
 from db.models import STUDY_STAGING, ActivitySpan, Assignment, Pair, Study
@@ -99,13 +99,12 @@ def _env_seconds(name: str, default: float, low: float) -> float:
 
 
 def account_tag(actor: Actor) -> str:
-    """A short tag of the account the browser measures for (not a secret: its own page's).
+    """The tag of the account the browser measures for (:func:`sessions.account_tag`).
 
     The rating page hands it to the tracker, which tags each span with it; the route refuses
     a batch whose tag is not the cookie's account's.
     """
-    raw = f"radconcord-activity:{actor.user_id}:{actor.username}".encode()
-    return hashlib.sha256(raw).hexdigest()[:16]
+    return sessions.account_tag(actor, "activity")
 
 
 def idle_cut_seconds() -> float:

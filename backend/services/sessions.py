@@ -146,6 +146,22 @@ def _sha256(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
 
+def account_tag(actor: Actor, scope: str) -> str:
+    """A short opaque tag of ``actor`` for what a browser keeps across a logout.
+
+    The rating page's components keep data they could not send (a count, activity spans)
+    in the browser and send it after the next login; tagged with this, the server refuses
+    it when another account is logged in by then (raters share pairs and workstations).
+    Not a secret (the account's own page carries it) and names no account.
+
+    Args:
+        actor: The account.
+        scope: What is tagged (e.g. ``"activity"``, ``"grid:<pair>"``); tags of different
+            scopes differ.
+    """
+    return _sha256(f"radconcord-{scope}|{actor.user_id}|{actor.username}")[:20]
+
+
 def credential_stamp(password_hash: str) -> str:
     """A short digest of a password hash: it changes whenever the password changes."""
     return _sha256(password_hash)[:16]

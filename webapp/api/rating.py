@@ -28,7 +28,6 @@ Blinding is the rating service's: the answer carries the actor's own counts only
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -37,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from backend.services import rating
+from backend.services import rating, sessions
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from backend.services.types import Actor
 from webapp import api
@@ -57,15 +56,13 @@ def counts_json(counts: Mapping[tuple[int, bool], int]) -> dict[str, int]:
 
 
 def grid_tag(actor: Actor, opaque_id: str) -> str:
-    """An opaque name of the actor's assignment of a pair, for the browser's unsaved store.
+    """The tag of the actor's assignment of a pair, for the browser's unsaved store.
 
     The grid keeps a change it could not save in ``localStorage`` under the pair's id and this
-    tag, and sends it again after the next login: the tag stops a change made by one account
-    from being applied as another's on a shared browser (raters share pairs), while the key
-    names no account.
+    tag (:func:`backend.services.sessions.account_tag`), and sends it again after the next
+    login: a change made by one account is never applied as another's on a shared browser.
     """
-    raw = f"radconcord-grid|{actor.user_id}|{actor.username}|{opaque_id}".encode()
-    return hashlib.sha256(raw).hexdigest()[:20]
+    return sessions.account_tag(actor, f"grid:{opaque_id}")
 
 
 def _cells(raw: object) -> dict[tuple[int, bool], int]:
