@@ -187,7 +187,6 @@ def score(
     import pandas as pd
 
     from backend.metrics import registry
-    from backend.scoring.hashing import input_hash
     from backend.scoring.runner import ScorePair, ScoringError, resolve_device
     from backend.scoring.runner import score as run_score
     from backend.util import file_sha256
@@ -213,8 +212,9 @@ def score(
     pairs = []
     for pid, ref, cand, imgs in zip(pair_ids, refs, cands, pair_images, strict=True):
         shas = tuple(file_sha256(p) for p in imgs)
+        # The cache key is ScorePair's own (the CLI's PAIRS files hash the same way).
         pairs.append(ScorePair(id=pid, reference=ref, candidate=cand, images=imgs,
-                               image_sha256s=shas, stored_hash=input_hash(ref, cand, shas)))
+                               image_sha256s=shas))
     opts = {str(k): dict(v) for k, v in (options or {}).items()}
     # Options may name a family by one of its keys, as --set does.
     opts = {registry.KEY_TO_FAMILY.get(k, k) if k not in registry.ENTRIES else k: v
