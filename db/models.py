@@ -193,6 +193,14 @@ class Study(Base):
     pairs: Mapped[list[Pair]] = relationship(back_populates="study", order_by="Pair.position")
 
 
+#: ``Pair.kind`` of the pairs every analysis and export of study ratings counts.
+PAIR_STUDY = "study"
+#: A calibration item (done first, expert counts shown after submission).
+PAIR_TRAINING = "training"
+#: A hidden second showing of a study pair to the same rater (intra-rater agreement).
+PAIR_REPEAT = "repeat"
+
+
 class Pair(Base):
     """A reference/candidate pair inside a study.
 
@@ -202,8 +210,10 @@ class Pair(Base):
 
     __tablename__ = "pairs"
     __table_args__ = (
-        UniqueConstraint("study_id", "reference_id", "candidate_id", name="uq_pairs_triplet"),
+        UniqueConstraint("study_id", "reference_id", "candidate_id", "kind",
+                         name="uq_pairs_triplet"),
         UniqueConstraint("study_id", "position", name="uq_pairs_position"),
+        CheckConstraint("kind IN ('study', 'training', 'repeat')", name="ck_pairs_kind"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -215,6 +225,16 @@ class Pair(Base):
     opaque_id: Mapped[str] = mapped_column(String(32), unique=True)
     position: Mapped[int] = mapped_column(Integer)
     input_hash: Mapped[str] = mapped_column(String(64), index=True)
+    # ``study``: counted by every analysis and export of study ratings. ``training``: a
+    # calibration item done first, with ``expert`` counts shown after submission; never in
+    # the study's statistics. ``repeat``: a hidden second showing of ``repeat_of_id`` to the
+    # same rater (its own opaque id, so not recognisable), used only for intra-rater
+    # agreement. Only ``study`` pairs are numbered for the lead.
+    kind: Mapped[str] = mapped_column(String(16), default="study", server_default="study")
+    repeat_of_id: Mapped[int | None] = mapped_column(
+        ForeignKey("pairs.id", ondelete="CASCADE"), default=None, index=True)
+    # Training items: {"counts": {"<category>:<0|1>": n, ...}, "source": "expert ..."}.
+    expert: Mapped[dict[str, Any] | None] = mapped_column(default=None)
 
     study: Mapped[Study] = relationship(back_populates="pairs")
     case: Mapped[Case] = relationship()
@@ -245,6 +265,144 @@ class Assignment(Base):
     # Bumped by every change of this rater's counts or done-state of the pair: a save
     # carries the version the rater saw, and a stale one (another tab) is refused.
     version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # "I'm unsure / flag this pair": set by the rater with an optional note the lead sees.
+    flagged_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    flag_note: Mapped[str | None] = mapped_column(Text, default=None)
+
+
+class StudyRole(Base):
+    """A per-study role of an account beyond rating: ``adjudicator`` (a senior reader).
+
+    An adjudicator sees every rater's counts of the study's pairs (anonymised as Rater
+    A/B/C) in the adjudication view only, and records consensus counts.
+    """
+
+    __tablename__ = "study_roles"
+    __table_args__ = (
+        UniqueConstraint("study_id", "user_id", "role", name="uq_study_roles"),
+        CheckConstraint("role IN ('adjudicator')", name="ck_study_roles_role"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"),
+                                          index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Adjudication(Base):
+    """Consensus counts of a pair recorded by an adjudicator, with a note.
+
+    ``counts`` maps ``"<category>:<0|1>"`` (1 = clinically significant) to a count, all
+    twelve cells. ``version`` is bumped by every change (stale writes are refused).
+    """
+
+    __tablename__ = "adjudications"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pair_id: Mapped[int] = mapped_column(ForeignKey("pairs.id", ondelete="CASCADE"),
+                                         unique=True)
+    adjudicator_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    counts: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    note: Mapped[str] = mapped_column(Text, default="")
+    # Why the pair was in the queue when adjudicated (the rule and what it found).
+    reason: Mapped[str] = mapped_column(Text, default="")
+    version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ErrorRecord(Base):
+    """One error a rater marked: a span of the candidate, or an omission vs the reference.
+
+    In a study with per-error records the rater's 6x2 counts (``ratings``) are derived from
+    these rows in the same transaction, so the counts stay the single source of every
+    analysis. ``kind``: ``span`` (words of the candidate are wrong), ``omission`` (a sentence
+    of the reference is missing from the candidate). Offsets are character offsets into the
+    report text, end exclusive. ``details`` keeps imported fields verbatim (RadPref).
+    """
+
+    __tablename__ = "error_records"
+    __table_args__ = (
+        CheckConstraint("category BETWEEN 1 AND 6", name="ck_error_records_category"),
+        CheckConstraint("kind IN ('span', 'omission')", name="ck_error_records_kind"),
+        Index("ix_error_records_rater_pair", "rater_id", "pair_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    pair_id: Mapped[int] = mapped_column(ForeignKey("pairs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    category: Mapped[int] = mapped_column(Integer)
+    significant: Mapped[bool] = mapped_column(Boolean)
+    candidate_start: Mapped[int | None] = mapped_column(Integer, default=None)
+    candidate_end: Mapped[int | None] = mapped_column(Integer, default=None)
+    candidate_text: Mapped[str | None] = mapped_column(Text, default=None)
+    reference_start: Mapped[int | None] = mapped_column(Integer, default=None)
+    reference_end: Mapped[int | None] = mapped_column(Integer, default=None)
+    reference_text: Mapped[str | None] = mapped_column(Text, default=None)
+    note: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Comparison(Base):
+    """Two candidate pairs of the same reference, judged side by side (pairwise mode).
+
+    ``opaque_id`` is what raters see; which pair is shown left (A) is fixed here.
+    ``meta`` keeps case fields of an imported comparison verbatim (RadPref: findings lists,
+    patient age and sex, indication...).
+    """
+
+    __tablename__ = "comparisons"
+    __table_args__ = (
+        UniqueConstraint("study_id", "pair_a_id", "pair_b_id", name="uq_comparisons_pairs"),
+        UniqueConstraint("study_id", "position", name="uq_comparisons_position"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"),
+                                          index=True)
+    pair_a_id: Mapped[int] = mapped_column(ForeignKey("pairs.id", ondelete="CASCADE"))
+    pair_b_id: Mapped[int] = mapped_column(ForeignKey("pairs.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    opaque_id: Mapped[str] = mapped_column(String(32), unique=True)
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class Judgement(Base):
+    """A rater's pairwise judgement of a comparison: the assignment and the answer in one.
+
+    ``preference``: ``A``, ``B`` or ``tie`` (None: not given yet); ``rating_a``/``rating_b``:
+    the 1-5 overall rating of each candidate. ``details`` keeps imported per-candidate
+    fields verbatim (RadPref ``rating_explanation``, ``new_finding_indices``).
+    """
+
+    __tablename__ = "judgements"
+    __table_args__ = (
+        UniqueConstraint("rater_id", "comparison_id", name="uq_judgements_rater_comparison"),
+        CheckConstraint("preference IS NULL OR preference IN ('A', 'B', 'tie')",
+                        name="ck_judgements_preference"),
+        CheckConstraint("rating_a IS NULL OR rating_a BETWEEN 1 AND 5",
+                        name="ck_judgements_rating_a"),
+        CheckConstraint("rating_b IS NULL OR rating_b BETWEEN 1 AND 5",
+                        name="ck_judgements_rating_b"),
+        Index("ix_judgements_rater_order", "rater_id", "order_index"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    comparison_id: Mapped[int] = mapped_column(
+        ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
+    order_index: Mapped[int] = mapped_column(Integer)
+    preference: Mapped[str | None] = mapped_column(String(8), default=None)
+    rating_a: Mapped[int | None] = mapped_column(Integer, default=None)
+    rating_b: Mapped[int | None] = mapped_column(Integer, default=None)
+    details: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    completed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class ActivitySpan(Base):

@@ -36,6 +36,7 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 from streamlit.errors import FragmentHandledException  # noqa: E402
 
+from backend.services import roles  # noqa: E402
 from backend.services.types import Actor  # noqa: E402
 from webapp import state  # noqa: E402
 
@@ -63,6 +64,10 @@ def _pages(actor: Actor | None) -> list[st.Page] | dict[str, list[st.Page]]:
                         url_path="import"),
                 st.Page(PAGES / "assign.py", title="Assign raters", icon=":material/group_add:",
                         url_path="assign"),
+                st.Page(PAGES / "qc.py", title="Quality control", icon=":material/fact_check:",
+                        url_path="qc"),
+                st.Page(PAGES / "adjudicate.py", title="Adjudicate", icon=":material/gavel:",
+                        url_path="adjudicate"),
                 st.Page(PAGES / "export.py", title="Export", icon=":material/download:",
                         url_path="export"),
                 st.Page(PAGES / "accounts.py", title="Accounts", icon=":material/manage_accounts:",
@@ -82,9 +87,20 @@ def _pages(actor: Actor | None) -> list[st.Page] | dict[str, list[st.Page]]:
             ],
             "You": [my_account],
         }
+    # A rater's screens follow their work: counts, pairwise judgements, adjudication.
+    can = roles.capabilities(state.get_db(), actor)
+    work = []
+    if can.rates_pairs or not (can.judges_pairs or can.adjudicates):
+        work.append(st.Page(PAGES / "rate.py", title="Rate", icon=":material/rate_review:",
+                            url_path="rate", default=True))
+    if can.judges_pairs:
+        work.append(st.Page(PAGES / "compare.py", title="Compare", icon=":material/compare:",
+                            url_path="compare", default=not work))
+    if can.adjudicates:
+        work.append(st.Page(PAGES / "adjudicate.py", title="Adjudicate", icon=":material/gavel:",
+                            url_path="adjudicate", default=not work))
     return [
-        st.Page(PAGES / "rate.py", title="Rate", icon=":material/rate_review:", url_path="rate",
-                default=True),
+        *work,
         st.Page(PAGES / "my_studies.py", title="My studies", icon=":material/list:",
                 url_path="my-studies"),
         my_account,

@@ -32,7 +32,17 @@ from numpy.typing import NDArray
 from sqlalchemy import select
 
 from backend.metrics import registry
-from db.models import STUDY_STAGING, Assignment, Case, MetricScore, Pair, Rating, Study, User
+from db.models import (
+    PAIR_STUDY,
+    STUDY_STAGING,
+    Assignment,
+    Case,
+    MetricScore,
+    Pair,
+    Rating,
+    Study,
+    User,
+)
 from db.session import Database
 
 N_CATEGORIES = 6
@@ -186,19 +196,20 @@ def load_ratings(db: Database, study_name: str) -> StudyRatings:
             select(Pair.id, Pair.position, Pair.opaque_id, Pair.source, Pair.input_hash,
                    Case.external_id)
             .join(Case, Case.id == Pair.case_id)
-            .where(Pair.study_id == study_id)
+            .where(Pair.study_id == study_id, Pair.kind == PAIR_STUDY)
             .order_by(Pair.position)
         ).all()
         assignments = s.execute(
-            select(Assignment.rater_id, Assignment.pair_id, Assignment.completed_at).where(
-                Assignment.study_id == study_id
-            )
+            select(Assignment.rater_id, Assignment.pair_id, Assignment.completed_at)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            # Training items and hidden repeats never enter the study's statistics.
+            .where(Assignment.study_id == study_id, Pair.kind == PAIR_STUDY)
         ).all()
         ratings = s.execute(
             select(Rating.rater_id, Rating.pair_id, Rating.category, Rating.significant,
                    Rating.count)
             .join(Pair, Pair.id == Rating.pair_id)
-            .where(Pair.study_id == study_id)
+            .where(Pair.study_id == study_id, Pair.kind == PAIR_STUDY)
         ).all()
         rater_ids = {r.rater_id for r in ratings} | {a.rater_id for a in assignments}
         names = dict(

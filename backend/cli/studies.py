@@ -111,7 +111,10 @@ def _settings(args: argparse.Namespace) -> int:
                 raise UserError(f"--set {item!r}: expected true or false")
             changes[spec.key] = low in ("true", "on", "yes", "1")
         else:
-            changes[spec.key] = spec.type(value)
+            try:
+                changes[spec.key] = spec.type(value.strip())
+            except ValueError:
+                raise UserError(f"--set {item!r}: expected a {spec.type.__name__}") from None
     with database() as db, service_errors():
         if changes:
             now = study_settings.update_study_settings(db, Actor.system(),

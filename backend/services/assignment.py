@@ -41,7 +41,7 @@ from backend.analysis.data import AnalysisInputError, metric_direction
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import Assignment, MetricScore, Pair, Rating, Study, User
+from db.models import PAIR_STUDY, Assignment, MetricScore, Pair, Rating, Study, User
 from db.session import Database
 
 log = logging.getLogger(__name__)
@@ -388,7 +388,8 @@ def _metric_rows(s: Session, study: Study, pair_index: dict[str, list[int]],
 def _priorities(s: Session, study: Study, question: adaptive.Question) -> tuple[dict, np.ndarray]:
     """(pair id -> index, priority per pair) from the completed ratings and the scores."""
     pairs = s.execute(
-        select(Pair.id, Pair.input_hash).where(Pair.study_id == study.id).order_by(Pair.position)
+        select(Pair.id, Pair.input_hash)
+        .where(Pair.study_id == study.id, Pair.kind == PAIR_STUDY).order_by(Pair.position)
     ).all()
     index = {pid: i for i, (pid, _) in enumerate(pairs)}
     pair_index: dict[str, list[int]] = defaultdict(list)

@@ -35,7 +35,7 @@ from sqlalchemy.orm import aliased
 from backend.analysis.data import StudyNotFound, load_ratings
 from backend.services.errors import InvalidInput, NotFound, require_admin
 from backend.services.types import Actor
-from db.models import Pair, Report
+from db.models import PAIR_STUDY, Pair, Report
 from db.session import Database
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def gather_training_set(db: Database, actor: Actor, *, study: str) -> TrainingSe
             select(Pair.id, Pair.reference_id, ref_report.text, cand_report.text)
             .join(ref_report, ref_report.id == Pair.reference_id)
             .join(cand_report, cand_report.id == Pair.candidate_id)
-            .where(Pair.study_id == ratings.study_id)
+            .where(Pair.study_id == ratings.study_id, Pair.kind == PAIR_STUDY)
         ).all()
     texts = {r[0]: (r[1], r[2], r[3]) for r in rows}
     per_cat = [ratings.mean_errors("total", category=k) for k in range(1, 7)]

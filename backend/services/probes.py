@@ -37,7 +37,7 @@ from backend.analysis.perturb import KIND_LABELS, KINDS, SIGNIFICANT, Perturbati
 from backend.services.errors import InvalidInput, ServiceError, require_admin
 from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import Pair, Report
+from db.models import PAIR_STUDY, Pair, Report
 from db.session import Database
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def _reference_reports(db: Database, study_name: str) -> list[str]:
         texts = s.scalars(
             select(Report.text)
             .join(Pair, Pair.reference_id == Report.id)
-            .where(Pair.study_id == sid)
+            .where(Pair.study_id == sid, Pair.kind == PAIR_STUDY)
             .order_by(Pair.position)
         ).all()
     seen: dict[str, None] = {}

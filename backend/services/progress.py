@@ -18,7 +18,7 @@ from backend.services.errors import require_admin
 from backend.services.rating import as_utc
 from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import Assignment, Pair, User
+from db.models import PAIR_STUDY, Assignment, Pair, User
 from db.session import Database
 
 
@@ -113,7 +113,7 @@ def study_progress(db: Database, actor: Actor, *, study_name: str) -> StudyProgr
                 func.count(Assignment.completed_at),
             )
             .outerjoin(Assignment, Assignment.pair_id == Pair.id)
-            .where(Pair.study_id == study.id)
+            .where(Pair.study_id == study.id, Pair.kind == PAIR_STUDY)
             .group_by(Pair.id, Pair.position, Pair.opaque_id, Pair.source)
             .order_by(Pair.position)
         ).all()

@@ -42,8 +42,19 @@ from sqlalchemy.orm import Session, aliased
 
 from backend.services import assignment
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied, ServiceError
+from backend.services.study_settings import effective
 from backend.services.types import CATEGORIES, Actor
-from db.models import STUDY_STAGING, Assignment, Image, Pair, Rating, RatingEvent, Report, Study
+from db.models import (
+    PAIR_TRAINING,
+    STUDY_STAGING,
+    Assignment,
+    Image,
+    Pair,
+    Rating,
+    RatingEvent,
+    Report,
+    Study,
+)
 from db.session import Database, DatabaseBusy, is_busy_error
 
 log = logging.getLogger(__name__)
@@ -207,6 +218,12 @@ class RaterPairView:
     highlight_differences: bool = False
     # The study is closed: counts are shown, not editable.
     read_only: bool = False
+    # The study's ``annotation_mode`` setting: ``counts`` (grid) or ``error_records`` (the
+    # counts derive from the rater's error records). Pairwise studies use their own screen.
+    annotation_mode: str = "counts"
+    # A calibration item: the rater is told, and sees the expert counts once it is done.
+    # (A hidden repeat is never marked: it must not be recognisable.)
+    training: bool = False
 
 
 @dataclass(frozen=True)
@@ -520,7 +537,8 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
         )
         counts = _counts(s, actor, t.pair_id)
         ids = [oid for oid, _ in _queue(s, actor, t.study_id)]
-        settings = s.scalar(select(Study.settings).where(Study.id == t.study_id)) or {}
+        settings = effective(s.scalar(select(Study.settings).where(Study.id == t.study_id)))
+        kind = s.scalar(select(Pair.kind).where(Pair.id == t.pair_id))
     pos = ids.index(str(opaque_id))
     return RaterPairView(
         opaque_id=str(opaque_id),
@@ -535,9 +553,10 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
         prev_opaque_id=ids[pos - 1] if pos > 0 else None,
         next_opaque_id=ids[pos + 1] if pos + 1 < len(ids) else None,
         version=int(t.assignment.version or 0),
-        highlight_differences=bool(settings.get("highlight_differences", False))
-        if isinstance(settings, dict) else False,
+        highlight_differences=bool(settings["highlight_differences"]),
         read_only=t.study_status in READ_ONLY_STATUSES,
+        annotation_mode=str(settings["annotation_mode"]),
+        training=kind == PAIR_TRAINING,
     )
 
 

@@ -21,7 +21,7 @@ from backend.metrics import registry
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.jobs import JobView, enqueue_job, study_id
 from backend.services.types import Actor
-from db.models import MetricScore, Pair
+from db.models import PAIR_STUDY, MetricScore, Pair
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ def study_scores(db: Any, actor: Actor, study_name: str) -> StudyScores:
                 latest[key] = (newest, sig_hash, sig)
         pairs = s.execute(
             select(Pair.id, Pair.position, Pair.source, Pair.input_hash)
-            .where(Pair.study_id == sid)
+            .where(Pair.study_id == sid, Pair.kind == PAIR_STUDY)
             .order_by(Pair.position)
         ).all()
         values: dict[tuple[str, str], float] = {}

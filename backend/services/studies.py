@@ -36,7 +36,7 @@ from backend.services.errors import InvalidInput, require_admin
 from backend.services.rating import RaterStudy, as_utc, rater_studies
 from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import STUDY_STAGING, Assignment, Job, Pair, Rating, Study
+from db.models import PAIR_STUDY, STUDY_STAGING, Assignment, Job, Pair, Rating, Study
 from db.session import Database
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class StudySummary:
 def _summary(s: Session, study: Study) -> StudySummary:
     n_pairs, n_cases = s.execute(
         select(func.count(Pair.id), func.count(func.distinct(Pair.case_id))).where(
-            Pair.study_id == study.id
+            Pair.study_id == study.id, Pair.kind == PAIR_STUDY
         )
     ).one()
     n_raters, n_assign, n_done = s.execute(
@@ -87,7 +87,7 @@ def _summary(s: Session, study: Study) -> StudySummary:
     sources = dict(
         s.execute(
             select(Pair.source, func.count(Pair.id))
-            .where(Pair.study_id == study.id)
+            .where(Pair.study_id == study.id, Pair.kind == PAIR_STUDY)
             .group_by(Pair.source)
             .order_by(Pair.source)
         ).all()

@@ -12,6 +12,31 @@ in the order the changes were made. Known keys:
     Mark the words where the candidate report differs from the reference on the rating
     screen. Off by default: it may bias raters (they may look only where it points).
 
+``annotation_mode`` (str, default ``counts``)
+    How raters answer: ``counts`` (the ReXVal 6x2 grid), ``error_records`` (select each
+    erroneous span of the candidate or an omitted reference sentence; the counts are derived
+    from the records), ``pairwise`` (two candidates of one reference side by side: which is
+    better, with tie, and a 1-5 rating of each).
+
+``repeat_share`` (float in [0, 0.5], default 0)
+    Share of each rater's study pairs shown to them a second time (hidden, later in their
+    order) for intra-rater agreement. Applied when raters are assigned.
+
+``qualification_items`` (int >= 0, default 0) and ``qualification_max_error`` (int >= 0,
+default 1)
+    Qualification gate: with ``qualification_items`` N > 0, a rater reaches the study pairs
+    only after N training items whose total count is within ``qualification_max_error`` of
+    the expert's total. 0: training items (if any) are shown first but gate nothing.
+
+``adjudicate_significant_range`` (int >= 0, default 2) and ``adjudicate_category_12``
+(bool, default True)
+    The adjudication queue: pairs whose raters' totals of clinically significant errors span
+    at least this range (0: rule off), or (when on) disagree on whether there is any
+    significant error of category 1 or 2.
+
+``break_reminder_minutes`` (int >= 0, default 50)
+    Remind the rater to take a break after this many minutes of continuous rating (0: off).
+
 A new key is one more :class:`Setting` in :data:`SETTINGS`; unknown keys are refused.
 """
 
@@ -49,6 +74,33 @@ class Setting:
     default: Any
     label: str
     caveat: str = ""
+    #: Allowed values (None: any value of ``type``).
+    choices: tuple[Any, ...] | None = None
+    #: Inclusive bounds for numbers (None: unbounded).
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def check(self, value: object) -> Any:  # noqa: ANN401 - typed per key
+        """The value to store, or :class:`InvalidInput` naming the key and the rule.
+
+        An int is accepted for a float setting (stored as float); a bool is never a number.
+        """
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, self.type) or (self.type is not bool
+                                                 and isinstance(value, bool)):
+            raise InvalidInput(f"study setting {self.key!r} must be {self.type.__name__}, "
+                               f"got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise InvalidInput(f"study setting {self.key!r} must be one of "
+                               f"{', '.join(map(str, self.choices))}, got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise InvalidInput(f"study setting {self.key!r} must be >= {self.minimum:g}, "
+                               f"got {value!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise InvalidInput(f"study setting {self.key!r} must be <= {self.maximum:g}, "
+                               f"got {value!r}")
+        return value
 
 
 #: Every known setting, by key.
@@ -60,6 +112,58 @@ SETTINGS: dict[str, Setting] = {
             default=False,
             label="Highlight differences between the reference and the candidate",
             caveat="May bias raters; recorded with the study.",
+        ),
+        Setting(
+            key="annotation_mode",
+            type=str,
+            default="counts",
+            choices=("counts", "error_records", "pairwise"),
+            label="How raters answer: count grid, per-error records, or pairwise",
+            caveat="Choose before rating starts; recorded with the study.",
+        ),
+        Setting(
+            key="repeat_share",
+            type=float,
+            default=0.0,
+            minimum=0.0,
+            maximum=0.5,
+            label="Share of pairs shown twice to the same rater (intra-rater agreement)",
+            caveat="Applied when raters are assigned.",
+        ),
+        Setting(
+            key="qualification_items",
+            type=int,
+            default=0,
+            minimum=0,
+            label="Training items a rater must pass before the study pairs (0: no gate)",
+        ),
+        Setting(
+            key="qualification_max_error",
+            type=int,
+            default=1,
+            minimum=0,
+            label="Largest difference from the expert's total count that passes an item",
+        ),
+        Setting(
+            key="adjudicate_significant_range",
+            type=int,
+            default=2,
+            minimum=0,
+            label="Adjudicate pairs whose raters' significant-error totals span at least this "
+                  "(0: off)",
+        ),
+        Setting(
+            key="adjudicate_category_12",
+            type=bool,
+            default=True,
+            label="Adjudicate pairs where raters disagree on any significant category 1/2 error",
+        ),
+        Setting(
+            key="break_reminder_minutes",
+            type=int,
+            default=50,
+            minimum=0,
+            label="Remind the rater to take a break after this many minutes (0: off)",
         ),
     )
 }
@@ -86,6 +190,11 @@ class StudySettings:
         """Whether raters see the differences highlighted."""
         return bool(self.values["highlight_differences"])
 
+    @property
+    def annotation_mode(self) -> str:
+        """``counts``, ``error_records`` or ``pairwise``."""
+        return str(self.values["annotation_mode"])
+
 
 def effective(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     """Every known setting's value from a stored ``Study.settings`` (defaults filled in).
@@ -96,7 +205,10 @@ def effective(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     out = {}
     for key, spec in SETTINGS.items():
         value = raw.get(key, spec.default)
-        out[key] = value if isinstance(value, spec.type) else spec.default
+        try:
+            out[key] = spec.check(value)
+        except InvalidInput:
+            out[key] = spec.default
     return out
 
 
@@ -131,13 +243,8 @@ def _checked(changes: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise InvalidInput(f"unknown study setting(s): {', '.join(unknown)} "
                            f"(known: {', '.join(SETTINGS)})")
-    for key, value in changes.items():
-        spec = SETTINGS[key]
-        # bool is an int in Python; an int is never a switch and a switch never a count.
-        if not isinstance(value, spec.type) or (spec.type is not bool and isinstance(value, bool)):
-            raise InvalidInput(f"study setting {key!r} must be {spec.type.__name__}, "
-                               f"got {value!r}")
-    return dict(changes)
+    # bool is an int in Python; an int is never a switch and a switch never a count.
+    return {key: SETTINGS[key].check(value) for key, value in changes.items()}
 
 
 def update_study_settings(db: Database, actor: Actor, *, study_name: str,

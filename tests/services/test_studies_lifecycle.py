@@ -201,7 +201,9 @@ def test_an_interrupted_delete_is_finished_by_the_stale_import_cleanup(env, monk
 def test_study_settings_are_validated_and_recorded(env):
     db, rita = env
     now = study_settings.study_settings(db, ADMIN, "Keep")
-    assert now.values == {"highlight_differences": False} and now.history == ()
+    assert now.values == {key: spec.default for key, spec in study_settings.SETTINGS.items()}
+    assert now.values["highlight_differences"] is False and now.history == ()
+    assert now.annotation_mode == "counts"
     assert not now.highlight_differences
     changed = study_settings.update_study_settings(db, ADMIN, study_name="Keep",
                                                    highlight_differences=True)
@@ -217,8 +219,9 @@ def test_study_settings_are_validated_and_recorded(env):
     with db.read() as s:
         stored = s.scalar(select(Study.settings).where(Study.name == "Keep"))
     assert stored["highlight_differences"] is True
-    assert study_settings.export_settings(stored) == {
-        "values": {"highlight_differences": True}, "history": [entry]}
+    exported = study_settings.export_settings(stored)
+    assert exported["values"]["highlight_differences"] is True
+    assert exported["history"] == [entry]
     with pytest.raises(InvalidInput, match=r"unknown study setting\(s\): highlight"):
         study_settings.update_study_settings(db, ADMIN, study_name="Keep", highlight=True)
     with pytest.raises(InvalidInput, match="'highlight_differences' must be bool, got 1"):
@@ -251,3 +254,26 @@ def test_cli_archives_deletes_and_sets(env, capsys, tmp_path):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "deleted study 'Old': 2 pairs, 1 rating cells, 2 image files"
     assert out[1].startswith(f"its ratings were exported first to {tmp_path}/deleted-studies/")
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"annotation_mode": "grid"}, "must be one of counts, error_records, pairwise"),
+    ({"repeat_share": 0.9}, "must be <= 0.5"),
+    ({"repeat_share": True}, "must be float"),
+    ({"qualification_items": -1}, "must be >= 0"),
+    ({"break_reminder_minutes": "50"}, "must be int"),
+])
+def test_study_settings_refuse_values_out_of_their_rule(env, changes, message):
+    db, _ = env
+    with pytest.raises(InvalidInput, match=message):
+        study_settings.update_study_settings(db, ADMIN, study_name="Keep", **changes)
+    assert study_settings.study_settings(db, ADMIN, "Keep").history == ()
+
+
+def test_an_int_is_stored_as_float_for_a_share(env):
+    db, _ = env
+    now = study_settings.update_study_settings(db, ADMIN, study_name="Keep", repeat_share=0)
+    assert now.values["repeat_share"] == 0.0
+    now = study_settings.update_study_settings(db, ADMIN, study_name="Keep", repeat_share=0.2,
+                                               annotation_mode="error_records")
+    assert now.values["repeat_share"] == 0.2 and now.annotation_mode == "error_records"
