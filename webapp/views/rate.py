@@ -24,7 +24,9 @@ from webapp import state
 from webapp.components import reports
 from webapp.components.activity import activity_tracker
 from webapp.components.count_grid import count_grid
+from webapp.components.error_records import error_records_panel
 from webapp.components.image_viewer import viewer_panel
+from webapp.components.training_feedback import training_feedback
 
 PAIR_PARAM = "pair"
 STUDY_PARAM = "study"
@@ -87,6 +89,11 @@ def _complete(actor: Actor, view: rating.RaterPairView, *, confirm_zero: bool) -
     except ServiceError as exc:
         state.stop_with_error(exc)
     st.session_state.pop(CONFIRM_KEY, None)
+    if view.training:
+        # Stay on a training item: its feedback (the expert's counts) shows once it is done.
+        st.session_state[FLASH_KEY] = {"ok": True, "text": "Training item done: compare "
+                                       "your counts with the expert's below."}
+        return
     if status.next_open_opaque_id is None:
         st.session_state[END_KEY] = view.study_name
         return
@@ -218,6 +225,11 @@ if confirming:
 
 
 def _grid() -> None:
+    if view.training and view.completed_at is not None:
+        training_feedback(db, actor, view)
+    if view.annotation_mode == "error_records":
+        # The counts derive from the records: the grid shows them, the records panel edits.
+        error_records_panel(db, actor, view)
     # A short note in the grid's corner (no row of its own: at 1280x800 the grid shares
     # the column height with both reports).
     if view.read_only:
