@@ -82,7 +82,17 @@ from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import CATEGORIES, Actor
 from backend.util import MANIFEST, SafeCsvWriter, free_output_dir, publish_dir
-from db.models import ActivitySpan, Assignment, Case, MetricScore, Pair, Rating, RatingEvent, User
+from db.models import (
+    PAIR_STUDY,
+    ActivitySpan,
+    Assignment,
+    Case,
+    MetricScore,
+    Pair,
+    Rating,
+    RatingEvent,
+    User,
+)
 from db.session import MIGRATIONS_DIR, Database
 
 FORMATS = ("rexval", "jsonl")
@@ -182,7 +192,8 @@ def _load(db: Database, study_name: str
         }
         pairs_orm = s.scalars(
             select(Pair)
-            .where(Pair.study_id == study.id)
+            # Training items and hidden repeats are exported apart, never as study pairs.
+            .where(Pair.study_id == study.id, Pair.kind == PAIR_STUDY)
             .order_by(Pair.position)
             .options(
                 selectinload(Pair.case).selectinload(Case.images),
@@ -210,16 +221,19 @@ def _load(db: Database, study_name: str
             select(Rating.id, Rating.rater_id, Rating.pair_id, Rating.category,
                    Rating.significant, Rating.count)
             .join(Pair, Pair.id == Rating.pair_id)
-            .where(Pair.study_id == study.id)
+            .where(Pair.study_id == study.id, Pair.kind == PAIR_STUDY)
             .order_by(Rating.id)
         ).all()
         completed = s.execute(
             select(Assignment.rater_id, Assignment.pair_id)
-            .where(Assignment.study_id == study.id, Assignment.completed_at.is_not(None))
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .where(Assignment.study_id == study.id, Assignment.completed_at.is_not(None),
+                   Pair.kind == PAIR_STUDY)
         ).all()
         assigned = {(int(rid), int(pid)) for rid, pid in s.execute(
             select(Assignment.rater_id, Assignment.pair_id)
-            .where(Assignment.study_id == study.id))}
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .where(Assignment.study_id == study.id, Pair.kind == PAIR_STUDY))}
         assigned_raters = {rid for rid, _ in assigned}
         imported = {
             (row[0], row[1])
@@ -399,14 +413,16 @@ def _load_extras(db: Database, study_name: str, pairs: list[_PairData], index: d
                 select(Assignment.id, Assignment.rater_id, Assignment.pair_id,
                        Assignment.order_index, Assignment.completed_at,
                        Assignment.active_seconds, Assignment.last_active_at)
-                .where(Assignment.study_id == study_id)
+                .join(Pair, Pair.id == Assignment.pair_id)
+                .where(Assignment.study_id == study_id, Pair.kind == PAIR_STUDY)
             ).all()
             spans = s.execute(
                 select(ActivitySpan.assignment_id, ActivitySpan.client_id,
                        ActivitySpan.started_at, ActivitySpan.ended_at, ActivitySpan.active_ms,
                        ActivitySpan.events)
                 .join(Assignment, Assignment.id == ActivitySpan.assignment_id)
-                .where(Assignment.study_id == study_id)
+                .join(Pair, Pair.id == Assignment.pair_id)
+                .where(Assignment.study_id == study_id, Pair.kind == PAIR_STUDY)
             ).all()
         n_spans: dict[int, int] = {}
         for sp in spans:
