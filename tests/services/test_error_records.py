@@ -1,0 +1,285 @@
+"""Per-error records on both databases: counts derived from the records (audited, versioned),
+validation naming the field, nothing written on a refusal, modes, ownership, blinding, export."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from sqlalchemy import func, select, update
+
+from backend.services import auth, error_records, rating, study_settings
+from backend.services.assignment import assign_raters
+from backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from backend.services.types import Actor
+from db.models import ErrorRecord, Pair, Rating, RatingEvent, Report, Study
+
+SYSTEM = Actor.system()
+CANDIDATE = "Small left effusion. Cardiomegaly is present. No pneumothorax."
+REFERENCE = "Large right effusion.  Normal heart size.\nNo pneumothorax!"
+
+
+def _setup(db, make_study, *, mode="error_records", raters=("r1", "r2")):
+    make_study(db, "S", 3)
+    with db.begin() as s:
+        for report in s.scalars(select(Report)):
+            report.text = CANDIDATE if report.role == "candidate" else REFERENCE
+    actors = {}
+    for name in raters:
+        auth.create_user(db, SYSTEM, username=name, password=f"{name}-password", role="rater")
+        actors[name] = auth.authenticate(db, username=name, password=f"{name}-password")
+    assign_raters(db, SYSTEM, study_name="S", rater_usernames=list(raters),
+                  raters_per_pair=len(raters), seed=1)
+    if mode != "counts":
+        study_settings.update_study_settings(db, SYSTEM, study_name="S", annotation_mode=mode)
+    return actors
+
+
+def _first(db, actor) -> str:
+    return rating.rater_queue(db, actor, study_name="S")[0].opaque_id
+
+
+def _span(words: str) -> tuple[int, int]:
+    start = CANDIDATE.index(words)
+    return start, start + len(words)
+
+
+def _stored(db):
+    """Every stored row a write could touch: records, ratings, audit events, versions."""
+    with db.read() as s:
+        return (
+            s.scalar(select(func.count(ErrorRecord.id))),
+            sorted(s.execute(select(Rating.rater_id, Rating.pair_id, Rating.category,
+                                    Rating.significant, Rating.count)).all()),
+            s.scalar(select(func.count(RatingEvent.id))),
+            sorted(s.execute(select(rating.Assignment.id, rating.Assignment.version)).all()),
+        )
+
+
+def test_reference_sentences_split_on_sentence_ends_and_line_breaks():
+    spans = error_records.reference_sentences(REFERENCE)
+    assert [REFERENCE[a:b] for a, b in spans] == [
+        "Large right effusion.", "Normal heart size.", "No pneumothorax!"]
+    assert error_records.reference_sentences("   \n ") == []
+    assert error_records.reference_sentences("No period") == [(0, 9)]
+
+
+def test_counts_are_the_tally_of_the_records(any_db, make_study, fast_password_hashing):
+    r1 = _setup(any_db, make_study)["r1"]
+    pair = _first(any_db, r1)
+    a, b = _span("Small left")
+    first = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=2,
+                                     significant=True, candidate_start=a, candidate_end=b,
+                                     note="  laterality  ", expected_version=0)
+    assert first.version == 1 and first.saved_at is not None
+    (rec,) = first.records
+    assert (rec.kind, rec.candidate_text, rec.note, rec.reference_start) == (
+        "span", "Small left", "laterality", None)
+    a2, b2 = _span("Cardiomegaly")
+    second = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=2,
+                                      significant=True, candidate_start=a2, candidate_end=b2,
+                                      expected_version=1)
+    start, end = error_records.reference_sentences(REFERENCE)[1]
+    third = error_records.add_record(any_db, r1, opaque_id=pair, kind="omission", category=4,
+                                     significant=False, reference_start=start,
+                                     reference_end=end, expected_version=second.version)
+    assert third.version == 3
+    assert third.records[-1].reference_text == "Normal heart size."
+    assert third.records[-1].candidate_text is None
+    expected = dict.fromkeys(rating.CELLS, 0) | {(2, True): 2, (4, False): 1}
+    assert third.counts == expected
+    # The rating view (and so every analysis) reads the same counts.
+    view = rating.get_pair(any_db, r1, opaque_id=pair)
+    assert view.counts == expected and view.version == 3
+    # Audited as grid saves: one "set" event per changed cell, old and new count.
+    with any_db.read() as s:
+        events = s.execute(select(RatingEvent.category, RatingEvent.significant,
+                                  RatingEvent.old_count, RatingEvent.new_count)
+                           .where(RatingEvent.rater_id == r1.user_id)
+                           .order_by(RatingEvent.id)).all()
+    assert [tuple(e) for e in events] == [(2, True, None, 1), (2, True, 1, 2),
+                                          (4, False, None, 1)]
+
+    # Deleting one record derives the counts again.
+    after = error_records.delete_record(any_db, r1, opaque_id=pair,
+                                        record_id=first.records[0].record_id,
+                                        expected_version=3)
+    assert after.version == 4
+    assert [r.candidate_text for r in after.records] == ["Cardiomegaly", None]
+    assert after.counts == expected | {(2, True): 1}
+    assert error_records.list_records(any_db, r1, opaque_id=pair) == dataclasses.replace(
+        after, saved_at=None)
+
+
+def test_a_stale_version_is_refused_and_nothing_is_written(any_db, make_study,
+                                                           fast_password_hashing):
+    r1 = _setup(any_db, make_study)["r1"]
+    pair = _first(any_db, r1)
+    a, b = _span("effusion")
+    saved = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=1,
+                                     significant=False, candidate_start=a, candidate_end=b,
+                                     expected_version=0)
+    before = _stored(any_db)
+    with pytest.raises(rating.StaleWrite) as caught:
+        error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=3,
+                                 significant=True, candidate_start=a, candidate_end=b,
+                                 expected_version=0)
+    assert caught.value.version == 1 and caught.value.counts[(1, False)] == 1
+    with pytest.raises(rating.StaleWrite):
+        error_records.delete_record(any_db, r1, opaque_id=pair,
+                                    record_id=saved.records[0].record_id, expected_version=0)
+    assert _stored(any_db) == before
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"candidate_start": 0, "candidate_end": len(CANDIDATE) + 1}, "candidate_start/candidate_end"),
+    ({"candidate_start": 5, "candidate_end": 5}, "not a non-empty span"),
+    ({"candidate_start": -1, "candidate_end": 3}, "candidate_start/candidate_end"),
+    ({"candidate_start": 5, "candidate_end": 6}, "only white space"),
+    ({"candidate_start": "0", "candidate_end": 3}, "candidate_start: must be a whole number"),
+    ({"candidate_start": 0}, "candidate_end: required for a span record"),
+    ({"candidate_start": 0, "candidate_end": 3, "reference_start": 0, "reference_end": 3},
+     "reference_start: not allowed for a span record"),
+    ({"kind": "omission", "reference_start": 0, "reference_end": len(REFERENCE) + 2},
+     "reference_start/reference_end"),
+    ({"kind": "omission", "candidate_start": 0, "candidate_end": 3},
+     "reference_start: required for a omission record"),
+    ({"kind": "typo", "candidate_start": 0, "candidate_end": 3}, "kind: must be"),
+    ({"category": 7, "candidate_start": 0, "candidate_end": 3}, "category: must be"),
+    ({"category": True, "candidate_start": 0, "candidate_end": 3}, "category: must be"),
+    ({"significant": 1, "candidate_start": 0, "candidate_end": 3}, "significant: must be"),
+    ({"note": "x" * (error_records.MAX_NOTE + 1), "candidate_start": 0, "candidate_end": 3},
+     "note: at most"),
+    ({"expected_version": -1, "candidate_start": 0, "candidate_end": 3}, "expected_version"),
+])
+def test_bad_values_are_refused_naming_the_field(any_db, make_study, fast_password_hashing,
+                                                 fields, message):
+    r1 = _setup(any_db, make_study, raters=("r1",))["r1"]
+    pair = _first(any_db, r1)
+    args = {"kind": "span", "category": 1, "significant": True} | fields
+    before = _stored(any_db)
+    with pytest.raises(InvalidInput, match=message.replace("/", ".")):
+        error_records.add_record(any_db, r1, opaque_id=pair, **args)
+    assert _stored(any_db) == before
+
+
+def test_the_same_record_twice_and_bad_record_ids_are_refused(any_db, make_study,
+                                                              fast_password_hashing):
+    r1 = _setup(any_db, make_study, raters=("r1",))["r1"]
+    pair = _first(any_db, r1)
+    a, b = _span("Cardiomegaly")
+    error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=5,
+                             significant=True, candidate_start=a, candidate_end=b)
+    before = _stored(any_db)
+    with pytest.raises(InvalidInput, match="already recorded"):
+        error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=5,
+                                 significant=True, candidate_start=a, candidate_end=b)
+    with pytest.raises(InvalidInput, match="record_id"):
+        error_records.delete_record(any_db, r1, opaque_id=pair, record_id="1")
+    with pytest.raises(NotFound, match="not among your records"):
+        error_records.delete_record(any_db, r1, opaque_id=pair, record_id=10_000)
+    assert _stored(any_db) == before
+    # The same words under another category are a second error, recorded.
+    again = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=6,
+                                     significant=True, candidate_start=a, candidate_end=b)
+    assert again.counts[(5, True)] == again.counts[(6, True)] == 1
+
+
+def test_a_counts_study_refuses_records(any_db, make_study, fast_password_hashing):
+    r1 = _setup(any_db, make_study, mode="counts", raters=("r1",))["r1"]
+    pair = _first(any_db, r1)
+    before = _stored(any_db)
+    with pytest.raises(InvalidInput, match="does not use per-error records"):
+        error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=1,
+                                 significant=True, candidate_start=0, candidate_end=5)
+    assert _stored(any_db) == before
+    assert error_records.list_records(any_db, r1, opaque_id=pair).records == ()
+
+
+def test_a_closed_study_refuses_records(any_db, make_study, fast_password_hashing):
+    r1 = _setup(any_db, make_study, raters=("r1",))["r1"]
+    pair = _first(any_db, r1)
+    saved = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=1,
+                                     significant=True, candidate_start=0, candidate_end=5)
+    with any_db.begin() as s:
+        s.execute(update(Study).values(status="closed"))
+    before = _stored(any_db)
+    with pytest.raises(PermissionDenied, match="closed"):
+        error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=2,
+                                 significant=True, candidate_start=0, candidate_end=5)
+    with pytest.raises(PermissionDenied, match="closed"):
+        error_records.delete_record(any_db, r1, opaque_id=pair,
+                                    record_id=saved.records[0].record_id)
+    assert _stored(any_db) == before
+    assert len(error_records.list_records(any_db, r1, opaque_id=pair).records) == 1
+
+
+def test_a_rater_cannot_see_or_delete_another_raters_records(any_db, make_study,
+                                                             fast_password_hashing):
+    actors = _setup(any_db, make_study, raters=("r1", "r2", "r3"))
+    r1, r2 = actors["r1"], actors["r2"]
+    pair = _first(any_db, r1)
+    mine = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=3,
+                                    significant=True, candidate_start=0, candidate_end=5,
+                                    note="r1's private note")
+    # r2 rates the same pair: sees none of r1's records or counts, can't delete r1's.
+    theirs = error_records.list_records(any_db, r2, opaque_id=pair)
+    assert theirs.records == () and not any(theirs.counts.values())
+    before = _stored(any_db)
+    with pytest.raises(NotFound, match="not among your records"):
+        error_records.delete_record(any_db, r2, opaque_id=pair,
+                                    record_id=mine.records[0].record_id)
+    assert _stored(any_db) == before
+    # A pair not assigned to the actor is NotFound, the same as one that does not exist.
+    with any_db.begin() as s:
+        s.execute(rating.Assignment.__table__.delete().where(
+            rating.Assignment.rater_id == r2.user_id))
+    for oid in (pair, "no-such-pair"):
+        with pytest.raises(NotFound, match="is not in your assignments"):
+            error_records.list_records(any_db, r2, opaque_id=oid)
+        with pytest.raises(NotFound, match="is not in your assignments"):
+            error_records.add_record(any_db, r2, opaque_id=oid, kind="span", category=1,
+                                     significant=True, candidate_start=0, candidate_end=5)
+
+
+def test_record_views_are_blinded():
+    for cls in (error_records.RecordView, error_records.PairRecords):
+        for f in dataclasses.fields(cls):
+            assert not any(word in f.name for word in ("source", "score", "metric", "pair_id",
+                                                       "rater", "user")), (cls.__name__, f.name)
+
+
+def test_export_rows_are_the_study_pairs_records_for_admins(any_db, make_study,
+                                                           fast_password_hashing):
+    actors = _setup(any_db, make_study)
+    r1, r2 = actors["r1"], actors["r2"]
+    pair = _first(any_db, r1)
+    a, b = _span("Cardiomegaly")
+    error_records.add_record(any_db, r2, opaque_id=pair, kind="span", category=2,
+                             significant=False, candidate_start=a, candidate_end=b, note="n")
+    start, end = error_records.reference_sentences(REFERENCE)[0]
+    error_records.add_record(any_db, r1, opaque_id=pair, kind="omission", category=1,
+                             significant=True, reference_start=start, reference_end=end)
+    # A record on a training item stays out of the study export.
+    other = rating.rater_queue(any_db, r1, study_name="S")[1].opaque_id
+    error_records.add_record(any_db, r1, opaque_id=other, kind="span", category=1,
+                             significant=True, candidate_start=0, candidate_end=5)
+    with any_db.begin() as s:
+        s.execute(update(Pair).where(Pair.opaque_id == other).values(kind="training"))
+    with pytest.raises(PermissionDenied):
+        error_records.export_rows(any_db, r1, "S")
+    with pytest.raises(NotFound):
+        error_records.export_rows(any_db, SYSTEM, "nope")
+    rows = error_records.export_rows(any_db, SYSTEM, "S")
+    with any_db.read() as s:
+        number = s.scalar(select(Pair.position).where(Pair.opaque_id == pair)) + 1
+    assert [(r["pair_number"], r["opaque_id"], r["rater"], r["kind"]) for r in rows] == [
+        (number, pair, "r1", "omission"), (number, pair, "r2", "span")]
+    assert rows[0] | {"created_at": None} == {
+        "pair_number": number, "opaque_id": pair, "rater": "r1", "kind": "omission",
+        "category": 1, "significant": True, "candidate_start": None, "candidate_end": None,
+        "candidate_text": None, "reference_start": start, "reference_end": end,
+        "reference_text": "Large right effusion.", "note": "", "details": None,
+        "created_at": None}
+    assert rows[1]["candidate_text"] == "Cardiomegaly" and rows[1]["note"] == "n"
+    assert rows[1]["created_at"].endswith("+00:00")
