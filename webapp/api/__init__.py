@@ -125,4 +125,4 @@ def routes(base_url_path: str = "") -> list[Route]:
 
 
 # One module per concern; each owns its routes (see the module docstrings).
-API_MODULES: tuple[str, ...] = ("images", "rating", "activity")
+API_MODULES: tuple[str, ...] = ("images", "rating", "activity", "error_records")
