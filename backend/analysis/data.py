@@ -8,6 +8,13 @@ with few errors. Inside a counted (rater, pair), a category/significance cell wi
 Rating row is 0 (the rating form stores the cells a rater touched; completing a pair
 confirms the rest are 0).
 
+Raw or adjudicated counts. ``load_ratings(..., counts="adjudicated")`` keeps every rater's
+counts as they are (so agreement between raters, per-rater and ceiling statistics stay raw)
+and adds the adjudicators' consensus of each adjudicated pair (``Adjudication`` rows) as
+``StudyRatings.consensus``: the per-pair mean every target uses (:meth:`StudyRatings.mean_errors`)
+is the consensus there, as one value, whatever the raters said. ``counts="raw"`` (the default)
+ignores adjudications.
+
 Which scores count. Metric values come from ``MetricScore`` rows joined through
 ``Pair.input_hash == MetricScore.input_hash``. One key may have been scored with several
 signatures (another model revision, another option); per key the signature covering the most
@@ -35,6 +42,7 @@ from backend.metrics import registry
 from db.models import (
     PAIR_STUDY,
     STUDY_STAGING,
+    Adjudication,
     Assignment,
     Case,
     MetricScore,
@@ -47,6 +55,8 @@ from db.session import Database
 
 N_CATEGORIES = 6
 TARGETS = ("total", "significant")
+#: ``load_ratings(counts=...)``: the raters' own counts, or consensus where adjudicated.
+COUNTS_MODES = ("raw", "adjudicated")
 
 class AnalysisInputError(ValueError):
     """The requested analysis cannot run on this data (message names what is missing)."""
@@ -73,6 +83,9 @@ class StudyRatings:
         counts: ``(R, n, 6, 2)`` error counts, ``[..., 0]`` insignificant and ``[..., 1]``
             significant, category ``c`` at index ``c - 1``; NaN where the (rater, pair) does
             not count.
+        counts_mode: ``"raw"`` or ``"adjudicated"`` (see the module docstring).
+        consensus: ``(n, 6, 2)`` consensus counts of adjudicated pairs, NaN elsewhere;
+            ``None`` for raw counts.
     """
 
     study: str
@@ -85,6 +98,15 @@ class StudyRatings:
     input_hashes: tuple[str, ...]
     raters: tuple[str, ...]
     counts: NDArray[np.float64]
+    counts_mode: str = "raw"
+    consensus: NDArray[np.float64] | None = None
+
+    @property
+    def n_adjudicated(self) -> int:
+        """Pairs whose mean is the consensus (0 for raw counts)."""
+        if self.consensus is None:
+            return 0
+        return int(np.isfinite(self.consensus[:, 0, 0]).sum())
 
     @property
     def n_pairs(self) -> int:
@@ -111,6 +133,8 @@ class StudyRatings:
     def mean_errors(self, target: str = "total", category: int | None = None) -> NDArray:
         """``(n,)`` mean over counted raters (NaN for a pair nobody counted).
 
+        With adjudicated counts, an adjudicated pair's value is its consensus instead.
+
         Args:
             target: ``"total"`` or ``"significant"``.
             category: 1-6 or ``None`` for the sum over categories.
@@ -120,7 +144,15 @@ class StudyRatings:
         n_r = rated.sum(axis=0)
         total = np.where(rated, per_rater, 0.0).sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(n_r > 0, total / np.maximum(n_r, 1), np.nan)
+            mean = np.where(n_r > 0, total / np.maximum(n_r, 1), np.nan)
+        if self.consensus is None:
+            return mean
+        c = self.consensus
+        if category is not None:
+            c = c[:, category - 1 : category, :]
+        c = c[..., 1:] if target == "significant" else c
+        agreed = c.sum(axis=(1, 2))
+        return np.where(np.isfinite(agreed), agreed, mean)
 
     def raters_per_pair(self) -> NDArray[np.int64]:
         """``(n,)`` number of counted raters of each pair."""
@@ -176,16 +208,22 @@ def metric_direction(key: str, family: str | None = None) -> bool:
         ) from None
 
 
-def load_ratings(db: Database, study_name: str) -> StudyRatings:
+def load_ratings(db: Database, study_name: str, counts: str = "raw") -> StudyRatings:
     """Read a study's pairs and counted ratings (see the module docstring for the rules).
 
     Args:
         db: The database.
         study_name: Study name.
+        counts: ``"raw"`` (the raters' counts) or ``"adjudicated"`` (consensus counts of
+            adjudicated pairs replace the raters' mean there).
 
     Raises:
         StudyNotFound: when no study has that name.
+        AnalysisInputError: ``counts`` is not one of :data:`COUNTS_MODES`.
     """
+    if counts not in COUNTS_MODES:
+        raise AnalysisInputError(f"counts must be one of {', '.join(COUNTS_MODES)},"
+                                 f" got {counts!r}")
     with db.begin() as s:
         study = s.scalars(select(Study).where(
             Study.name == study_name, Study.status != STUDY_STAGING)).one_or_none()
@@ -215,6 +253,11 @@ def load_ratings(db: Database, study_name: str) -> StudyRatings:
         names = dict(
             s.execute(select(User.id, User.username).where(User.id.in_(rater_ids))).all()
         ) if rater_ids else {}
+        agreed = s.execute(
+            select(Adjudication.pair_id, Adjudication.counts)
+            .join(Pair, Pair.id == Adjudication.pair_id)
+            .where(Pair.study_id == study_id, Pair.kind == PAIR_STUDY)
+        ).all() if counts == "adjudicated" else []
 
     pair_index = {p.id: i for i, p in enumerate(pairs)}
     assigned = {(a.rater_id, a.pair_id): a.completed_at is not None for a in assignments}
@@ -223,13 +266,21 @@ def load_ratings(db: Database, study_name: str) -> StudyRatings:
     counted |= {key for key in rated if key not in assigned}
     raters = sorted({rid for rid, _ in counted}, key=lambda rid: (names.get(rid, ""), rid))
     rater_index = {rid: i for i, rid in enumerate(raters)}
-    counts = np.full((len(raters), len(pairs), N_CATEGORIES, 2), np.nan)
+    rater_counts = np.full((len(raters), len(pairs), N_CATEGORIES, 2), np.nan)
     for rid, pid in counted:
-        counts[rater_index[rid], pair_index[pid]] = 0.0
+        rater_counts[rater_index[rid], pair_index[pid]] = 0.0
     for r in ratings:
         if (r.rater_id, r.pair_id) in counted:
-            counts[rater_index[r.rater_id], pair_index[r.pair_id], r.category - 1,
-                   int(bool(r.significant))] = float(r.count)
+            rater_counts[rater_index[r.rater_id], pair_index[r.pair_id], r.category - 1,
+                         int(bool(r.significant))] = float(r.count)
+    consensus = None
+    if counts == "adjudicated":
+        consensus = np.full((len(pairs), N_CATEGORIES, 2), np.nan)
+        for pid, cells in agreed:
+            consensus[pair_index[pid]] = 0.0
+            for key, n in (cells or {}).items():
+                category, significant = (int(part) for part in str(key).split(":"))
+                consensus[pair_index[pid], category - 1, significant] = float(n)
     return StudyRatings(
         study=study_name,
         study_id=study_id,
@@ -240,7 +291,9 @@ def load_ratings(db: Database, study_name: str) -> StudyRatings:
         cases=tuple(p.external_id for p in pairs),
         input_hashes=tuple(p.input_hash for p in pairs),
         raters=tuple(names.get(rid, f"user-{rid}") for rid in raters),
-        counts=counts,
+        counts=rater_counts,
+        counts_mode=counts,
+        consensus=consensus,
     )
 
 

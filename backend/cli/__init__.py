@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "backend.cli.jobs",
     "backend.cli.report",
     "backend.cli.simulation",
+    "backend.cli.adjudication",
 )
 
 

@@ -49,6 +49,14 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
                    help="permutations of the system randomization tests (default 1000)")
     p.add_argument("--fdr", type=float, default=0.05,
                    help="false discovery rate of the failure-mode tests (default 0.05)")
+    p.add_argument("--counts", choices=("raw", "adjudicated"), default="raw",
+                   help="per-pair values to correlate: the raters' mean (raw, default) or the"
+                   " adjudicators' consensus where a pair was adjudicated (agreement between"
+                   " raters stays on their own counts); written to the output as 'counts'")
+    p.add_argument("--preference-source", choices=("mean_rating", "votes"),
+                   default="mean_rating",
+                   help="studies with pairwise comparisons: the raters' preference from the"
+                   " mean 1-5 rating of each candidate (default, as RadPref) or their votes")
     p.add_argument("--database-url", default=None,
                    help="database URL (default: DATABASE_URL or the data folder's SQLite file)")
     p.add_argument("--output", required=True, type=Path, help="RESULT.json to write")
@@ -89,22 +97,32 @@ def run_correlate(args: argparse.Namespace) -> int:
         raise UserError(f"{output}: is a folder, expected a file name")
     with (database(args.database_url) as db, user_errors(AnalysisInputError),
           progress_bar("correlate", unit="section") as progress):
-        result = correlate_study(
-            db,
-            study_name=args.study,
-            metrics=args.metrics,
-            significant_only=args.significant_only,
-            bootstrap=args.bootstrap,
-            seed=args.seed,
-            cluster=args.cluster,
-            fdr=args.fdr,
-            unit=args.unit,
-            correction=args.correction,
-            permutations=args.permutations,
-            progress=progress,
-        )
+        try:
+            result = correlate_study(
+                db,
+                study_name=args.study,
+                metrics=args.metrics,
+                significant_only=args.significant_only,
+                bootstrap=args.bootstrap,
+                seed=args.seed,
+                cluster=args.cluster,
+                fdr=args.fdr,
+                unit=args.unit,
+                correction=args.correction,
+                permutations=args.permutations,
+                progress=progress,
+                # Raw is correlate_study's default; the option goes in only when it changes it.
+                **({"counts": args.counts} if args.counts != "raw" else {}),
+            )
+        except AnalysisInputError as exc:
+            # A pairwise study may have no count ratings: its preference block alone.
+            result = preference_only(db, args, exc)
+        add_preference(db, args, result)
+    result.setdefault("counts", args.counts)
     write_json_atomic(output, result)
     m = result["metrics"]
-    print(f"{result['study']}: {result['n_pairs']} pairs, {len(m)} metric keys,"
-          f" target {result['target']} -> {output}")
+    adjudicated = (f", {result.get('n_adjudicated', 0)} adjudicated"
+                   if args.counts == "adjudicated" else "")
+    print(f"{result['study']}: {result['n_pairs']} pairs{adjudicated}, {len(m)} metric keys,"
+          f" target {result['target']}, counts {result['counts']} -> {output}")
     return 0

@@ -3,6 +3,12 @@
 Admin only (raters never see metric scores, sources or other raters' answers). Each function
 returns frozen dataclasses of plain values; the full ``correlate`` JSON (report.py layout) is
 kept in ``StudyCorrelation.report`` for the panels that need the other sections.
+
+Raw or adjudicated counts: ``counts="raw"`` (default) correlates with the raters' mean per
+pair; ``counts="adjudicated"`` uses the adjudicators' consensus on adjudicated pairs instead
+(:func:`backend.analysis.data.load_ratings`). Results say which (``counts``,
+``n_adjudicated``). Agreement between raters is always computed on their own (raw) counts,
+and :class:`StudyAgreement` says so.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ class StudyCorrelation:
         resamples: Bootstrap resamples.
         metrics: One row per key, best Kendall tau first.
         report: The complete ``correlate`` JSON (per category, rater, source, ...).
+        counts: ``"raw"`` or ``"adjudicated"``: which per-pair values were correlated.
+        n_adjudicated: Pairs whose value is an adjudicated consensus (0 for raw).
     """
 
     study: str
@@ -71,6 +79,8 @@ class StudyCorrelation:
     resamples: int
     metrics: tuple[MetricCorrelation, ...]
     report: dict[str, Any]
+    counts: str = "raw"
+    n_adjudicated: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,12 +117,17 @@ class StudyAgreement:
         target: ``"total"`` or ``"significant"``.
         raters: Usernames of the counted raters.
         rows: Total first, then categories 1-6.
+        counts: Always ``"raw"``: agreement between raters is about their own counts, even
+            when the rest of the analysis uses adjudicated values.
+        n_adjudicated: Adjudicated pairs of the study (not used here; for the page to say).
     """
 
     study: str
     target: str
     raters: tuple[str, ...]
     rows: tuple[AgreementRow, ...]
+    counts: str = "raw"
+    n_adjudicated: int = 0
 
 
 @dataclass(frozen=True)
@@ -153,6 +168,8 @@ class FailureModes:
         sources: Candidate sources.
         means: ``source -> ((category, mean), ...)`` including ``"total"`` and ``"n"``.
         tests: All tests of the family.
+        counts: ``"raw"`` or ``"adjudicated"``: which per-pair values were compared.
+        n_adjudicated: Pairs whose value is an adjudicated consensus (0 for raw).
     """
 
     study: str
@@ -161,6 +178,8 @@ class FailureModes:
     sources: tuple[str, ...]
     means: dict[str, tuple[tuple[str, float | None], ...]]
     tests: tuple[SourceTest, ...]
+    counts: str = "raw"
+    n_adjudicated: int = 0
 
 
 def _run(fn: Any, /, **kwargs: Any) -> dict[str, Any]:  # noqa: ANN401
@@ -185,6 +204,7 @@ def study_correlation(
     cluster: str = "pair",
     unit: str | None = None,
     correction: str = "holm",
+    counts: str = "raw",
 ) -> StudyCorrelation:
     """Correlations of every scored metric with the study's radiologists (admin only).
 
@@ -203,19 +223,23 @@ def study_correlation(
         unit: Resampling unit of the ceiling and pairwise sections (``"pair"``, ``"case"``,
             ``"rater_pair"``); ``None`` takes ``cluster``.
         correction: ``"holm"`` or ``"bh"`` over the pairwise matrix.
+        counts: ``"raw"`` or ``"adjudicated"`` (see the module docstring).
 
     Raises:
         PermissionDenied: for a non-admin.
         NotFound: unknown study.
-        InvalidInput: nothing to correlate.
+        InvalidInput: nothing to correlate, or an unknown ``counts``.
     """
     from backend.analysis.report import correlate_study
 
     require_admin(actor)
+    _check_counts(counts)
+    # Raw is correlate_study's own default: pass the option only when it changes something.
+    extra = {"counts": counts} if counts != "raw" else {}
     report = _run(
         correlate_study, db=db, study_name=study_name, metrics=metrics,
         significant_only=significant_only, bootstrap=resamples, seed=seed, cluster=cluster,
-        unit=unit, correction=correction,
+        unit=unit, correction=correction, **extra,
     )
     published: dict[str, list[tuple[str, float]]] = {}
     for entry in report["published"]["entries"]:
@@ -242,7 +266,15 @@ def study_correlation(
     return StudyCorrelation(
         study=report["study"], target=report["target"], n_pairs=report["n_pairs"],
         seed=report["seed"], resamples=report["resamples"], metrics=tuple(rows), report=report,
+        counts=str(report.get("counts", "raw")), n_adjudicated=int(report.get("n_adjudicated", 0)),
     )
+
+
+def _check_counts(counts: str) -> None:
+    from backend.analysis.data import COUNTS_MODES
+
+    if counts not in COUNTS_MODES:
+        raise InvalidInput(f"counts must be one of {', '.join(COUNTS_MODES)}, got {counts!r}")
 
 
 def _agreement(db: Database, study_name: str, target: str) -> dict[str, Any]:
@@ -251,17 +283,20 @@ def _agreement(db: Database, study_name: str, target: str) -> dict[str, Any]:
     from backend.analysis.report import to_json_safe
 
     def compute(study_name: str) -> dict[str, Any]:
-        ratings = load_ratings(db, study_name)
+        # Adjudicated loading only to count the adjudicated pairs: rater_errors stay raw.
+        ratings = load_ratings(db, study_name, counts="adjudicated")
         out = {"total": agreement_summary(ratings.rater_errors(target))}
         for c in range(1, N_CATEGORIES + 1):
             out[str(c)] = agreement_summary(ratings.rater_errors(target, c))
-        return {"raters": list(ratings.raters), "rows": to_json_safe(out)}
+        return {"raters": list(ratings.raters), "rows": to_json_safe(out),
+                "n_adjudicated": ratings.n_adjudicated}
 
     return _run(compute, study_name=study_name)
 
 
 def study_agreement(
-    db: Database, actor: Actor, *, study_name: str, significant_only: bool = False
+    db: Database, actor: Actor, *, study_name: str, significant_only: bool = False,
+    counts: str = "raw",
 ) -> StudyAgreement:
     """Krippendorff's alpha and ICC(2,1)/(2,k) of the raters' error counts (admin only).
 
@@ -270,12 +305,16 @@ def study_agreement(
         actor: Who asks; must be an admin.
         study_name: Study name.
         significant_only: Use significant errors only.
+        counts: Accepted for symmetry with the other analyses and checked, but agreement is
+            always between the raters' own counts (the result's ``counts`` is ``"raw"``).
 
     Raises:
         PermissionDenied: for a non-admin.
         NotFound: unknown study.
+        InvalidInput: an unknown ``counts``.
     """
     require_admin(actor)
+    _check_counts(counts)
     target = "significant" if significant_only else "total"
     data = _agreement(db, study_name, target)
     rows = tuple(
@@ -292,7 +331,7 @@ def study_agreement(
         for scope, v in data["rows"].items()
     )
     return StudyAgreement(study=study_name, target=target, raters=tuple(data["raters"]),
-                          rows=rows)
+                          rows=rows, counts="raw", n_adjudicated=int(data["n_adjudicated"]))
 
 
 def study_failure_modes(
@@ -302,6 +341,7 @@ def study_failure_modes(
     study_name: str,
     significant_only: bool = False,
     fdr: float = 0.05,
+    counts: str = "raw",
 ) -> FailureModes:
     """Mean errors per category by source, one-sided Welch t-tests, BH at ``fdr`` (admin).
 
@@ -311,11 +351,12 @@ def study_failure_modes(
         study_name: Study name.
         significant_only: Use significant errors only.
         fdr: False discovery rate.
+        counts: ``"raw"`` or ``"adjudicated"`` (see the module docstring).
 
     Raises:
         PermissionDenied: for a non-admin.
         NotFound: unknown study.
-        InvalidInput: ``fdr`` outside (0, 1).
+        InvalidInput: ``fdr`` outside (0, 1), or an unknown ``counts``.
     """
     from backend.analysis.data import N_CATEGORIES, load_ratings
     from backend.analysis.failure_modes import failure_mode_tests
@@ -324,15 +365,18 @@ def study_failure_modes(
     require_admin(actor)
     if not 0.0 < fdr < 1.0:
         raise InvalidInput(f"fdr must lie in (0, 1), got {fdr}")
+    _check_counts(counts)
     target = "significant" if significant_only else "total"
 
     def compute(study_name: str) -> dict[str, Any]:
-        ratings = load_ratings(db, study_name)
+        ratings = load_ratings(db, study_name, counts=counts)
         per_cat: dict[str, Any] = {
             str(c): ratings.mean_errors(target, c) for c in range(1, N_CATEGORIES + 1)
         }
         per_cat["total"] = ratings.mean_errors(target)
-        return to_json_safe(failure_mode_tests(per_cat, list(ratings.sources), fdr=fdr))
+        out = to_json_safe(failure_mode_tests(per_cat, list(ratings.sources), fdr=fdr))
+        out["n_adjudicated"] = ratings.n_adjudicated
+        return out
 
     data = _run(compute, study_name=study_name)
     return FailureModes(
@@ -349,4 +393,6 @@ def study_failure_modes(
             )
             for t in data["tests"]
         ),
+        counts=counts,
+        n_adjudicated=int(data["n_adjudicated"]),
     )
