@@ -1,0 +1,425 @@
+"""Rater monitoring for the study lead: pace, drift, straight-lining, agreement, outliers.
+
+Inputs are plain data per rater (the service reads them): each *done* study pair with its
+completion time, time on task (seconds, :mod:`backend.services.activity`: the rater's own
+activity spans, unioned, idle gaps cut; 0 when none was recorded, e.g. imported ratings) and
+total error count, plus the rater's time on all their study pairs. Training items and hidden
+repeats are not inputs. Per rater:
+
+* **Time per pair**: median, quartiles (numpy's linear interpolation) and IQR over the done
+  pairs that have any time; *slow* outliers take more than ``Q3 + 3 IQR``, *fast* ones less
+  than :data:`FAST_SECONDS` (3 s: too short to read two reports). Pairs without time are
+  counted apart, never as fast.
+* **Done per hour**: done pairs / hours of time on task on all the rater's study pairs (time
+  spent on pairs not yet done is work too).
+* **Drift**: in completion order, the mean total count of the first third of the done pairs
+  and of the last third (``n // 3`` pairs each; needs 3 done pairs) and ``last - first``.
+* **Straight-lining**: the longest run of consecutive all-zero done pairs in completion
+  order; flagged at :data:`STRAIGHT_RUN` (8) or more.
+* **Agreement with the others**: on the rater's done pairs that another rater also did, the
+  Spearman correlation of the rater's total with the mean total of the other raters (needs 3
+  shared pairs and variance on both sides) and the mean absolute difference.
+* **Outliers across raters**: for median time per pair, Spearman agreement, mean absolute
+  difference and drift, a robust z ``(x - median) / (1.4826 MAD)`` over the raters with a
+  value (at least :data:`MIN_RATERS_FOR_Z`); when the MAD is 0 the mean absolute deviation
+  times 1.2533 is the scale (Iglewicz & Hoaglin's modified z); all values equal gives no z.
+  ``|z| > 3`` is flagged, with the reason in words.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+#: Pairs done in less than this many seconds of time on task are "fast" outliers.
+FAST_SECONDS = 3.0
+#: Slow outliers take more than ``Q3 + SLOW_IQR * IQR``.
+SLOW_IQR = 3.0
+#: A run of this many consecutive all-zero done pairs is flagged as straight-lining.
+STRAIGHT_RUN = 8
+#: ``|robust z|`` above this across raters is flagged.
+OUTLIER_Z = 3.0
+#: Raters with a value needed before a robust z is computed.
+MIN_RATERS_FOR_Z = 3
+MIN_SHARED = 3
+# Consistency constants: MAD and mean absolute deviation as estimates of a normal sigma.
+_MAD_SCALE = 1.4826
+_MEANAD_SCALE = 1.2533
+
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class DoneItem:
+    """One done study pair of one rater.
+
+    Attributes:
+        pair: The pair's 1-based number (the label every page shows).
+        completed_at: When the rater marked it done.
+        seconds: Time on task (0: none recorded).
+        total: Total error count (all twelve cells).
+    """
+
+    pair: int
+    completed_at: dt.datetime
+    seconds: float
+    total: float
+
+
+@dataclass(frozen=True)
+class RaterInput:
+    """One rater's work in a study.
+
+    Attributes:
+        rater: Username.
+        done: The done study pairs (any order; sorted by completion here).
+        assigned: Study pairs assigned to the rater.
+        time_seconds: Time on task over all the rater's study pairs, done or not.
+    """
+
+    rater: str
+    done: Sequence[DoneItem]
+    assigned: int
+    time_seconds: float
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """A value of one rater far from the other raters'.
+
+    Attributes:
+        measure: ``time_per_pair``, ``agreement``, ``abs_diff`` or ``drift``.
+        z: The robust z.
+        reason: The flag in words.
+    """
+
+    measure: str
+    z: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class RaterMonitoring:
+    """Monitoring of one rater (NaN where a value is undefined; the ``*_note`` says why).
+
+    Attributes:
+        rater: Username.
+        assigned: Study pairs assigned.
+        done: Study pairs done.
+        seconds: Time on task of each done pair with time, in completion order.
+        timed_pairs: Done pairs with any time on task.
+        untimed_pairs: Done pairs without time on task.
+        median_seconds: Median time per pair.
+        q1_seconds: First quartile.
+        q3_seconds: Third quartile.
+        iqr_seconds: ``q3 - q1``.
+        slow_limit_seconds: ``q3 + 3 IQR``.
+        slow_pairs: Pair numbers above the slow limit.
+        fast_pairs: Pair numbers under :data:`FAST_SECONDS`.
+        time_seconds: Time on task on all the rater's study pairs.
+        done_per_hour: Done pairs per hour of time on task.
+        drift_n: Pairs in each third.
+        drift_first: Mean total count of the first third (completion order).
+        drift_last: Mean total count of the last third.
+        drift: ``drift_last - drift_first``.
+        drift_note: Why drift is undefined (``""`` when defined).
+        zero_run: Longest run of consecutive all-zero done pairs.
+        zero_run_pairs: The pair numbers of that run, in completion order.
+        straight_lining: ``zero_run >= threshold``.
+        shared_pairs: Done pairs another rater also did.
+        spearman: Spearman rho of the rater's total vs the others' mean total.
+        abs_diff: Mean absolute difference from the others' mean total.
+        agreement_note: Why the agreement is undefined (``""`` when defined).
+        outliers: Robust-z outliers across raters.
+        flags: Every flag in words (straight-lining, outliers, fast pairs).
+    """
+
+    rater: str
+    assigned: int
+    done: int
+    seconds: tuple[float, ...]
+    timed_pairs: int
+    untimed_pairs: int
+    median_seconds: float
+    q1_seconds: float
+    q3_seconds: float
+    iqr_seconds: float
+    slow_limit_seconds: float
+    slow_pairs: tuple[int, ...]
+    fast_pairs: tuple[int, ...]
+    time_seconds: float
+    done_per_hour: float
+    drift_n: int
+    drift_first: float
+    drift_last: float
+    drift: float
+    drift_note: str
+    zero_run: int
+    zero_run_pairs: tuple[int, ...]
+    straight_lining: bool
+    shared_pairs: int
+    spearman: float
+    abs_diff: float
+    agreement_note: str
+    outliers: tuple[Outlier, ...]
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TimeStats:
+    """Time per pair of one rater (see :func:`time_stats`)."""
+
+    median: float
+    q1: float
+    q3: float
+    iqr: float
+    slow_limit: float
+    slow_pairs: tuple[int, ...]
+    fast_pairs: tuple[int, ...]
+    timed: int
+    untimed: int
+
+
+def time_stats(items: Sequence[DoneItem]) -> TimeStats:
+    """Median, quartiles and outlier pairs of the time per pair.
+
+    Args:
+        items: Done pairs; those with ``seconds <= 0`` have no time and are counted apart.
+    """
+    timed = [i for i in items if i.seconds > 0 and math.isfinite(i.seconds)]
+    untimed = len(items) - len(timed)
+    if not timed:
+        return TimeStats(NAN, NAN, NAN, NAN, NAN, (), (), 0, untimed)
+    secs = np.array([i.seconds for i in timed], dtype=np.float64)
+    q1, median, q3 = (float(v) for v in np.percentile(secs, [25, 50, 75]))
+    iqr = q3 - q1
+    limit = q3 + SLOW_IQR * iqr
+    return TimeStats(
+        median=median, q1=q1, q3=q3, iqr=iqr, slow_limit=limit,
+        slow_pairs=tuple(i.pair for i in timed if i.seconds > limit),
+        fast_pairs=tuple(i.pair for i in timed if i.seconds < FAST_SECONDS),
+        timed=len(timed), untimed=untimed)
+
+
+def completion_order(items: Sequence[DoneItem]) -> list[DoneItem]:
+    """Done pairs by completion time (ties by pair number, so the order is stable)."""
+    return sorted(items, key=lambda i: (i.completed_at, i.pair))
+
+
+def drift(totals: Sequence[float]) -> tuple[int, float, float, str]:
+    """Mean total of the first and last third of totals in completion order.
+
+    Args:
+        totals: Total counts in completion order.
+
+    Returns:
+        ``(n per third, first mean, last mean, note)``; NaN means and a note when fewer than
+        three pairs are done.
+    """
+    k = len(totals) // 3
+    if k == 0:
+        return 0, NAN, NAN, f"needs at least 3 done pairs, got {len(totals)}"
+    values = np.asarray(totals, dtype=np.float64)
+    return k, float(values[:k].mean()), float(values[-k:].mean()), ""
+
+
+def longest_zero_run(totals: Sequence[float]) -> tuple[int, int]:
+    """Longest run of consecutive zero totals.
+
+    Args:
+        totals: Total counts in completion order.
+
+    Returns:
+        ``(length, start index)``; ``(0, -1)`` when no total is zero. The earliest of equally
+        long runs is reported.
+    """
+    best, best_start, run, start = 0, -1, 0, 0
+    for index, value in enumerate(totals):
+        if value == 0:
+            if run == 0:
+                start = index
+            run += 1
+            if run > best:
+                best, best_start = run, start
+        else:
+            run = 0
+    return best, best_start
+
+
+def agreement_with_others(own: Mapping[int, float], others: Mapping[int, float]
+                          ) -> tuple[int, float, float, str]:
+    """Spearman rho and mean absolute difference of a rater vs the others' mean.
+
+    Args:
+        own: ``pair -> the rater's total``.
+        others: ``pair -> mean total of the other raters`` (pairs nobody else did absent).
+
+    Returns:
+        ``(shared pairs, rho, mean absolute difference, note)``.
+    """
+    shared = sorted(set(own) & set(others))
+    if not shared:
+        return 0, NAN, NAN, "no pair done by another rater too"
+    a = np.array([own[p] for p in shared], dtype=np.float64)
+    b = np.array([others[p] for p in shared], dtype=np.float64)
+    diff = float(np.mean(np.abs(a - b)))
+    if len(shared) < MIN_SHARED:
+        return len(shared), NAN, diff, (f"Spearman needs at least {MIN_SHARED} shared "
+                                        f"pairs, got {len(shared)}")
+    if np.all(a == a[0]) or np.all(b == b[0]):
+        who = "this rater's" if np.all(a == a[0]) else "the other raters'"
+        return len(shared), NAN, diff, f"Spearman undefined: {who} totals are all equal"
+    rho = float(stats.spearmanr(a, b).statistic)
+    return len(shared), rho, diff, ""
+
+
+def robust_z(values: Sequence[float]) -> list[float]:
+    """Robust z of each value among the finite ones (NaN where missing or undefined).
+
+    ``(x - median) / (1.4826 MAD)``; when the MAD is 0, ``1.2533 x`` the mean absolute
+    deviation from the median is the scale; when that is 0 too (all equal), every z is NaN.
+    Needs :data:`MIN_RATERS_FOR_Z` finite values.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(x)
+    out = [NAN] * x.size
+    if finite.sum() < MIN_RATERS_FOR_Z:
+        return out
+    vals = x[finite]
+    med = float(np.median(vals))
+    dev = np.abs(vals - med)
+    scale = _MAD_SCALE * float(np.median(dev))
+    if scale == 0.0:
+        scale = _MEANAD_SCALE * float(np.mean(dev))
+    if scale == 0.0:
+        return out
+    for index in np.flatnonzero(finite):
+        out[int(index)] = float((x[index] - med) / scale)
+    return out
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "s":
+        return f"{value:.0f} s" if abs(value) >= 10 else f"{value:.1f} s"
+    return f"{value:.2f}"
+
+
+_MEASURES = (
+    # (field, name in words, unit, direction words when high, when low)
+    ("median_seconds", "median time per pair", "s", "far above", "far below"),
+    ("spearman", "agreement with the other raters (Spearman)", "", "far above", "far below"),
+    ("abs_diff", "mean absolute difference from the other raters", "", "far above",
+     "far below"),
+    ("drift", "drift (last third minus first third, mean total count)", "", "far above",
+     "far below"),
+)
+_MEASURE_KEYS = {"median_seconds": "time_per_pair", "spearman": "agreement",
+                 "abs_diff": "abs_diff", "drift": "drift"}
+
+
+def monitor(raters: Sequence[RaterInput], *, straight_run: int = STRAIGHT_RUN,
+            outlier_z: float = OUTLIER_Z) -> tuple[RaterMonitoring, ...]:
+    """Monitoring of every rater of a study (see the module docstring for the rules).
+
+    Args:
+        raters: Each rater's done study pairs and time.
+        straight_run: Zero-run length flagged as straight-lining (at least 2).
+        outlier_z: ``|robust z|`` above which a rater is an outlier (positive).
+
+    Returns:
+        One entry per rater, in the order given.
+
+    Raises:
+        ValueError: a bad threshold or a rater named twice.
+    """
+    if straight_run < 2:
+        raise ValueError(f"straight_run must be at least 2, got {straight_run}")
+    if not outlier_z > 0:
+        raise ValueError(f"outlier_z must be positive, got {outlier_z}")
+    names = [r.rater for r in raters]
+    if len(set(names)) != len(names):
+        raise ValueError("a rater is listed twice: " + ", ".join(
+            sorted({n for n in names if names.count(n) > 1})))
+    totals = {r.rater: {i.pair: float(i.total) for i in r.done} for r in raters}
+    partial: list[dict[str, object]] = []
+    for r in raters:
+        ordered = completion_order(r.done)
+        seq = [float(i.total) for i in ordered]
+        times = time_stats(ordered)
+        k, first, last, drift_note = drift(seq)
+        run, start = longest_zero_run(seq)
+        others: dict[int, float] = {}
+        for pair in totals[r.rater]:
+            vals = [t[pair] for name, t in totals.items() if name != r.rater and pair in t]
+            if vals:
+                others[pair] = float(np.mean(vals))
+        shared, rho, diff, agreement_note = agreement_with_others(totals[r.rater], others)
+        hours = r.time_seconds / 3600.0
+        partial.append(dict(
+            rater=r.rater, assigned=int(r.assigned), done=len(ordered),
+            seconds=tuple(float(i.seconds) for i in ordered if i.seconds > 0),
+            timed_pairs=times.timed, untimed_pairs=times.untimed,
+            median_seconds=times.median, q1_seconds=times.q1, q3_seconds=times.q3,
+            iqr_seconds=times.iqr, slow_limit_seconds=times.slow_limit,
+            slow_pairs=times.slow_pairs, fast_pairs=times.fast_pairs,
+            time_seconds=float(r.time_seconds),
+            done_per_hour=len(ordered) / hours if hours > 0 else NAN,
+            drift_n=k, drift_first=first, drift_last=last,
+            drift=last - first if k else NAN, drift_note=drift_note,
+            zero_run=run,
+            zero_run_pairs=tuple(i.pair for i in ordered[start:start + run]) if run else (),
+            straight_lining=run >= straight_run,
+            shared_pairs=shared, spearman=rho, abs_diff=diff, agreement_note=agreement_note,
+        ))
+    zs = {field: robust_z([float(p[field]) for p in partial]) for field, *_ in _MEASURES}
+    out: list[RaterMonitoring] = []
+    for index, p in enumerate(partial):
+        outliers: list[Outlier] = []
+        for field, words, unit, high, low in _MEASURES:
+            z = zs[field][index]
+            if math.isfinite(z) and abs(z) > outlier_z:
+                others = [float(q[field]) for j, q in enumerate(partial)
+                          if j != index and math.isfinite(float(q[field]))]
+                outliers.append(Outlier(
+                    measure=_MEASURE_KEYS[field], z=z,
+                    reason=f"{words} {_fmt(float(p[field]), unit)} is {high if z > 0 else low}"
+                           f" the other raters' (median {_fmt(float(np.median(others)), unit)};"
+                           f" robust z {z:+.1f})"))
+        flags: list[str] = []
+        if p["straight_lining"]:
+            pairs = p["zero_run_pairs"]
+            flags.append(f"straight-lining: {p['zero_run']} consecutive all-zero pairs "
+                         f"(pairs {pairs[0]}..{pairs[-1]} in completion order; flagged "
+                         f"from {straight_run})")
+        flags.extend(o.reason for o in outliers)
+        fast = p["fast_pairs"]
+        if fast:
+            flags.append(f"{len(fast)} pair{'s' if len(fast) != 1 else ''} done in under "
+                         f"{FAST_SECONDS:g} s of time on task")
+        out.append(RaterMonitoring(**p, outliers=tuple(outliers), flags=tuple(flags)))
+    return tuple(out)
+
+
+__all__ = [
+    "FAST_SECONDS",
+    "OUTLIER_Z",
+    "SLOW_IQR",
+    "STRAIGHT_RUN",
+    "DoneItem",
+    "Outlier",
+    "RaterInput",
+    "RaterMonitoring",
+    "TimeStats",
+    "agreement_with_others",
+    "completion_order",
+    "drift",
+    "longest_zero_run",
+    "monitor",
+    "robust_z",
+    "time_stats",
+]
