@@ -33,6 +33,8 @@ COMMAND_MODULES = (
     "backend.cli.jobs",
     "backend.cli.report",
     "backend.cli.simulation",
+    "backend.cli.calibration",
+    "backend.cli.pairwise",
     "backend.cli.adjudication",
 )
 
