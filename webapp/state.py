@@ -23,6 +23,8 @@
 * Demo seeding: the first time the app opens a database that has no users, it seeds the demo
   study with its published passwords, but only when the server listens on loopback only
   (``server.address`` 127.0.0.1, localhost or ::1) and ``RADCONCORD_SEED_DEMO`` is not 0.
+  Then (once per demo study: the job row is the record) it queues a score job of the demo
+  study's offline metrics for the worker that ``scripts/run-app.sh`` starts with the app.
 """
 
 from __future__ import annotations
@@ -85,10 +87,25 @@ def _seed_if_empty(db: Database) -> None:
     # Imported lazily: the seed module reads the bundled demo assets and is only needed once.
     from backend.services import seed
 
-    if sessions.any_account(db):
-        return
-    log.info("empty database at %s: seeding the demo study", db.url)
-    seed.seed_demo(db)
+    if not sessions.any_account(db):
+        log.info("empty database at %s: seeding the demo study", db.url)
+        seed.seed_demo(db)
+    _queue_first_scoring(db)
+
+
+def _queue_first_scoring(db: Database) -> None:
+    """Queue the demo study's offline metrics once, so its dashboard fills in by itself.
+
+    The worker that ``scripts/run-app.sh`` starts takes the job; the job row records that it
+    was queued (see ``backend.services.score_now``). A failure here never keeps the app from
+    starting: the dashboard's "Score now" queues the same job.
+    """
+    from backend.services import score_now, seed
+
+    try:
+        score_now.queue_first_scoring(db, seed.DEMO_STUDY)
+    except Exception:  # noqa: BLE001 - logged; the app starts all the same
+        log.exception("first start: could not queue the demo study's scoring")
 
 
 @st.cache_resource(show_spinner=False)

@@ -131,10 +131,16 @@ def test_dashboard_significant_target_and_no_bootstrap(rated_env, make_app):
     assert any("switch the target" in w.value for w in at.warning)
 
 
-def test_dashboard_without_scores_warns_and_still_draws(study_env, make_app):
+def test_dashboard_without_scores_offers_score_now_and_still_draws(study_env, make_app,
+                                                                    all_text):
     at = make_app(study_env.admin, script=VIEWS / "dashboard.py")
     assert not at.exception and not at.error
-    assert any("No correlations yet" in w.value for w in at.warning)
+    text = all_text(at)
+    assert "No correlations yet: the study has no metric scores" in text
+    assert f"{study_env.study}** has no metric scores yet" in text
+    # No command to type for scores: a button instead (a worker hint may name the worker).
+    assert "backend score" not in text
+    assert at.button(key="dash_score_now_button").proto.label == "Score now"
 
 
 def test_explorer_opens_the_pair_from_query_params(rated_env, make_app, all_text):
@@ -388,7 +394,8 @@ def test_dashboard_report_button_waits_for_scores(study_env, make_app):
     assert not at.exception and not at.error
     (button,) = [b for b in at.get("download_button") if b.key == "dash_report"]
     assert button.proto.disabled
-    assert button.proto.help == "The report needs metric scores: score the study first."
+    assert button.proto.help == ("The report needs metric scores: use Score now at the top "
+                                 "of this page.")
 
 
 def test_dashboard_runs_a_simulation_and_draws_its_curves(reviewer_env, make_app, all_text):

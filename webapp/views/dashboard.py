@@ -17,6 +17,13 @@ Below those, "RadCliQ refit" queues a ``refit_radcliq`` job (the worker scores t
 inputs where missing, then refits with cross-validated Kendall tau) and draws its result; the
 job id stays in the URL (``?refit_job=``).
 
+A study without metric scores shows "Score now" above the panels
+(``webapp/components/score_now.py``: the scoring job's state, whether a worker is alive, and
+a button that queues the metrics that run without a model) instead of a command to type.
+"Counts" chooses raw counts (each pair's raters' mean) or adjudicated ones (an adjudicator's
+consensus where there is one) for the correlations, and the panels say which were used;
+agreement between raters always uses their own counts.
+
 Numbers: "Ratings" counts one per rater and pair that enters the analysis (not the twelve grid
 cells of each); pairs are numbered 1..N as raters see them; agreement plots name the ReXVal
 categories; a missing value is a blank cell (``webapp/components/tables.py``); each published
@@ -51,6 +58,7 @@ from webapp import state
 from webapp.components import job_ref, plots, reviewer_panels, tables
 from webapp.components.csv_download import csv_download
 from webapp.components.job_panel import job_panel
+from webapp.components.score_now import score_now
 
 # Seconds between live refreshes; RADCONCORD_DASHBOARD_REFRESH_S changes it (tests use 1).
 LIVE_ENV = "RADCONCORD_DASHBOARD_REFRESH_S"
@@ -69,6 +77,8 @@ LIVE_SECONDS = _live_seconds()
 EXPLORER = "views/explorer.py"
 REFIT_JOB = "refit_job"
 SIM_JOB = "simulation_job"
+#: The "Counts" choice: the value passed to the analysis services -> its label.
+COUNTS = {"raw": "Raw (raters' mean)", "adjudicated": "Adjudicated"}
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -77,14 +87,15 @@ db = state.get_db()
 
 @st.cache_data(show_spinner="Bootstrapping correlations...", max_entries=32)
 def _correlation(version: str, actor: Actor, study: str, significant: bool, resamples: int,
-                 seed: int, unit: str, correction: str,
+                 seed: int, unit: str, correction: str, counts: str,
                  _db: Database) -> analysis.StudyCorrelation:
     # ``version`` changes whenever a rating, completion or score changes: it is the cache key
     # that makes an unchanged refresh free. The actor is part of the key so a result computed
     # for one account is never handed to another without the service's role check.
     return analysis.study_correlation(_db, actor, study_name=study,
                                       significant_only=significant, resamples=resamples,
-                                      seed=seed, unit=unit, correction=correction)
+                                      seed=seed, unit=unit, correction=correction,
+                                      counts=counts)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -94,9 +105,10 @@ def _pairs(version: str, actor: Actor, study: str, significant: bool,
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _agreement(version: str, actor: Actor, study: str, significant: bool,
+def _agreement(version: str, actor: Actor, study: str, significant: bool, counts: str,
                _db: Database) -> analysis.StudyAgreement:
-    return analysis.study_agreement(_db, actor, study_name=study, significant_only=significant)
+    return analysis.study_agreement(_db, actor, study_name=study, significant_only=significant,
+                                    counts=counts)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -125,7 +137,7 @@ seed = int(c4.number_input("Seed", min_value=0, value=0, step=1, key="dash_seed"
 live = c5.toggle("Live", value=True, key="dash_live",
                  help=f"Refresh the panels every {LIVE_SECONDS:g} s while raters rate and the "
                       "worker scores.")
-u1, u2, _ = st.columns([2.2, 2.2, 3])
+u1, u2, u3 = st.columns([2.2, 2.2, 3])
 unit = u1.selectbox(
     "Ceiling and paired tests: resample by", list(plots.UNITS), key="dash_unit",
     format_func=lambda u: {"pair": "pair", "case": "case (all pairs of one reference)",
@@ -135,6 +147,19 @@ unit = u1.selectbox(
 correction = u2.radio("Correction over the matrix", list(plots.CORRECTIONS),
                       format_func=plots.CORRECTIONS.get, horizontal=True,
                       key="dash_correction")
+counts = u3.radio(
+    "Counts", list(COUNTS), format_func=COUNTS.get, horizontal=True, key="dash_counts",
+    help="Raw: each pair's value is the mean of its raters' counts. Adjudicated: pairs with "
+         "an adjudicator's consensus use it instead (the others keep the raters' mean). "
+         "Agreement between raters always uses their own counts.")
+
+
+def _counts_used(corr: analysis.StudyCorrelation) -> str:
+    """Which per-pair counts the correlations were computed on, in words."""
+    if corr.counts == "adjudicated":
+        return (f"Counts: adjudicated. {corr.n_adjudicated} of {corr.n_pairs} pairs use the "
+                "adjudicators' consensus; the others the mean of their raters.")
+    return "Counts: raw, the mean of each pair's raters (adjudications not used)."
 
 
 def _pct_of_ceiling(corr: analysis.StudyCorrelation, key: str) -> float | None:
@@ -314,15 +339,21 @@ def panels() -> None:
     corr: analysis.StudyCorrelation | None = None
     try:
         corr = _correlation(version.token, actor, study, significant, resamples, seed, unit,
-                            correction, database)
+                            correction, counts, database)
     except ServiceError as exc:
-        st.warning(f"No correlations yet: {exc}")
+        if version.n_scores:
+            st.warning(f"No correlations yet: {exc}")
+        else:
+            # The "Score now" panel above the live panels says how scores arrive.
+            st.info("No correlations yet: the study has no metric scores (see **Score now** "
+                    "above).")
 
     if corr is not None:
         st.subheader("Kendall tau-b and Spearman against the radiologists")
         st.caption("Each metric is oriented so that a positive value means agreement "
                    "(lower-is-better metrics are negated); intervals are bootstrap "
                    "percentile 95% intervals.")
+        st.caption(_counts_used(corr))
         reviewer_panels.ceiling_summary(corr.report)
         _tau_table(corr)
         st.plotly_chart(
@@ -355,7 +386,8 @@ def panels() -> None:
             st.caption("No completed ratings yet.")
 
     st.subheader("Agreement between raters")
-    agreement = state.call(_agreement, version.token, actor, study, significant, database)
+    agreement = state.call(_agreement, version.token, actor, study, significant, counts,
+                           database)
     rows = [
         {"scope": r.scope, "alpha_interval": r.alpha_interval, "icc2_1": r.icc2_1,
          "icc2_k": r.icc2_k, "pairable": r.n_pairs_pairable}
@@ -365,7 +397,9 @@ def panels() -> None:
         st.plotly_chart(plots.agreement_bars(rows), key="dash_agreement", width="stretch")
     else:
         st.caption("Agreement needs pairs rated by at least two raters.")
-    st.caption(f"Raters: {', '.join(agreement.raters) or 'none yet'}.")
+    st.caption(f"Raters: {', '.join(agreement.raters) or 'none yet'}. Agreement between "
+               f"raters uses their own ({agreement.counts}) counts, whichever counts the "
+               "correlations use.")
 
     st.subheader("Time on task")
     _time_on_task(database)
@@ -378,6 +412,11 @@ def panels() -> None:
     _simulation(database)
 
 
+
+if not state.call(explore.data_version, db, actor, study_name=study).n_scores:
+    # Instead of a command to type: the scoring state and a button that queues the job; its
+    # live panel reruns the page when the worker is done, and then this panel is gone.
+    score_now(db, actor, study, key="dash_score_now")
 
 panels()
 
@@ -395,7 +434,7 @@ st.subheader("Report for the paper")
 # Outside the live fragment: a deferred download gets a new id on every run, so a button
 # redrawn each second could lose the click.
 ready = state.call(explore.data_version, db, actor, study_name=study)
-why_not = ("needs metric scores: score the study first" if not ready.n_scores
+why_not = ("needs metric scores: use Score now at the top of this page" if not ready.n_scores
            else "needs at least 2 completed pairs" if ready.n_completed < 2 else None)
 st.download_button(
     "Download report (HTML)", data=_report_html, file_name=f"{study}-report.html",

@@ -6,6 +6,7 @@ click, ``?study=...&pair=ID``) opens the pair: both reports with a word-level di
 metric's value and each rater's counts per category. Admin only, so sources and rater names
 are shown. Pairs are numbered 1..N in study order, as on the dashboard and for raters (the
 ``?pair=`` parameter is the pair's internal id, not its number); a missing value is a blank.
+A study without scores shows "Score now" (``webapp/components/score_now.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from webapp.components import tables
 from webapp.components.csv_download import csv_download
 from webapp.components.diff import show_diff
 from webapp.components.image_viewer import viewer_panel
+from webapp.components.score_now import score_now
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -45,7 +47,9 @@ significant = c3.radio("Target", ["Total errors", "Significant errors only"], ho
 table = state.call(explore.study_pairs, db, actor, study_name=study,
                    significant_only=significant)
 if not table.keys:
-    st.info(f"Study **{study}** has no metric scores yet: score it on the Metrics page.")
+    # The scoring state and "Score now" instead of a command: its live panel reruns this
+    # page when the worker has scored the study.
+    score_now(db, actor, study, key="exp_score_now")
     st.stop()
 default_key = st.session_state.get("explorer_key")
 key = c2.selectbox("Metric", table.keys,
