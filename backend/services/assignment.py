@@ -13,6 +13,25 @@ Existing assignments are never moved or removed: ratings may hang on them. Re-ru
 same arguments creates nothing; new pairs in the study, a larger ``k`` or new raters (with a
 larger ``k``) extend the assignment.
 
+Training (calibration) items (``Pair.kind == "training"``, marked by
+:mod:`backend.services.calibration`) go to *every* rater of the study, before any other pair:
+they hold the negative order indexes ``-T..-1`` in a seeded per-rater order
+(:func:`sync_training`, run by every assignment and every marking), so items marked after
+raters started are still done first. They count in no rater's load and in no ``k``.
+
+Intra-rater repeats (study setting ``repeat_share`` p > 0, applied by :func:`assign_raters`):
+each rater should hold ``floor(p * n + 0.5)`` repeats, n being their study pairs. Missing
+ones are added for a seeded choice of the rater's study pairs not yet repeated for them. A
+source pair has one hidden ``repeat`` pair (its own opaque id and position, the same texts,
+case and input hash), shared by the raters who hold the source and drew it. Placement rule:
+with ``gap = max(2, n // 4)``, the repeat is inserted at a seeded place of the rater's queue
+that is at least ``gap + 1`` places after its source (so at least ``gap`` pairs lie between
+them: never adjacent), in the second half of the queue, and after the rater's last done pair
+(nothing is slipped into what they have done). Only sources early enough for such a place are
+drawn. Inserting renumbers the rater's non-training order indexes but never changes the
+relative order of what they already held. Re-running adds nothing once each rater holds their
+number of repeats. Nothing in the rater's views marks a repeat.
+
 Order strategy (``Study.provenance["assignment"]``, set by :func:`set_strategy`): ``random``
 (the default) keeps the seeded order above for good. ``adaptive`` reorders a rater's *open*
 pairs whenever that rater completes a pair (:func:`reorder_after_completion`, called by
@@ -29,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import secrets
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -40,8 +60,19 @@ from backend.analysis import adaptive
 from backend.analysis.data import AnalysisInputError, metric_direction
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
+from backend.services.study_settings import effective
 from backend.services.types import Actor
-from db.models import PAIR_STUDY, Assignment, MetricScore, Pair, Rating, Study, User
+from db.models import (
+    PAIR_REPEAT,
+    PAIR_STUDY,
+    PAIR_TRAINING,
+    Assignment,
+    MetricScore,
+    Pair,
+    Rating,
+    Study,
+    User,
+)
 from db.session import Database
 
 log = logging.getLogger(__name__)
@@ -56,8 +87,11 @@ class AssignmentSummary:
     seed: int
     n_pairs: int
     created: int
-    # username -> number of pairs the rater holds in the study after the run.
+    # username -> number of study pairs the rater holds in the study after the run.
     per_rater: dict[str, int] = field(default_factory=dict)
+    # Training-item and hidden-repeat assignments created by this run.
+    training_created: int = 0
+    repeats_created: int = 0
 
 
 def _rng(seed: int, *parts: object) -> random.Random:
@@ -123,13 +157,16 @@ def assign_raters(
         position_of = dict(
             s.execute(
                 select(Pair.id, Pair.position)
-                .where(Pair.study_id == study.id)
+                .where(Pair.study_id == study.id, Pair.kind == PAIR_STUDY)
                 .order_by(Pair.position)
             ).all()
         )
         pair_ids = list(position_of)
+        # Only study pairs carry k raters and make a rater's load.
         existing = s.execute(
-            select(Assignment.pair_id, Assignment.rater_id).where(Assignment.study_id == study.id)
+            select(Assignment.pair_id, Assignment.rater_id)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .where(Assignment.study_id == study.id, Pair.kind == PAIR_STUDY)
         ).all()
         on_pair: dict[int, set[int]] = defaultdict(set)
         load: dict[int, int] = defaultdict(int)
@@ -179,23 +216,32 @@ def assign_raters(
                     )
                 )
             created += len(batch)
+        s.flush()
+        training_created = sync_training(s, study, seed=seed)
+        repeats_created = add_repeats(s, study, seed=seed)
+        total_created = created + training_created + repeats_created
 
-        if created:
+        if total_created:
             # Recorded only when something was assigned, so an idempotent re-run (even with
             # another seed) leaves the study exactly as it was.
             study.raters_per_pair = raters_per_pair
             study.seed = seed
             runs = list((study.provenance or {}).get("assignment_runs", []))
-            runs.append(
-                {"raters": names, "raters_per_pair": raters_per_pair, "seed": seed,
-                 "created": created}
-            )
+            run = {"raters": names, "raters_per_pair": raters_per_pair, "seed": seed,
+                   "created": created}
+            # Only when there were any: a study without them records what it always did.
+            if training_created:
+                run["training_created"] = training_created
+            if repeats_created:
+                run["repeats_created"] = repeats_created
+            runs.append(run)
             study.provenance = {**(study.provenance or {}), "assignment_runs": runs}
             s.flush()
         per_rater_rows = s.execute(
             select(User.username, func.count(Assignment.id))
             .join(Assignment, Assignment.rater_id == User.id)
-            .where(Assignment.study_id == study.id)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .where(Assignment.study_id == study.id, Pair.kind == PAIR_STUDY)
             .group_by(User.username)
         ).all()
         summary = AssignmentSummary(
@@ -205,9 +251,145 @@ def assign_raters(
             n_pairs=len(pair_ids),
             created=created,
             per_rater={u: int(n) for u, n in sorted(per_rater_rows)},
+            training_created=training_created,
+            repeats_created=repeats_created,
         )
     log.info("assigned %d pairs in %s (k=%d, seed=%d)", created, study_name, raters_per_pair, seed)
     return summary
+
+
+# -- training items and repeats ---------------------------------------------------------------
+
+
+def _study_raters(s: Session, study_id: int) -> list[tuple[int, str]]:
+    """(user id, username) of every rater holding a study pair of the study, by username."""
+    return sorted(
+        s.execute(
+            select(User.id, User.username)
+            .join(Assignment, Assignment.rater_id == User.id)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .where(Assignment.study_id == study_id, Pair.kind == PAIR_STUDY)
+            .distinct()
+        ).all(),
+        key=lambda r: r[1],
+    )
+
+
+def sync_training(s: Session, study: Study, *, seed: int | None = None) -> int:
+    """Give every rater of the study every training item, first in their order.
+
+    Runs in the caller's write transaction. Each rater's training assignments take the
+    order indexes ``-T..-1`` in a seeded order of the training pairs (by position); the
+    rest of their queue is untouched. Returns the number of assignments created.
+    """
+    seed = int(study.seed or 0) if seed is None else int(seed)
+    training = list(s.execute(
+        select(Pair.id, Pair.position)
+        .where(Pair.study_id == study.id, Pair.kind == PAIR_TRAINING)
+        .order_by(Pair.position)
+    ).all())
+    if not training:
+        return 0
+    created = 0
+    for rater_id, username in _study_raters(s, study.id):
+        held = {
+            a.pair_id: a for a in s.scalars(
+                select(Assignment).join(Pair, Pair.id == Assignment.pair_id)
+                .where(Assignment.rater_id == rater_id, Assignment.study_id == study.id,
+                       Pair.kind == PAIR_TRAINING)
+            )
+        }
+        order = [pid for pid, _ in training]
+        _rng(seed, "training", username).shuffle(order)
+        for offset, pair_id in enumerate(order):
+            index = offset - len(order)
+            a = held.get(pair_id)
+            if a is None:
+                s.add(Assignment(study_id=study.id, rater_id=rater_id, pair_id=pair_id,
+                                 order_index=index))
+                created += 1
+            elif a.order_index != index:
+                a.order_index = index
+    s.flush()
+    return created
+
+
+def repeat_gap(n_study: int) -> int:
+    """The least number of pairs between a source and its repeat in a rater's queue."""
+    return max(2, n_study // 4)
+
+
+def _repeat_pair(s: Session, source: Pair) -> Pair:
+    """The study's hidden repeat of ``source``, created the first time it is needed."""
+    pair = s.scalar(select(Pair).where(Pair.repeat_of_id == source.id,
+                                       Pair.kind == PAIR_REPEAT))
+    if pair is not None:
+        return pair
+    last = s.scalar(select(func.max(Pair.position)).where(Pair.study_id == source.study_id))
+    pair = Pair(
+        study_id=source.study_id, case_id=source.case_id, reference_id=source.reference_id,
+        candidate_id=source.candidate_id, source=source.source,
+        opaque_id=secrets.token_hex(8), position=int(last if last is not None else -1) + 1,
+        input_hash=source.input_hash, kind=PAIR_REPEAT, repeat_of_id=source.id,
+    )
+    s.add(pair)
+    s.flush()
+    return pair
+
+
+def add_repeats(s: Session, study: Study, *, seed: int | None = None) -> int:
+    """Add the hidden repeats each rater is missing (see the module docstring).
+
+    Runs in the caller's write transaction; returns the number of assignments created.
+    """
+    share = float(effective(study.settings)["repeat_share"])
+    if share <= 0:
+        return 0
+    seed = int(study.seed or 0) if seed is None else int(seed)
+    created = 0
+    for rater_id, username in _study_raters(s, study.id):
+        rows = list(s.execute(
+            select(Assignment, Pair)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .where(Assignment.rater_id == rater_id, Assignment.study_id == study.id,
+                   Pair.kind != PAIR_TRAINING)
+            .order_by(Assignment.order_index, Assignment.id)
+        ).tuples())
+        n_study = sum(1 for _, p in rows if p.kind == PAIR_STUDY)
+        have = sum(1 for _, p in rows if p.kind == PAIR_REPEAT)
+        need = int(share * n_study + 0.5) - have
+        if need <= 0:
+            continue
+        gap = repeat_gap(n_study)
+        repeated = {p.repeat_of_id for _, p in rows if p.kind == PAIR_REPEAT}
+        queue = [a for a, _ in rows]
+        length = len(queue)
+        eligible = sorted(
+            (p for i, (_, p) in enumerate(rows)
+             if p.kind == PAIR_STUDY and p.id not in repeated and i + gap + 1 <= length),
+            key=lambda p: p.position,
+        )
+        rng = _rng(seed, "repeats", username, have)
+        chosen = rng.sample(eligible, min(need, len(eligible)))
+        for source in sorted(chosen, key=lambda p: p.position):
+            src_index = next(i for i, a in enumerate(queue) if a.pair_id == source.id)
+            last_done = max((i for i, a in enumerate(queue) if a.completed_at is not None),
+                            default=-1)
+            low = max(src_index + gap + 1, (len(queue) + 1) // 2, last_done + 1)
+            if low > len(queue):
+                continue  # earlier insertions left no room: fewer repeats, never a close one
+            slot = rng.randint(low, len(queue))
+            repeat = _repeat_pair(s, source)
+            a = Assignment(study_id=study.id, rater_id=rater_id, pair_id=repeat.id,
+                           order_index=0)
+            s.add(a)
+            queue.insert(slot, a)
+            created += 1
+        for index, a in enumerate(queue):
+            if a.order_index != index:
+                a.order_index = index
+        s.flush()
+    return created
 
 
 # -- order strategy ----------------------------------------------------------------------------
@@ -429,15 +611,18 @@ def _reorder(s: Session, study: Study, rater_id: int, username: str, *,
     """
     setting = study_strategy(study)
     rows = s.execute(
-        select(Assignment, Pair.position)
+        select(Assignment, Pair.position, Pair.kind)
         .join(Pair, Pair.id == Assignment.pair_id)
         .where(Assignment.rater_id == rater_id, Assignment.study_id == study.id)
         .order_by(Assignment.order_index, Assignment.id)
     ).all()
-    open_rows = [(a, pos) for a, pos in rows if a.completed_at is None]
+    # Training items stay first and hidden repeats stay where their placement rule put them:
+    # only study pairs trade places.
+    open_rows = [(a, pos) for a, pos, kind in rows if a.completed_at is None
+                 and kind == PAIR_STUDY]
     if pinned_pair_id is None and open_rows:
         pinned_pair_id = open_rows[0][0].pair_id  # the pair the rater resumes on
-    pin_index = next((a.order_index for a, _ in rows if a.pair_id == pinned_pair_id), -1)
+    pin_index = next((a.order_index for a, _, _ in rows if a.pair_id == pinned_pair_id), -1)
     movable = [(a, pos) for a, pos in open_rows if a.pair_id != pinned_pair_id]
     if len(movable) < 2:
         return 0

@@ -16,6 +16,14 @@ in the same transaction. A save may carry the version the rater saw (``expected_
 stale one (another tab or window changed the pair since) is refused with :class:`StaleWrite`,
 which carries the stored counts and version so the screen can show them. Nothing is written.
 
+Calibration: training items (``Pair.kind == "training"``) come first in every rater's order.
+With the study setting ``qualification_items`` N > 0 the rater reaches the study pairs and
+their hidden repeats only after N done training items within ``qualification_max_error`` of
+the expert's total (:class:`Qualification`): until then their queue and studies list show
+only the training items and any other pair is refused with :class:`PermissionDenied` saying
+how many passed. A done training item is final (read only, never reopened): the rater has
+seen the expert's counts.
+
 Writes never fail because another writer (an import, a scoring job, another rater) holds the
 database for a moment: each one retries with backoff for up to ``SAVE_RETRY_SECONDS`` (SQLite
 "database is locked", PostgreSQL serialization failures, deadlocks, lock timeouts) and only
@@ -185,6 +193,9 @@ class RaterStudy:
     # The rater's own time on task in the study (sum over their pairs of the active time
     # measured from their activity spans, see backend/services/activity.py).
     active_seconds: float = 0.0
+    # The qualification gate in words while it holds the rater back (training items to
+    # finish, or not qualified); None when the study pairs are open to the rater.
+    qualification: str | None = None
 
 
 @dataclass(frozen=True)
@@ -268,6 +279,95 @@ class _Target(NamedTuple):
     study_id: int
     study_name: str
     study_status: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class Qualification:
+    """Where a rater stands with a study's qualification gate.
+
+    A training item passes when the rater's total count is within ``max_error`` of the
+    expert's total. With ``required`` N > 0 the study pairs (and repeats) open to the rater
+    only once N items have passed; with N = 0 there is no gate.
+    """
+
+    required: int
+    max_error: int
+    training: int  # training items the rater holds
+    done: int  # of them marked done
+    passed: int  # of the done ones, within max_error of the expert
+
+    @property
+    def open(self) -> bool:
+        """The rater may rate the study pairs."""
+        return self.required <= 0 or self.passed >= self.required
+
+    @property
+    def failed(self) -> bool:
+        """Even passing every remaining training item cannot reach ``required``."""
+        return not self.open and self.passed + (self.training - self.done) < self.required
+
+    def message(self, study_name: str) -> str | None:
+        """What the rater is told while the gate holds them back; None when open."""
+        if self.open:
+            return None
+        if self.failed:
+            return (f"You did not qualify for study {study_name!r}: {self.passed} of the "
+                    f"{self.required} training items needed were within {self.max_error} "
+                    "of the expert's total. Your study lead can see this and will contact you.")
+        return (f"Finish the training items of study {study_name!r} first "
+                f"({self.passed} of {self.required} passed).")
+
+
+def expert_total(expert: Mapping[str, Any] | None) -> int | None:
+    """Sum of a training item's expert counts (``Pair.expert["counts"]``); None if absent."""
+    counts = (expert or {}).get("counts")
+    if not isinstance(counts, Mapping):
+        return None
+    return sum(int(v) for v in counts.values())
+
+
+def item_passed(rater_total: int, expert: Mapping[str, Any] | None, max_error: int) -> bool:
+    """A done training item passes when the totals differ by at most ``max_error``."""
+    total = expert_total(expert)
+    return total is not None and abs(int(rater_total) - total) <= int(max_error)
+
+
+def training_results(s: Session, rater_id: int, study_id: int
+                     ) -> list[tuple[int, dt.datetime | None, int, dict[str, Any] | None]]:
+    """(pair id, completed_at, rater total, expert) of a rater's training items, in order."""
+    totals = (
+        select(Rating.pair_id, func.sum(Rating.count).label("total"))
+        .where(Rating.rater_id == rater_id)
+        .group_by(Rating.pair_id)
+        .subquery()
+    )
+    return [
+        (int(pid), done, int(total or 0), expert)
+        for pid, done, total, expert in s.execute(
+            select(Pair.id, Assignment.completed_at, totals.c.total, Pair.expert)
+            .join(Assignment, Assignment.pair_id == Pair.id)
+            .outerjoin(totals, totals.c.pair_id == Pair.id)
+            .where(Assignment.rater_id == rater_id, Assignment.study_id == study_id,
+                   Pair.kind == PAIR_TRAINING)
+            .order_by(Assignment.order_index, Assignment.id)
+        )
+    ]
+
+
+def qualification(s: Session, rater_id: int, study_id: int,
+                  settings: Mapping[str, Any] | None = None) -> Qualification:
+    """The rater's standing with the study's gate (``settings``: the stored Study.settings)."""
+    if settings is None:
+        settings = s.scalar(select(Study.settings).where(Study.id == study_id))
+    values = effective(settings)
+    required = int(values["qualification_items"])
+    max_error = int(values["qualification_max_error"])
+    results = training_results(s, rater_id, study_id) if required > 0 else []
+    done = [r for r in results if r[1] is not None]
+    passed = sum(1 for _, _, total, expert in done if item_passed(total, expert, max_error))
+    return Qualification(required=required, max_error=max_error, training=len(results),
+                         done=len(done), passed=passed)
 
 
 def _not_found(opaque_id: str) -> NotFound:
@@ -286,6 +386,8 @@ def _target(s: Session, actor: Actor, opaque_id: str, *, lock: bool = False) -> 
             Study.id,
             Study.name,
             Study.status,
+            Pair.kind,
+            Study.settings,
         )
         .join(Pair, Pair.id == Assignment.pair_id)
         .join(Study, Study.id == Assignment.study_id)
@@ -300,25 +402,38 @@ def _target(s: Session, actor: Actor, opaque_id: str, *, lock: bool = False) -> 
     row = s.execute(stmt).first()
     if row is None:
         raise _not_found(opaque_id)
-    return _Target(*row)
+    target = _Target(*row[:-1])
+    if target.kind != PAIR_TRAINING:
+        gate = qualification(s, actor.user_id, target.study_id, row[-1])
+        if not gate.open:
+            raise PermissionDenied(gate.message(target.study_name) or "")
+    return target
 
 
-def _writable(target: _Target) -> None:
+def _writable(target: _Target, *, counts: bool = True) -> None:
     if target.study_status in READ_ONLY_STATUSES:
         raise PermissionDenied(f"study {target.study_name!r} is closed; ratings can't change")
+    if counts and target.kind == PAIR_TRAINING and target.assignment.completed_at is not None:
+        # The expert's counts are shown once the item is done: a later change would be
+        # copied from them, not a judgement.
+        raise PermissionDenied("this training item is done and its expert counts are shown: "
+                               "its counts can't change")
 
 
 def _queue(s: Session, actor: Actor, study_id: int) -> list[tuple[str, dt.datetime | None]]:
-    """(opaque_id, completed_at) of the actor's pairs in a study, in the rater's order."""
-    return [
-        (oid, done)
-        for oid, done in s.execute(
-            select(Pair.opaque_id, Assignment.completed_at)
-            .join(Pair, Pair.id == Assignment.pair_id)
-            .where(Assignment.rater_id == actor.user_id, Assignment.study_id == study_id)
-            .order_by(Assignment.order_index, Assignment.id)
-        )
-    ]
+    """(opaque_id, completed_at) of the actor's pairs in a study, in the rater's order.
+
+    While the qualification gate holds the rater back, only their training items.
+    """
+    stmt = (
+        select(Pair.opaque_id, Assignment.completed_at)
+        .join(Pair, Pair.id == Assignment.pair_id)
+        .where(Assignment.rater_id == actor.user_id, Assignment.study_id == study_id)
+        .order_by(Assignment.order_index, Assignment.id)
+    )
+    if not qualification(s, actor.user_id, study_id).open:
+        stmt = stmt.where(Pair.kind == PAIR_TRAINING)
+    return [(oid, done) for oid, done in s.execute(stmt)]
 
 
 def _next_open(queue: list[tuple[str, Any]], after: str) -> str | None:
@@ -466,7 +581,8 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
         ).all()
         out = []
         for study_id, name, description, status, total, done, seconds in rows:
-            resume = s.scalar(
+            gate = qualification(s, actor.user_id, study_id)
+            resume_stmt = (
                 select(Pair.opaque_id)
                 .join(Assignment, Assignment.pair_id == Pair.id)
                 .where(
@@ -477,6 +593,9 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
                 .order_by(Assignment.order_index, Assignment.id)
                 .limit(1)
             )
+            if not gate.open:
+                resume_stmt = resume_stmt.where(Pair.kind == PAIR_TRAINING)
+            resume = s.scalar(resume_stmt)
             out.append(
                 RaterStudy(
                     name=name,
@@ -486,6 +605,7 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
                     total=int(total),
                     resume_opaque_id=resume,
                     active_seconds=float(seconds or 0.0),
+                    qualification=gate.message(name),
                 )
             )
         return out
@@ -538,8 +658,8 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
         counts = _counts(s, actor, t.pair_id)
         ids = [oid for oid, _ in _queue(s, actor, t.study_id)]
         settings = effective(s.scalar(select(Study.settings).where(Study.id == t.study_id)))
-        kind = s.scalar(select(Pair.kind).where(Pair.id == t.pair_id))
     pos = ids.index(str(opaque_id))
+    training = t.kind == PAIR_TRAINING
     return RaterPairView(
         opaque_id=str(opaque_id),
         study_name=t.study_name,
@@ -554,9 +674,11 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
         next_opaque_id=ids[pos + 1] if pos + 1 < len(ids) else None,
         version=int(t.assignment.version or 0),
         highlight_differences=bool(settings["highlight_differences"]),
-        read_only=t.study_status in READ_ONLY_STATUSES,
+        # A done training item is final: its feedback shows the expert's counts.
+        read_only=t.study_status in READ_ONLY_STATUSES
+        or (training and t.assignment.completed_at is not None),
         annotation_mode=str(settings["annotation_mode"]),
-        training=kind == PAIR_TRAINING,
+        training=training,
     )
 
 
@@ -703,7 +825,7 @@ def complete_pair(
     def work(s: Session) -> CompletionStatus:
         now = utcnow()
         t = _target(s, actor, opaque_id, lock=True)
-        _writable(t)
+        _writable(t, counts=False)
         _check_version(s, actor, t, expected_version)
         if t.assignment.completed_at is None:
             counts = _counts(s, actor, t.pair_id)
@@ -754,14 +876,17 @@ def reopen_pair(db: Database, actor: Actor, *, opaque_id: str) -> CompletionStat
 
     Raises:
         NotFound: the pair is not assigned to the actor.
-        PermissionDenied: the study is closed.
+        PermissionDenied: the study is closed, or the pair is a done training item.
         SaveFailed: the database stayed busy for ``SAVE_RETRY_SECONDS``; nothing was stored.
     """
 
     def work(s: Session) -> CompletionStatus:
         now = utcnow()
         t = _target(s, actor, opaque_id, lock=True)
-        _writable(t)
+        _writable(t, counts=False)
+        if t.kind == PAIR_TRAINING and t.assignment.completed_at is not None:
+            raise PermissionDenied("a done training item can't be reopened: you have seen "
+                                   "the expert's counts")
         if t.assignment.completed_at is not None:
             t.assignment.completed_at = None
             _bump(t)
@@ -798,6 +923,7 @@ __all__ = [
     "CompletionStatus",
     "CountsSaved",
     "ImageRef",
+    "Qualification",
     "QueueItem",
     "RaterPairView",
     "RaterStudy",
@@ -807,11 +933,15 @@ __all__ = [
     "as_utc",
     "assigned_case_ids",
     "complete_pair",
+    "expert_total",
     "get_pair",
+    "item_passed",
+    "qualification",
     "rater_queue",
     "rater_studies",
     "reopen_pair",
     "set_count",
     "set_counts",
+    "training_results",
     "utcnow",
 ]
