@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "backend.cli.jobs",
     "backend.cli.report",
     "backend.cli.simulation",
+    "backend.cli.radpref",
     "backend.cli.calibration",
     "backend.cli.pairwise",
     "backend.cli.adjudication",

@@ -61,12 +61,13 @@ error takes each attribute's own value.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,8 @@ class RadPrefData:
     cases: tuple[dict[str, Any], ...]
     annotators: tuple[Annotator, ...]
     preferences_style: dict[str, Any] | None = None
+    #: File name -> sha256 of its bytes (recorded in the study's provenance).
+    sha256: dict[str, str] = field(default_factory=dict)
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -413,7 +416,9 @@ def parse(preferences: tuple[str, bytes], annotations: Sequence[tuple[str, bytes
         owner[annotator.user_id] = name
         annotators.append(annotator)
     return RadPrefData(preferences_file=pref_name, cases=tuple(cases),
-                       annotators=tuple(annotators), preferences_style=file_style(pref_data))
+                       annotators=tuple(annotators), preferences_style=file_style(pref_data),
+                       sha256={name: hashlib.sha256(data).hexdigest()
+                               for name, data in [preferences, *annotations]})
 
 
 def read(preferences_path: Path, annotations_dir: Path, *, strict: bool = False

@@ -27,7 +27,6 @@ entries derived from the raters' error records where they have any.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import re
 import secrets
 from collections import defaultdict
@@ -182,7 +181,6 @@ def import_radpref(
     *,
     data: radpref.RadPrefData,
     study_name: str,
-    file_hashes: Mapping[str, str] | None = None,
     dry_run: bool = False,
 ) -> RadPrefImportSummary:
     """Create a pairwise + 1-5 study from a parsed RadPref set (see the module docstring).
@@ -192,7 +190,6 @@ def import_radpref(
         actor: Must be an admin.
         data: From :func:`backend.datasets.radpref.parse` or ``read``.
         study_name: The new study's name (must not exist).
-        file_hashes: File name -> sha256, recorded in the study's provenance.
         dry_run: Check everything (name, accounts) and count, but write nothing.
 
     Returns:
@@ -221,7 +218,7 @@ def import_radpref(
     hashes = imports._unusable_hashes(list(range(len(usernames))))
     try:
         with db.begin() as s:
-            study_id = _write(s, actor, data, name, usernames, hashes, file_hashes or {})
+            study_id = _write(s, actor, data, name, usernames, hashes)
     except IntegrityError as exc:
         raise InvalidInput(f"import conflicts with existing data ({exc.orig}); nothing "
                            "was written") from None
@@ -229,7 +226,7 @@ def import_radpref(
 
 
 def _write(s: Session, actor: Actor, data: radpref.RadPrefData, name: str,
-           usernames: list[str], hashes: dict[int, str], file_hashes: Mapping[str, str]) -> int:
+           usernames: list[str], hashes: dict[int, str]) -> int:
     now = dt.datetime.now(dt.UTC)
     # Checked again inside the transaction: another import may have taken the name.
     _check_name(s, name)
@@ -247,7 +244,7 @@ def _write(s: Session, actor: Actor, data: radpref.RadPrefData, name: str,
              "at": now.isoformat(), "by": actor.username}]},
         provenance={
             "kind": PROVENANCE_KIND, "imported_by": actor.username,
-            "imported_at": now.isoformat(), "files": dict(file_hashes),
+            "imported_at": now.isoformat(), "files": dict(data.sha256),
             PROVENANCE_KEY: {"preferences_file": data.preferences_file,
                              "preferences_style": data.preferences_style,
                              "annotators": annotators_meta},
@@ -571,7 +568,3 @@ def _entries(records: list[ErrorRecord], case: Mapping[str, Any], cand: str,
         sections[section][index] = entry
     return sections["finding_errors"], sections["missing_findings"]
 
-
-def file_sha256(data: bytes) -> str:
-    """The sha256 of a file's bytes, as the provenance records it."""
-    return hashlib.sha256(data).hexdigest()
