@@ -1,0 +1,335 @@
+"""Quality control for the study lead: rater monitoring and intra-rater agreement (admin only).
+
+Monitoring (:mod:`backend.analysis.monitoring`) reads each rater's **study** pairs: their
+assignments (``Assignment.completed_at`` for the completion order, ``active_seconds`` for the
+time on task of :mod:`backend.services.activity`) and the total of their ``Rating`` cells for
+each done pair. Training items and hidden repeats never enter it.
+
+Intra-rater agreement (:mod:`backend.analysis.intra_rater`) reads the repeats: ``Pair`` rows
+of kind ``repeat`` whose ``repeat_of_id`` is the source study pair. A repeat counts for a
+rater when the rater completed both their assignment of the source pair and of the repeat;
+the two ``(6, 2)`` grids are their ``Rating`` cells (a cell without a row is 0, as in the
+analysis loader). Besides each rater, a pooled row puts every counted repeat of every rater
+together (:data:`POOLED`).
+
+Pairs are numbered 1..N (``position + 1``) wherever a person reads them. Raters never reach
+this module: every function requires an admin.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session, aliased
+
+from backend.analysis import intra_rater as ir
+from backend.analysis import monitoring as mon
+from backend.services.errors import InvalidInput, require_admin
+from backend.services.rating import as_utc
+from backend.services.repo import get_study
+from backend.services.types import Actor
+from db.models import PAIR_REPEAT, PAIR_STUDY, Assignment, Pair, Rating, Study, User
+from db.session import Database
+
+#: The label of the row that pools every rater's repeats.
+POOLED = "(all raters)"
+
+
+@dataclass(frozen=True)
+class StudyMonitoring:
+    """Rater monitoring of one study.
+
+    Attributes:
+        study: Study name.
+        straight_run: Zero-run length flagged as straight-lining.
+        outlier_z: ``|robust z|`` flagged across raters.
+        raters: One entry per rater with study assignments, by username.
+    """
+
+    study: str
+    straight_run: int
+    outlier_z: float
+    raters: tuple[mon.RaterMonitoring, ...]
+
+    @property
+    def flagged(self) -> tuple[str, ...]:
+        """Usernames of the raters with any flag."""
+        return tuple(r.rater for r in self.raters if r.flags)
+
+
+@dataclass(frozen=True)
+class RaterRepeats:
+    """One rater's repeats and their intra-rater agreement.
+
+    Attributes:
+        rater: Username (or :data:`POOLED`).
+        assigned: Repeats assigned to the rater.
+        counted: Repeats done in both showings (the ``n`` of the statistics).
+        agreement: The statistics per scope.
+    """
+
+    rater: str
+    assigned: int
+    counted: int
+    agreement: ir.RaterIntraRater
+
+
+@dataclass(frozen=True)
+class StudyIntraRater:
+    """Intra-rater agreement of one study.
+
+    Attributes:
+        study: Study name.
+        repeat_pairs: Repeat pairs in the study.
+        raters: One entry per rater with a repeat assigned, by username.
+        pooled: Every counted repeat of every rater together (None when no rater has one).
+    """
+
+    study: str
+    repeat_pairs: int
+    raters: tuple[RaterRepeats, ...]
+    pooled: RaterRepeats | None
+
+
+def _study(s: Session, name: str) -> Study:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInput("study_name: give the study's name")
+    return get_study(s, name)
+
+
+def _grids(s: Session, study_id: int, pair_ids: set[int]
+           ) -> dict[tuple[int, int], np.ndarray]:
+    """``(rater id, pair id) -> (6, 2)`` counts of the given pairs (missing cells are 0)."""
+    grids: dict[tuple[int, int], np.ndarray] = defaultdict(lambda: np.zeros((6, 2)))
+    if not pair_ids:
+        return grids
+    rows = s.execute(
+        select(Rating.rater_id, Rating.pair_id, Rating.category, Rating.significant,
+               Rating.count)
+        .join(Pair, Pair.id == Rating.pair_id)
+        .where(Pair.study_id == study_id)
+    ).all()
+    for rater_id, pair_id, category, significant, count in rows:
+        if pair_id in pair_ids:
+            grids[(rater_id, pair_id)][int(category) - 1, 1 if significant else 0] = count
+    return grids
+
+
+def _check_thresholds(straight_run: int, outlier_z: float) -> None:
+    if isinstance(straight_run, bool) or not isinstance(straight_run, int) or straight_run < 2:
+        raise InvalidInput(f"straight_run: a whole number of pairs, at least 2; got "
+                           f"{straight_run!r}")
+    if (isinstance(outlier_z, bool) or not isinstance(outlier_z, (int, float))
+            or not math.isfinite(outlier_z) or outlier_z <= 0):
+        raise InvalidInput(f"outlier_z: a positive number; got {outlier_z!r}")
+
+
+def monitoring(db: Database, actor: Actor, study_name: str, *,
+               straight_run: int = mon.STRAIGHT_RUN,
+               outlier_z: float = mon.OUTLIER_Z) -> StudyMonitoring:
+    """Per-rater monitoring of a study's study pairs (admin only).
+
+    Args:
+        db: The study database.
+        actor: An admin.
+        study_name: The study.
+        straight_run: Consecutive all-zero done pairs flagged as straight-lining (>= 2).
+        outlier_z: ``|robust z|`` across raters flagged as an outlier (> 0).
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+        InvalidInput: a bad threshold.
+    """
+    require_admin(actor)
+    _check_thresholds(straight_run, outlier_z)
+    with db.read() as s:
+        study = _study(s, study_name)
+        rows = s.execute(
+            select(User.id, User.username, Pair.id, Pair.position, Assignment.completed_at,
+                   Assignment.active_seconds)
+            .join(Assignment, Assignment.rater_id == User.id)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .where(Assignment.study_id == study.id, Pair.kind == PAIR_STUDY)
+            .order_by(User.username, Pair.position)
+        ).all()
+        grids = _grids(s, study.id, {pid for _, _, pid, _, done, _ in rows if done is not None})
+        name = study.name
+    work: dict[str, dict[str, Any]] = {}
+    for user_id, username, pair_id, position, completed_at, seconds in rows:
+        entry = work.setdefault(username, {"done": [], "assigned": 0, "time": 0.0})
+        entry["assigned"] += 1
+        entry["time"] += float(seconds or 0.0)
+        if completed_at is not None:
+            entry["done"].append(mon.DoneItem(
+                pair=int(position) + 1, completed_at=as_utc(completed_at),
+                seconds=float(seconds or 0.0),
+                total=float(grids[(user_id, pair_id)].sum())))
+    inputs = [mon.RaterInput(rater=u, done=e["done"], assigned=e["assigned"],
+                             time_seconds=e["time"]) for u, e in work.items()]
+    return StudyMonitoring(study=name, straight_run=straight_run, outlier_z=float(outlier_z),
+                           raters=mon.monitor(inputs, straight_run=straight_run,
+                                              outlier_z=outlier_z))
+
+
+def intra_rater(db: Database, actor: Actor, study_name: str) -> StudyIntraRater:
+    """Intra-rater agreement of each rater on their hidden repeats (admin only).
+
+    Args:
+        db: The study database.
+        actor: An admin.
+        study_name: The study.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+    """
+    require_admin(actor)
+    source = aliased(Assignment)
+    with db.read() as s:
+        study = _study(s, study_name)
+        repeat_pairs = s.scalars(
+            select(Pair.id).where(Pair.study_id == study.id, Pair.kind == PAIR_REPEAT)).all()
+        # Each rater's repeat assignments, with the same rater's assignment of the source.
+        rows = s.execute(
+            select(User.id, User.username, Pair.id, Pair.repeat_of_id, Pair.position,
+                   Assignment.completed_at, source.completed_at)
+            .join(Assignment, Assignment.rater_id == User.id)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .outerjoin(source, (source.pair_id == Pair.repeat_of_id)
+                       & (source.rater_id == User.id))
+            .where(Assignment.study_id == study.id, Pair.kind == PAIR_REPEAT,
+                   Pair.repeat_of_id.is_not(None))
+            .order_by(User.username, Pair.position)
+        ).all()
+        counted = [(uid, name, rid, sid) for uid, name, rid, sid, _, done, src_done in rows
+                   if done is not None and src_done is not None]
+        grids = _grids(s, study.id, {p for *_, r, sp in counted for p in (r, sp)})
+        name = study.name
+    assigned: dict[str, int] = defaultdict(int)
+    for _, username, *_ in rows:
+        assigned[username] += 1
+    firsts: dict[str, list[np.ndarray]] = defaultdict(list)
+    seconds: dict[str, list[np.ndarray]] = defaultdict(list)
+    for user_id, username, repeat_id, source_id in counted:
+        firsts[username].append(grids[(user_id, source_id)])
+        seconds[username].append(grids[(user_id, repeat_id)])
+    raters = tuple(
+        RaterRepeats(rater=u, assigned=n, counted=len(firsts[u]),
+                     agreement=ir.rater_agreement(u, firsts[u], seconds[u]))
+        for u, n in sorted(assigned.items()))
+    pooled = None
+    if raters:
+        all_first = [g for u in sorted(firsts) for g in firsts[u]]
+        all_second = [g for u in sorted(seconds) for g in seconds[u]]
+        pooled = RaterRepeats(rater=POOLED, assigned=sum(assigned.values()),
+                              counted=len(all_first),
+                              agreement=ir.rater_agreement(POOLED, all_first, all_second))
+    return StudyIntraRater(study=name, repeat_pairs=len(repeat_pairs), raters=raters,
+                           pooled=pooled)
+
+
+def _num(value: float) -> float | None:
+    """A finite float, or None (an empty cell in the export) for NaN."""
+    return float(value) if math.isfinite(value) else None
+
+
+def intra_rater_rows(db: Database, actor: Actor, study_name: str) -> list[dict[str, Any]]:
+    """Intra-rater agreement as export rows: one per rater (and the pooled row) and scope.
+
+    Columns: ``study, rater, scope, repeats_assigned, repeats_counted, exact_agreement,
+    exact_all_cells, icc2_1, icc_note, kappa_quadratic, kappa_note, mean_abs_diff``; an
+    undefined statistic is ``None`` and its note says why.
+
+    Args:
+        db: The study database.
+        actor: An admin.
+        study_name: The study.
+    """
+    result = intra_rater(db, actor, study_name)
+    rows: list[dict[str, Any]] = []
+    entries = result.raters + ((result.pooled,) if result.pooled is not None else ())
+    for entry in entries:
+        for scope in entry.agreement.scopes:
+            rows.append({
+                "study": result.study,
+                "rater": entry.rater,
+                "scope": scope.scope,
+                "repeats_assigned": entry.assigned,
+                "repeats_counted": entry.counted,
+                "exact_agreement": _num(scope.exact),
+                "exact_all_cells": _num(entry.agreement.exact_all_cells),
+                "icc2_1": _num(scope.icc2_1),
+                "icc_note": scope.icc_note,
+                "kappa_quadratic": _num(scope.kappa),
+                "kappa_note": scope.kappa_note,
+                "mean_abs_diff": _num(scope.mean_abs_diff),
+            })
+    return rows
+
+
+def _pairs(numbers: tuple[int, ...]) -> str:
+    return " ".join(str(n) for n in numbers)
+
+
+def monitoring_rows(db: Database, actor: Actor, study_name: str, *,
+                    straight_run: int = mon.STRAIGHT_RUN,
+                    outlier_z: float = mon.OUTLIER_Z) -> list[dict[str, Any]]:
+    """Rater monitoring as export rows: one per rater.
+
+    Columns: ``study, rater, assigned, done, timed_pairs, untimed_pairs, median_seconds,
+    q1_seconds, q3_seconds, iqr_seconds, slow_limit_seconds, slow_pairs, fast_pairs,
+    time_seconds, done_per_hour, drift_n, drift_first, drift_last, drift, drift_note,
+    zero_run, zero_run_pairs, straight_lining, shared_pairs, spearman, abs_diff,
+    agreement_note, z_time_per_pair, z_agreement, z_abs_diff, z_drift, flags``. Pair lists are
+    1-based numbers separated by spaces; ``flags`` are joined by ``"; "``; an undefined value
+    is ``None``. A ``z_*`` column holds the robust z only where it flagged the rater.
+
+    Args:
+        db: The study database.
+        actor: An admin.
+        study_name: The study.
+        straight_run: As in :func:`monitoring`.
+        outlier_z: As in :func:`monitoring`.
+    """
+    result = monitoring(db, actor, study_name, straight_run=straight_run,
+                        outlier_z=outlier_z)
+    rows: list[dict[str, Any]] = []
+    for r in result.raters:
+        z = {o.measure: o.z for o in r.outliers}
+        rows.append({
+            "study": result.study, "rater": r.rater, "assigned": r.assigned, "done": r.done,
+            "timed_pairs": r.timed_pairs, "untimed_pairs": r.untimed_pairs,
+            "median_seconds": _num(r.median_seconds), "q1_seconds": _num(r.q1_seconds),
+            "q3_seconds": _num(r.q3_seconds), "iqr_seconds": _num(r.iqr_seconds),
+            "slow_limit_seconds": _num(r.slow_limit_seconds),
+            "slow_pairs": _pairs(r.slow_pairs), "fast_pairs": _pairs(r.fast_pairs),
+            "time_seconds": r.time_seconds, "done_per_hour": _num(r.done_per_hour),
+            "drift_n": r.drift_n, "drift_first": _num(r.drift_first),
+            "drift_last": _num(r.drift_last), "drift": _num(r.drift),
+            "drift_note": r.drift_note, "zero_run": r.zero_run,
+            "zero_run_pairs": _pairs(r.zero_run_pairs), "straight_lining": r.straight_lining,
+            "shared_pairs": r.shared_pairs, "spearman": _num(r.spearman),
+            "abs_diff": _num(r.abs_diff), "agreement_note": r.agreement_note,
+            "z_time_per_pair": z.get("time_per_pair"), "z_agreement": z.get("agreement"),
+            "z_abs_diff": z.get("abs_diff"), "z_drift": z.get("drift"),
+            "flags": "; ".join(r.flags),
+        })
+    return rows
+
+
+__all__ = [
+    "POOLED",
+    "RaterRepeats",
+    "StudyIntraRater",
+    "StudyMonitoring",
+    "intra_rater",
+    "intra_rater_rows",
+    "monitoring",
+    "monitoring_rows",
+]
