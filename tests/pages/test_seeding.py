@@ -82,3 +82,43 @@ def test_seeding_is_switched_off_with_the_environment_variable(tmp_path, monkeyp
         assert auth.list_users(db, Actor.system()) == []
     finally:
         db.dispose()
+
+
+def test_the_first_start_queues_the_demo_scoring_once(tmp_path, monkeypatch, server_address):
+    """The demo study's offline metrics are queued for the worker of run-app.sh, once."""
+    from backend import jobs
+    from backend.services import score_now
+    from webapp import state
+
+    server_address("127.0.0.1")
+    at, db = _start(tmp_path, monkeypatch, "1")
+    try:
+        (job,) = jobs.list_jobs(db, kind="score")
+        assert job.study_name == DEMO_STUDY and job.status == "queued"
+        assert job.created_by == score_now.FIRST_START
+        assert list(job.metrics) == score_now.offline_families()
+        # A restart of the app (a new process: its cached database is gone) queues nothing
+        # more, even after the lead cancelled the job.
+        jobs.cancel(db, job.id)
+        checks = []
+        real = score_now.queue_first_scoring
+        monkeypatch.setattr(score_now, "queue_first_scoring",
+                            lambda *a, **k: checks.append(real(*a, **k)))
+        state._database.clear()
+        again = AppTest.from_file(str(APP), default_timeout=120).run()
+        assert not again.exception
+        assert checks == [None]  # it looked, and found the record
+        assert [j.id for j in jobs.list_jobs(db)] == [job.id]
+    finally:
+        db.dispose()
+
+
+def test_no_demo_means_no_first_start_job(tmp_path, monkeypatch, server_address):
+    from backend import jobs
+
+    server_address("0.0.0.0")
+    _, db = _start(tmp_path, monkeypatch, "1")
+    try:
+        assert jobs.list_jobs(db) == []
+    finally:
+        db.dispose()
