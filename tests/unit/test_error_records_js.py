@@ -1,0 +1,177 @@
+"""The per-error records panel's rules (webapp/components/errors/error_records.js, ``Marker``,
+``tokenize``, ``tokenMarks``) run in node against a scripted server: keyboard selection of
+words, category and significance keys, omissions against a reference sentence, the payloads
+sent with the panel's version, 409 adopting the stored records, errors kept on screen."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+JS = (Path(__file__).resolve().parents[2] / "webapp" / "components" / "errors"
+      / "error_records.js")
+
+PRELUDE = r"""
+import { Marker, tokenize, tokenMarks } from "./error_records.mjs";
+const out = {};
+const tick = () => new Promise((r) => setTimeout(r, 0));
+function server() {
+  const s = { sent: [], waiting: [] };
+  s.post = (url, body) => {
+    s.sent.push({ url, body: JSON.parse(JSON.stringify(body)) });
+    return new Promise((resolve) => s.waiting.push(resolve));
+  };
+  s.answer = async (status, body) => { s.waiting.shift()({ status, body }); await tick(); };
+  return s;
+}
+const CAND = "Small left effusion, 1.5 cm. No pneumothorax.";
+const SENTENCES = [{ start: 0, end: 12, text: "Large right." }, { start: 13, end: 30,
+                   text: "Heart is normal." }];
+function marker(srv, extra = {}) {
+  return new Marker({ pair: "P1", url: "/_rc/api/error-records", version: 4, candidate: CAND,
+    sentences: SENTENCES, records: [], post: srv.post, ...extra });
+}
+const press = (m, key, shiftKey = false) => m.key({ key, shiftKey });
+"""
+
+
+def _run(tmp_path: Path, script: str) -> dict:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node not found: install nodejs (apt-get install -y nodejs) to test the "
+                    "browser components")
+    shutil.copyfile(JS, tmp_path / "error_records.mjs")
+    (tmp_path / "run.mjs").write_text(PRELUDE + script + "\nconsole.log(JSON.stringify(out));\n",
+                                      encoding="utf-8")
+    done = subprocess.run([node, "run.mjs"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_words_keep_inner_dots_and_hyphens_and_punctuation_is_its_own_token(tmp_path):
+    out = _run(tmp_path, r"""
+out.tokens = tokenize("T11-T12 fracture, 1.5 cm; don't.").map((t) => [t.start, t.end, t.text]);
+out.marks = tokenMarks(tokenize(CAND), [
+  { kind: "span", candidate_start: 6, candidate_end: 19, category: 2 },
+  { kind: "omission", reference_start: 0, reference_end: 5, category: 4 },
+  { kind: "span", candidate_start: 11, candidate_end: 12, category: 3 },
+]).map((hits) => hits.map((r) => r.category));
+""")
+    assert out["tokens"] == [[0, 7, "T11-T12"], [8, 16, "fracture"], [16, 17, ","],
+                             [18, 21, "1.5"], [22, 24, "cm"], [24, 25, ";"],
+                             [26, 31, "don't"], [31, 32, "."]]
+    # Small | left | effusion | , | 1.5 | cm | . | No | pneumothorax | .
+    assert out["marks"][:4] == [[], [2], [2, 3], []]
+
+
+def test_keyboard_selection_category_significance_and_save_payload(tmp_path):
+    out = _run(tmp_path, r"""
+const srv = server();
+const m = marker(srv);
+press(m, "ArrowRight");           // selects "Small" (the word under the cursor)
+press(m, "ArrowRight");           // moves to "left"
+press(m, "ArrowRight", true);     // extends to "effusion"
+out.range = m.range();
+await m.save();                   // no category yet: a hint, nothing sent
+out.hint = m.status;
+out.sentBefore = srv.sent.length;
+out.handled = [press(m, "2"), press(m, "s"), press(m, "x")];
+m.note = "  side  ";
+press(m, "Enter");
+out.busy = m.busy;
+press(m, "Enter");                // a second Enter while saving sends nothing more
+out.sent = srv.sent;
+const saved = [];
+m.onSaved = (answer) => saved.push(answer.version);
+await srv.answer(200, { version: 5, saved_at: "2026-01-01T10:00:00+00:00", records: [
+  { id: 9, kind: "span", category: 2, significant: true, candidate_start: 6,
+    candidate_end: 19, candidate_text: "left effusion", note: "side" }] });
+out.after = { version: m.version, records: m.records.length, status: m.status.kind,
+              category: m.category, significant: m.significant, range: m.range(),
+              note: m.note, saved };
+""")
+    assert out["range"] == [1, 2]
+    assert out["hint"]["kind"] == "hint" and "category" in out["hint"]["text"]
+    assert out["sentBefore"] == 0
+    assert out["handled"] == [True, True, False]
+    assert out["busy"] is True
+    assert out["sent"] == [{"url": "/_rc/api/error-records/add", "body": {
+        "pair": "P1", "version": 4, "category": 2, "significant": True, "note": "side",
+        "kind": "span", "candidate_start": 6, "candidate_end": 19}}]
+    assert out["after"] == {"version": 5, "records": 1, "status": "saved", "category": None,
+                            "significant": False, "range": None, "note": "", "saved": [5]}
+
+
+def test_omission_mode_picks_a_reference_sentence(tmp_path):
+    out = _run(tmp_path, r"""
+const srv = server();
+const m = marker(srv);
+press(m, "o");
+out.mode = m.mode;
+press(m, "1");
+press(m, "Enter");                // no sentence picked yet
+out.hint = m.status.text;
+press(m, "ArrowDown");            // picks the first sentence
+press(m, "ArrowDown");            // then the second
+press(m, "Enter");
+out.sent = srv.sent.map((s) => s.body);
+await srv.answer(200, { version: 5, records: [] });
+press(m, "Escape");               // nothing picked any more: back to the words
+out.back = m.mode;
+""")
+    assert out["mode"] == "omission"
+    assert "omitted sentence" in out["hint"]
+    assert out["sent"] == [{"pair": "P1", "version": 4, "category": 1, "significant": False,
+                            "note": "", "kind": "omission", "reference_start": 13,
+                            "reference_end": 30}]
+    assert out["back"] == "span"
+
+
+def test_delete_removes_the_record_under_the_cursor_and_409_adopts_the_stored(tmp_path):
+    out = _run(tmp_path, r"""
+const srv = server();
+const records = [{ id: 3, kind: "span", category: 1, significant: false, candidate_start: 6,
+                   candidate_end: 10, candidate_text: "left" }];
+const m = marker(srv, { records });
+press(m, "Delete");               // cursor on "Small": no record there
+out.none = [m.status.kind, srv.sent.length];
+press(m, "ArrowRight"); press(m, "ArrowRight");
+press(m, "Delete");
+out.sent = srv.sent.map((s) => [s.url, s.body]);
+await srv.answer(409, { reason: "stale", version: 7, records: [...records, { id: 4,
+  kind: "omission", category: 4, significant: true, reference_start: 0, reference_end: 12 }] });
+out.stale = { status: m.status, version: m.version, records: m.records.map((r) => r.id) };
+// Errors keep the panel's state and say why.
+press(m, "3"); press(m, "Enter");
+await srv.answer(401, { reason: "login", message: "Not saved: your session has ended." });
+out.login = [m.status.kind, m.status.text, m.range(), m.category];
+press(m, "Enter");
+await srv.answer(0, {});
+out.offline = m.status.text;
+press(m, "Enter");
+await srv.answer(400, { reason: "bad_request", message: "category: must be an integer 1-6" });
+out.bad = m.status.text;
+// A page rerun with an older version does not replace newer records.
+m.refresh(6, [], false);
+out.refresh = m.records.length;
+m.refresh(8, [], true);
+out.refresh2 = [m.records.length, m.readOnly];
+out.readOnlySave = await m.save();
+""")
+    assert out["none"] == ["hint", 0]
+    assert out["sent"] == [["/_rc/api/error-records/delete",
+                            {"pair": "P1", "version": 4, "record": 3}]]
+    assert out["stale"]["status"]["kind"] == "stale"
+    assert "changed in another window" in out["stale"]["status"]["text"]
+    assert out["stale"]["version"] == 7 and out["stale"]["records"] == [3, 4]
+    assert out["login"] == ["error", "Not saved: your session has ended.", [1, 1], 3]
+    assert "can't be reached" in out["offline"]
+    assert out["bad"] == "Not saved: category: must be an integer 1-6"
+    assert out["refresh"] == 2
+    assert out["refresh2"] == [0, True]
+    assert out["readOnlySave"] is False
