@@ -106,7 +106,7 @@ def time_left_text(estimate: Estimate) -> str:
     if estimate.pairs_left == 0:
         return "none left"
     if estimate.seconds_left is None:
-        return f"{left} · time estimate after {MIN_DONE_FOR_ESTIMATE} pairs"
+        return f"{left} · estimate after {MIN_DONE_FOR_ESTIMATE} pairs"
     minutes = max(1, math.ceil(estimate.seconds_left / 60))
     hours, rest = divmod(minutes, 60)
     span = f"{hours} h {rest:02d} min" if hours else f"{minutes} min"

@@ -63,8 +63,9 @@ def test_the_cases_image_goes_to_the_viewer_beside_the_texts(study_env, make_app
     at = make_app(study_env.rater, params={"pair": with_image[0]})
     assert not at.exception
     names = [e.proto.component_name for e in at.get("bidi_component")]
-    # The grid, the viewer and the (invisible) time-on-task tracker.
-    assert "radconcord_count_grid" in names and len(names) == 3
+    # The grid, the viewer, the definitions panel and the (invisible) time-on-task tracker.
+    assert sorted(names) == ["radconcord_activity", "radconcord_count_grid",
+                             "radconcord_definitions", "radconcord_film_viewer"]
     no_image = next(item.opaque_id for item in _queue(study_env)
                     if item.opaque_id != with_image[0])
     at = make_app(study_env.rater, params={"pair": no_image})
@@ -104,7 +105,8 @@ def test_mark_done_moves_on_with_an_inline_message_not_a_toast(study_env, make_a
     assert _toasts(at) == []
     n = len(queue)
     (line,) = [m.value for m in at.markdown if "marked done" in m.value]
-    assert line.endswith(f"check_circle: Pair 1 of {n} marked done.]] 1 of {n} done.")
+    assert line.endswith(f"check_circle: Pair 1 of {n} marked done.]] 1 of {n} done · "
+                         f"{n - 1} left · estimate after 3 pairs")
     assert not at.get("progress") and not at.success
 
 

@@ -49,9 +49,9 @@ def test_estimate_is_pairs_left_times_the_median_of_timed_done_pairs():
 def test_no_estimate_before_three_timed_pairs_and_none_left_at_the_end():
     est = pace.estimate_left([100.0, 0.0, 120.0], 5)
     assert est.seconds_left is None and est.median_seconds is None and est.timed_pairs == 2
-    assert pace.time_left_text(est) == "5 left · time estimate after 3 pairs"
+    assert pace.time_left_text(est) == "5 left · estimate after 3 pairs"
     assert pace.time_left_text(pace.estimate_left([], 12)) == (
-        "12 left · time estimate after 3 pairs")
+        "12 left · estimate after 3 pairs")
     assert pace.time_left_text(pace.estimate_left([50, 60, 70], 0)) == "none left"
     with pytest.raises(InvalidInput, match="pairs_left: must be 0 or more, got -1"):
         pace.estimate_left([], -1)

@@ -9,6 +9,14 @@ refused with the stored counts shown. **Mark done** (or Ctrl+Enter) waits until 
 stored every change, and carries the version it read. The end of the study shows an end
 screen. The rater never sees the candidate's source, metric scores or other raters' answers:
 the service returns none of them.
+
+Over an hour: the header says how many pairs are left and about how long they should take at
+the rater's own median pace (``backend/services/pace.py``), a **Definitions** button (or
+``?``) opens the six error categories with an example each, the **Flag** button flags the
+pair for the study lead with an optional note (``backend/services/flags.py``; counts and
+done-state are untouched), and after ``break_reminder_minutes`` of continuous rating a
+polite reminder takes the progress line's place (dismissing it snoozes it for another
+period). None of it covers the grid or Mark done, or adds a row above them.
 """
 
 from __future__ import annotations
@@ -17,13 +25,14 @@ import datetime as dt
 
 import streamlit as st
 
-from backend.services import rating
+from backend.services import flags, pace, rating
 from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from webapp import state
 from webapp.components import reports
 from webapp.components.activity import activity_tracker
 from webapp.components.count_grid import count_grid
+from webapp.components.definitions import definitions_button
 from webapp.components.error_records import error_records_panel
 from webapp.components.image_viewer import viewer_panel
 from webapp.components.training_feedback import training_feedback
@@ -34,6 +43,7 @@ CONFIRM_KEY = "rate_confirm_zero"  # opaque id awaiting the all-zero confirmatio
 FLASH_KEY = "rate_flash"  # {"text", "ok"}: one-off message after Mark done
 END_KEY = "rate_study_done"  # name of the study whose last pair was just marked done
 MY_STUDIES_PAGE = "views/my_studies.py"
+SNOOZE_KEY = "rate_break_snooze"  # (stretch start, minutes) when the reminder was dismissed
 
 
 def _clock(moment: dt.datetime) -> str:
@@ -133,6 +143,73 @@ def _report_pair(view: rating.RaterPairView, *, tall: bool = False) -> None:
                         highlight=view.highlight_differences)
 
 
+def _flag_control(actor: Actor, view: rating.RaterPairView) -> None:
+    """The rater's own flag on the pair: a small popover with an optional note."""
+    mine = state.call(flags.pair_flag, state.get_db(), actor, opaque_id=view.opaque_id)
+    # The label tells the rater their flag state at a glance (the note is inside).
+    label = "Flagged" if mine.flagged else "Flag"
+    with st.popover(label, icon=":material/flag:", width="stretch",
+                    type="primary" if mine.flagged else "secondary",
+                    disabled=view.read_only,
+                    help="I'm unsure about this pair: flag it for the study lead, with a "
+                         "note if you like. Your counts are not changed."):
+        if mine.flagged:
+            st.caption(f"Flagged at {_clock(mine.flagged_at)}. Your study lead sees the flag "
+                       "and the note; your counts and done-state are unchanged.")
+        else:
+            st.caption("Unsure about this pair? Flag it for your study lead. Your counts and "
+                       "done-state are unchanged.")
+        note = st.text_area("Note (optional)", value=mine.note, max_chars=flags.MAX_NOTE_CHARS,
+                            key=f"flag_note_{view.opaque_id}", height=90,
+                            placeholder="What makes you unsure?")
+        save, remove = st.columns(2)
+        if save.button("Update note" if mine.flagged else "Flag this pair", type="primary",
+                       key="flag_save", width="stretch"):
+            _save_flag(actor, view, note)
+        if mine.flagged and remove.button("Remove flag", key="flag_remove", width="stretch"):
+            _save_flag(actor, view, None)
+
+
+def _save_flag(actor: Actor, view: rating.RaterPairView, note: str | None) -> None:
+    """Flag (note given) or unflag (``None``); a refusal is shown in place, nothing lost."""
+    state.require_live_session()
+    try:
+        if note is None:
+            flags.unflag_pair(state.get_db(), actor, opaque_id=view.opaque_id)
+        else:
+            flags.flag_pair(state.get_db(), actor, opaque_id=view.opaque_id, note=note)
+    except ServiceError as exc:
+        st.error(f"Flag not saved: {exc}")
+        return
+    st.rerun()
+
+
+def _progress_line(view: rating.RaterPairView, n_done: int, mine: pace.Pace,
+                   flash: dict | None) -> None:
+    """Under the title: the break reminder when due, else "marked done" or the progress bar.
+
+    One line whatever it shows: a row of its own would push the grid below the fold at
+    1280x800 (and a toast would cover Mark done, top right).
+    """
+    left = pace.time_left_text(mine.estimate)
+    snoozed = st.session_state.get(SNOOZE_KEY)
+    if pace.reminder_due(mine.stretch, mine.break_minutes, snoozed=snoozed):
+        text, dismiss = st.columns([5, 1], vertical_alignment="center", gap="small")
+        text.markdown(f":orange-background[:material/local_cafe: "
+                      f"{pace.reminder_text(mine.stretch)}]")
+        if dismiss.button("Dismiss", key="break_dismiss", type="tertiary",
+                          help="Hide this reminder for another "
+                               f"{mine.break_minutes} min of rating."):
+            st.session_state[SNOOZE_KEY] = (mine.stretch.started_at, mine.stretch.minutes)
+            st.rerun()
+    elif flash and flash["ok"]:
+        st.markdown(f":green-background[:green[:material/check_circle: {flash['text']}]]"
+                    f" {n_done} of {view.total} done · {left}")
+    else:
+        st.progress(n_done / view.total if view.total else 0.0,
+                    text=f"{n_done} of {view.total} done · {left}")
+
+
 actor = state.require_actor()
 db = state.get_db()
 # Less blank space above the header than the other pages: at 1280x800 the film, both
@@ -159,39 +236,35 @@ activity_tracker(view.opaque_id, actor)
 
 with st.sidebar:
     st.caption("Shortcuts: **N** next pair · **P** previous pair · **Ctrl+Enter** mark done "
-               "(or confirm) · in the grid: **arrows**/**Tab** move, **+**/**-** or digits "
-               "set a count")
+               "(or confirm) · **?** category definitions (**Esc** closes) · in the grid: "
+               "**arrows**/**Tab** move, **+**/**-** or digits set a count")
 
 # Header: where the rater is, and the way back and forth.
-n_done = next((s.completed for s in state.call(rating.rater_studies, db, actor)
-               if s.name == view.study_name), 0)
+mine = state.call(pace.rater_pace, db, actor, study_name=view.study_name)
+n_done = mine.done
 confirming = st.session_state.get(CONFIRM_KEY) == view.opaque_id
 flash = st.session_state.pop(FLASH_KEY, None)
 # "Mark done" sits in the header beside Previous/Next so it is on screen whatever the
 # length of the reports and the height of the window.
-head = st.columns([3.4, 1, 1, 1.25], vertical_alignment="center")
+head = st.columns([3.0, 1.0, 0.8, 1, 1, 1.25], vertical_alignment="center")
 with head[0]:
     st.markdown(f"#### {view.study_name} · Pair {view.index} of {view.total}")
-    if flash and flash["ok"]:
-        # "Marked done" in the header, in place of the progress bar, with the count: a row
-        # of its own would push the grid below the fold at 1280x800 (and a toast would
-        # cover Mark done, top right).
-        st.markdown(f":green-background[:green[:material/check_circle: {flash['text']}]]"
-                    f" {n_done} of {view.total} done.")
-    else:
-        st.progress(n_done / view.total if view.total else 0.0,
-                    text=f"{n_done} of {view.total} done")
+    _progress_line(view, n_done, mine, flash)
 with head[1]:
+    definitions_button()
+with head[2]:
+    _flag_control(actor, view)
+with head[3]:
     if st.button("Previous", icon=":material/arrow_back:", shortcut="P", width="stretch",
                  disabled=view.prev_opaque_id is None, key="prev"):
         _go_to(view.prev_opaque_id)
         st.rerun()
-with head[2]:
+with head[4]:
     if st.button("Next", icon=":material/arrow_forward:", shortcut="N", width="stretch",
                  disabled=view.next_opaque_id is None, key="next"):
         _go_to(view.next_opaque_id)
         st.rerun()
-with head[3]:
+with head[5]:
     # While the all-zero question is open, Ctrl+Enter answers it (the grid sends the key to
     # the confirmation button first); Mark done keeps its shortcut otherwise.
     if st.button("Mark done", type="primary", icon=":material/done:",
