@@ -403,15 +403,17 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterPairwiseStudy]:
     """The visible pairwise studies in which the actor has comparisons, by name."""
     with db.read() as s:
         rows = s.execute(
-            select(Study.id, Study.name, Study.settings, func.count(Judgement.id),
+            select(Study.id, Study.name, func.count(Judgement.id),
                    func.count(Judgement.completed_at))
             .join(Comparison, Comparison.study_id == Study.id)
             .join(Judgement, Judgement.comparison_id == Comparison.id)
             .where(Judgement.rater_id == actor.user_id, Study.status.not_in(HIDDEN_STATUSES))
-            .group_by(Study.id, Study.name, Study.settings)
+            .group_by(Study.id, Study.name)
             .order_by(Study.name)).all()
         out = []
-        for study_id, name, settings, total, done in rows:
+        for study_id, name, total, done in rows:
+            # JSON has no equality operator on PostgreSQL: settings are read per study.
+            settings = s.scalar(select(Study.settings).where(Study.id == study_id))
             if effective(settings)["annotation_mode"] != PAIRWISE:
                 continue
             resume = next((oid for oid, at in _queue(s, actor, study_id) if at is None), None)
