@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from backend.analysis.adjudication import queue_reason
 from backend.services.errors import (
@@ -427,15 +427,13 @@ def get_item(db: Database, actor: Actor, *, study_name: str, pair_number: int | 
         NotFound: no such pair among the study pairs.
         InvalidInput: both or neither of ``pair_number`` and ``opaque_id``.
     """
-    reference, candidate = aliased(Report), aliased(Report)
     with db.read() as s:
         study = _study_for(s, actor, study_name)
         pid, number, oid = _pair_row(s, study, pair_number=pair_number, opaque_id=opaque_id)
         pair = s.get(Pair, pid)
         assert pair is not None  # just listed among the study's pairs
-        ref_text, cand_text = s.execute(
-            select(reference.text, candidate.text)
-            .where(reference.id == pair.reference_id, candidate.id == pair.candidate_id)).one()
+        ref_text = s.scalar(select(Report.text).where(Report.id == pair.reference_id))
+        cand_text = s.scalar(select(Report.text).where(Report.id == pair.candidate_id))
         images = tuple(ImageRef(int(i), v, f) for i, v, f in s.execute(
             select(Image.id, Image.view, Image.format)
             .where(Image.case_id == pair.case_id).order_by(Image.id)))
