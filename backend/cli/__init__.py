@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "backend.cli.calibration",
     "backend.cli.pairwise",
     "backend.cli.adjudication",
+    "backend.cli.monitoring",
 )
 
 

@@ -210,3 +210,43 @@ def test_study_without_repeats(any_db, make_study, fast_password_hashing):
     assert (result.repeat_pairs, result.raters, result.pooled) == (0, (), None)
     assert qc.monitoring(any_db, boss, "Plain").raters == ()
     assert qc.intra_rater_rows(any_db, boss, "Plain") == []
+
+
+def test_qc_command_prints_tables_and_writes_csvs(world, tmp_path, monkeypatch, capsys):
+    import csv
+
+    from backend import cli
+    from backend.cli import monitoring as qc_cli
+
+    db, _ = world
+    monkeypatch.setenv("DATABASE_URL", db.url)
+    out = tmp_path / "qc-out"
+    assert cli.main(["qc", "--study", STUDY, "--out", str(out), "--straight-run", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "Rater monitoring of 'QC'" in text and "Intra-rater agreement of 'QC'" in text
+    assert "  r1: straight-lining: 2 consecutive all-zero pairs" in text
+    with open(out / qc_cli.MONITORING_CSV, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["rater"] for r in rows] == ["r1", "r2", "r3"]
+    assert rows[0]["slow_pairs"] == "1" and rows[0]["straight_lining"] == "True"
+    assert float(rows[0]["median_seconds"]) == pytest.approx(45.0)
+    with open(out / qc_cli.INTRA_CSV, newline="", encoding="utf-8") as fh:
+        intra = list(csv.DictReader(fh))
+    r3 = next(r for r in intra if r["rater"] == "r3" and r["scope"] == "total")
+    # An undefined value is a blank cell, with the reason beside it.
+    assert r3["icc2_1"] == "" and r3["icc_note"] == "no repeat done in both showings yet"
+    # Errors: one line, status 2, nothing written.
+    assert cli.main(["qc", "--study", "Nope", "--out", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err == "error: no study named 'Nope'\n"
+    assert not (tmp_path / "x").exists()
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    assert cli.main(["qc", "--study", STUDY, "--out", str(tmp_path / "file")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_cli_defaults_are_the_analysis_defaults():
+    from backend.analysis import monitoring as mon
+    from backend.cli import monitoring as qc_cli
+
+    assert qc_cli.DEFAULT_STRAIGHT_RUN == mon.STRAIGHT_RUN
+    assert qc_cli.DEFAULT_OUTLIER_Z == mon.OUTLIER_Z
