@@ -126,3 +126,80 @@ def run_correlate(args: argparse.Namespace) -> int:
     print(f"{result['study']}: {result['n_pairs']} pairs{adjudicated}, {len(m)} metric keys,"
           f" target {result['target']}, counts {result['counts']} -> {output}")
     return 0
+
+
+# -- pairwise studies (comparisons with judgements) --------------------------------------------
+
+
+def _preference_block(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Database
+                      keys: list[str] | None) -> dict[str, Any] | None:
+    """The pairwise block of a study with judged comparisons, else None."""
+    from backend.services import pairwise
+    from backend.services.errors import InvalidInput, NotFound
+    from backend.types import Actor
+
+    admin = Actor.system()
+    try:
+        if not pairwise.has_comparisons(db, admin, args.study):
+            return None
+        stats = pairwise.study_preference_stats(
+            db, admin, args.study, metrics=keys, source=args.preference_source,
+            resamples=args.bootstrap, seed=args.seed)
+    except (InvalidInput, NotFound) as exc:
+        raise UserError(f"pairwise statistics of {args.study!r}: {exc}") from None
+    return stats.as_dict() if stats.n_comparisons else None
+
+
+def add_preference(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Database
+                   result: dict[str, Any]) -> None:
+    """Add the pairwise statistics to a ``correlate`` result of a study with comparisons.
+
+    ``result["preference"]`` gets the block of
+    :meth:`backend.services.pairwise.PreferenceStats.as_dict`: the preference source, and per
+    metric ``pairwise_agreement`` with ``ci_low``/``ci_high``, ``n_comparisons`` and
+    ``n_ties_excluded``, and ``kendall_tau_b_rating`` with its ``n``. Each entry of
+    ``result["metrics"]`` also gets ``pairwise_agreement``, ``pairwise_agreement_ci95`` and
+    ``kendall_tau_b_rating`` beside its count-based statistics. A study without judged
+    comparisons gets nothing.
+
+    Args:
+        db: The database.
+        args: The parsed ``correlate`` arguments.
+        result: The result of :func:`backend.analysis.report.correlate_study` (changed).
+    """
+    if "preference" not in result:
+        keys = sorted(result.get("metrics", {})) or None
+        block = _preference_block(db, args, keys)
+        if block is None:
+            return
+        result["preference"] = block
+    metrics = result.setdefault("metrics", {})
+    for key, entry in result["preference"]["metrics"].items():
+        metrics.setdefault(key, {}).update({
+            "pairwise_agreement": entry["pairwise_agreement"],
+            "pairwise_agreement_ci95": [entry["ci_low"], entry["ci_high"]],
+            "kendall_tau_b_rating": entry["kendall_tau_b_rating"],
+        })
+
+
+def preference_only(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Database
+                    error: Exception) -> dict[str, Any]:
+    """The ``correlate`` result of a pairwise study whose count analysis could not run.
+
+    Args:
+        db: The database.
+        args: The parsed ``correlate`` arguments.
+        error: Why the count analysis failed (recorded as ``counts_analysis``).
+
+    Raises:
+        Exception: ``error`` itself when the study has no judged comparisons either.
+    """
+    from backend.analysis.data import expand_metric_names
+
+    keys = expand_metric_names(args.metrics) if args.metrics else None
+    block = _preference_block(db, args, keys)
+    if block is None:
+        raise error
+    return {"study": args.study, "target": None, "n_pairs": 0, "seed": args.seed,
+            "resamples": args.bootstrap, "counts_analysis": f"not run: {error}",
+            "metrics": {}, "preference": block}
