@@ -354,7 +354,7 @@ def add_repeats(s: Session, study: Study, *, seed: int | None = None) -> int:
             .where(Assignment.rater_id == rater_id, Assignment.study_id == study.id,
                    Pair.kind != PAIR_TRAINING)
             .order_by(Assignment.order_index, Assignment.id)
-        ).tuples())
+        ).all())
         n_study = sum(1 for _, p in rows if p.kind == PAIR_STUDY)
         have = sum(1 for _, p in rows if p.kind == PAIR_REPEAT)
         need = int(share * n_study + 0.5) - have
@@ -582,9 +582,11 @@ def _priorities(s: Session, study: Study, question: adaptive.Question) -> tuple[
     # no rating yet); total errors over every cell.
     done = s.execute(
         select(Assignment.rater_id, Assignment.pair_id, func.coalesce(func.sum(Rating.count), 0))
+        .join(Pair, Pair.id == Assignment.pair_id)
         .outerjoin(Rating, (Rating.rater_id == Assignment.rater_id)
                    & (Rating.pair_id == Assignment.pair_id))
-        .where(Assignment.study_id == study.id, Assignment.completed_at.is_not(None))
+        .where(Assignment.study_id == study.id, Assignment.completed_at.is_not(None),
+               Pair.kind == PAIR_STUDY)
         .group_by(Assignment.rater_id, Assignment.pair_id)
     ).all()
     raters = sorted({r for r, _, _ in done})
