@@ -47,6 +47,13 @@ stop_children() {
   wait 2>/dev/null || true
 }
 
+# Each child in a process group of its own: Ctrl+C in the terminal signals the foreground
+# group, and a child there would get SIGINT from the terminal and SIGTERM from the trap (a
+# worker takes a second signal as "stop now"). So only this script hears the terminal, and
+# each child gets exactly one SIGTERM.
+own_group=()
+if command -v setsid >/dev/null 2>&1; then own_group=(setsid); fi
+
 trap 'stop_children; exit 130' INT
 trap 'stop_children; exit 143' TERM
 
@@ -56,11 +63,11 @@ trap 'stop_children; exit 143' TERM
 
 if [ "${RADCONCORD_WORKER:-1}" != "0" ]; then
   # shellcheck disable=SC2086 # word splitting of the extra options is wanted
-  "$PY" -m backend worker ${RADCONCORD_WORKER_ARGS:-} &
+  "${own_group[@]}" "$PY" -m backend worker ${RADCONCORD_WORKER_ARGS:-} &
   worker_pid=$!
   echo "serve: worker started (pid $worker_pid); RADCONCORD_WORKER=0 runs the app alone"
 fi
-"$PY" -m streamlit run webapp/server.py --server.address "${RADCONCORD_HOST:-127.0.0.1}" "$@" &
+"${own_group[@]}" "$PY" -m streamlit run webapp/server.py --server.address "${RADCONCORD_HOST:-127.0.0.1}" "$@" &
 app_pid=$!
 
 # `wait` returns early when a trapped signal arrives; the trap then stops both.
