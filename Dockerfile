@@ -1,6 +1,8 @@
 # RadConcord app image: Streamlit UI + scoring worker code, CPU torch by default.
 # Build:  docker build -t radconcord .
 # Run:    docker run -p 127.0.0.1:8501:8501 -v radconcord-data:/data radconcord
+#         (one container runs the app and one CPU worker, scripts/serve.sh: `docker stop`
+#         stops both; -e RADCONCORD_WORKER=0 runs the app alone)
 # First admin (the image seeds no demo accounts; the command prints a one-time password that
 # must be replaced at the first login):
 #         docker run --rm -v radconcord-data:/data radconcord \
@@ -17,6 +19,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     RADCONCORD_DATA_DIR=/data \
     RADCONCORD_SEED_DEMO=0 \
+    RADCONCORD_HOST=0.0.0.0 \
+    RADCONCORD_PYTHON=python \
     HF_HUB_OFFLINE=1
 
 # A JRE for METEOR 1.5 (pycocoevalcap's jar).
@@ -39,6 +43,7 @@ COPY webapp ./webapp
 COPY radconcord ./radconcord
 COPY assets ./assets
 COPY .streamlit ./.streamlit
+COPY scripts/serve.sh ./scripts/serve.sh
 RUN pip install -e ".[all]"
 
 RUN useradd --create-home --uid 10001 radconcord && mkdir -p /data && chown radconcord /data
@@ -46,7 +51,8 @@ USER radconcord
 VOLUME ["/data"]
 EXPOSE 8501
 HEALTHCHECK CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health')"
-# The worker runs in the same image: docker run ... radconcord python -m backend worker
-# (docker-compose.yml runs both, with PostgreSQL as an option: docker-compose.postgres.yml).
-# webapp/server.py: the app plus its cookie routes (HttpOnly session cookie) and error boundary.
-CMD ["streamlit", "run", "webapp/server.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]
+# The default command runs the app (webapp/server.py: the app plus its cookie routes and error
+# boundary) and one worker, stopped together; more workers from the same image:
+# docker run ... radconcord python -m backend worker (docker-compose.yml runs the app and the
+# workers as separate services, with PostgreSQL as an option: docker-compose.postgres.yml).
+CMD ["bash", "scripts/serve.sh", "--server.port=8501", "--server.headless=true"]
