@@ -35,6 +35,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 
 from backend.services import assignment, rating
+from backend.services.definitions import DEFINITIONS
 from backend.services.errors import InvalidInput, NotFound, require_admin
 from backend.services.repo import get_study
 from backend.services.study_settings import effective
@@ -54,16 +55,8 @@ from db.session import Database
 
 log = logging.getLogger(__name__)
 
-#: One line per ReXVal category, shown with the expert's counts (names in ``CATEGORIES``).
-CATEGORY_DEFINITIONS: dict[int, str] = {
-    1: "The candidate reports a finding that is not in the reference (e.g. an effusion "
-       "the reference does not mention).",
-    2: "The candidate leaves out a finding the reference reports.",
-    3: "A finding is in both, but the candidate puts it in the wrong place or side.",
-    4: "A finding is in both, but the candidate gets its severity or extent wrong.",
-    5: "The candidate compares with a prior study the reference does not mention.",
-    6: "The reference describes a change from a prior study and the candidate leaves it out.",
-}
+#: One line per ReXVal category, shown with the expert's counts (the rating screen's wording).
+CATEGORY_DEFINITIONS: dict[int, str] = {d.category: d.definition for d in DEFINITIONS}
 
 #: The ReXVal ratings columns a training CSV uses (``pair_number`` instead of study_number).
 CSV_COLUMNS = ("pair_number", "error_category", "clinically_significant", "num_errors")

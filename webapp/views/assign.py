@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import assignment, auth, studies
+from backend.services import assignment, auth, calibration, studies, study_settings
 from webapp import state
 
 actor = state.require_actor()
@@ -84,3 +84,139 @@ if save_order:
     st.success(f"{setting.study_name}: {setting.strategy} order"
                + (f" for {setting.question}" if setting.question else "")
                + f", seed {setting.seed}; {setting.reordered} open pair(s) moved.")
+
+st.subheader("Quality control")
+st.caption(
+    "Training (calibration) items: pairs with reference counts (an expert's or a consensus) "
+    "that every rater of the study does first; after each one the rater sees the expert's "
+    "counts beside theirs. Their answers never enter the study's statistics or its ratings "
+    "export. A pair that already has ratings may be marked: those ratings then leave the "
+    "study's statistics. Pair numbers are those of the dashboard and the exports."
+)
+qc_study = st.selectbox("Study", study_names, key="qc_study")
+# A change is reported after the rerun that shows its effect in the tables below.
+for level, message in st.session_state.pop("qc_flash", []):
+    getattr(st, level)(message)
+items = state.call(calibration.list_training, db, actor, study_name=qc_study)
+if items:
+    st.dataframe(
+        [{"Pair": i.pair_number, "Pair id": i.opaque_id,
+          "Expert total": sum(i.expert_counts.values()), "Counts from": i.expert_source,
+          "Raters": i.raters, "Done": i.done} for i in items],
+        hide_index=True, key="qc_training_table",
+    )
+else:
+    st.markdown("No training items in this study yet.")
+
+
+def _numbers(text: str) -> list[int] | None:
+    """Pair numbers typed as ``1, 3, 5`` (None when blank); a bad entry stops the page."""
+    if not text.strip():
+        return None
+    try:
+        return [int(p) for p in text.replace(" ", "").split(",") if p]
+    except ValueError:
+        st.error(f"Pairs: give pair numbers separated by commas, got {text!r}.")
+        st.stop()
+
+
+def _flash(*messages: tuple[str, str]) -> None:
+    st.session_state["qc_flash"] = list(messages)
+    st.rerun()
+
+
+def _marked(result: calibration.MarkResult) -> None:
+    messages = [("success", f"{result.study_name}: pair(s) "
+                 f"{', '.join(map(str, result.pair_numbers))} marked as training items; "
+                 f"{result.assignments_created} new training assignment(s).")]
+    if result.ratings_left_study:
+        messages.append(("warning", f"{result.ratings_left_study} completed rating(s) of "
+                         "these pairs no longer count in the study's statistics and "
+                         "exports."))
+    _flash(*messages)
+
+
+source_choice = st.radio("Mark training items from",
+                         ["CSV of expert counts", "an expert account", "adjudicated consensus"],
+                         horizontal=True, key="qc_source")
+with st.form("qc_mark"):
+    upload = text = expert_name = None
+    if source_choice == "CSV of expert counts":
+        st.caption("One row per cell, ReXVal ratings columns: "
+                   f"`{','.join(calibration.CSV_COLUMNS)}` (cells not given are 0).")
+        upload = st.file_uploader("CSV file", type=["csv"], key="qc_csv_file")
+        text = st.text_area("...or paste the CSV", key="qc_csv_text", height=100)
+    elif source_choice == "an expert account":
+        users = [u.username for u in state.call(auth.list_users, db, actor) if u.active]
+        expert_name = st.selectbox("Expert account (their completed counts)", users,
+                                   key="qc_expert")
+    pairs_text = st.text_input("Pairs (blank: every pair the source has)", key="qc_pairs")
+    mark = st.form_submit_button("Mark as training items")
+
+if mark:
+    numbers = _numbers(pairs_text)
+    if source_choice == "CSV of expert counts":
+        if upload is not None:
+            csv_text, label = upload.getvalue().decode("utf-8-sig", "replace"), upload.name
+        elif text and text.strip():
+            csv_text, label = text, "pasted"
+        else:
+            st.error("CSV: upload a file or paste its text.")
+            st.stop()
+        _marked(state.call(calibration.mark_from_csv, db, actor, study_name=qc_study,
+                           text=csv_text, pair_numbers=numbers,
+                           source=f"expert CSV {label}"))
+    elif source_choice == "an expert account":
+        _marked(state.call(calibration.mark_from_rater, db, actor, study_name=qc_study,
+                           username=str(expert_name), pair_numbers=numbers))
+    else:
+        _marked(state.call(calibration.mark_from_adjudication, db, actor, study_name=qc_study,
+                           pair_numbers=numbers))
+
+if items:
+    with st.form("qc_unmark"):
+        chosen_items = st.multiselect(
+            "Training items to make study pairs again (only items no rater has done)",
+            [i.pair_number for i in items], key="qc_unmark_pairs")
+        unmark = st.form_submit_button("Unmark")
+    if unmark and chosen_items:
+        result = state.call(calibration.unmark_training, db, actor, study_name=qc_study,
+                            pair_numbers=chosen_items)
+        _flash(("success", f"{result.study_name}: pair(s) "
+                f"{', '.join(map(str, result.pair_numbers))} are study pairs again "
+                f"({result.assignments_removed} open training assignment(s) removed); "
+                "assign again to give them raters."))
+
+values = state.call(study_settings.study_settings, db, actor, qc_study).values
+with st.form("qc_rules"):
+    c1, c2, c3 = st.columns(3)
+    q_items = c1.number_input(
+        "Qualification: training items to pass (0: no gate)", min_value=0,
+        value=int(values["qualification_items"]), step=1, key="qc_items")
+    q_error = c2.number_input(
+        "Largest difference of total counts that passes", min_value=0,
+        value=int(values["qualification_max_error"]), step=1, key="qc_max_error")
+    share = c3.number_input(
+        "Repeat share (hidden repeats per rater, 0-0.5)", min_value=0.0, max_value=0.5,
+        value=float(values["repeat_share"]), step=0.05, key="qc_repeat_share",
+        help="Applied when raters are assigned (Assign above); re-assigning adds the "
+             "missing repeats.")
+    save_rules = st.form_submit_button("Save quality-control settings")
+if save_rules:
+    state.call(study_settings.update_study_settings, db, actor, study_name=qc_study,
+               qualification_items=int(q_items), qualification_max_error=int(q_error),
+               repeat_share=float(share))
+    _flash(("success", f"{qc_study}: qualification {int(q_items)} item(s) within "
+            f"{int(q_error)}, repeat share {float(share):g}."))
+
+status = state.call(calibration.qualification_status, db, actor, study_name=qc_study)
+if status:
+    st.markdown("**Qualification per rater**")
+    st.dataframe(
+        [{"Rater": r.rater, "Training items": r.training, "Done": r.done, "Passed": r.passed,
+          "Needed": r.required,
+          "Status": "qualified" if r.qualified else ("not qualified" if r.failed
+                                                     else "in training")}
+         for r in status],
+        hide_index=True, key="qc_status_table",
+    )

@@ -25,6 +25,10 @@ for study in my_studies:
                 st.caption(study.description)
             st.progress(study.completed / study.total if study.total else 0.0,
                         text=f"{study.completed} of {study.total} done")
+            if study.qualification:
+                # The qualification gate holds the rater at the training items (or they
+                # did not qualify): say so here, not only on the rating screen.
+                (st.info if study.resume_opaque_id else st.warning)(study.qualification)
         with top[1]:
             label = "Resume" if study.resume_opaque_id else "Review"
             if st.button(label, key=f"open-{study.name}", type="primary", width="stretch"):
