@@ -1,0 +1,122 @@
+"""AppTest: the Compare screen of a pairwise study (both candidates beside the reference,
+preference and 1-5 ratings stored on click, Mark done needs all three, stale refusal, the
+end screen). Its keyboard in a browser: tests/e2e/test_pairwise_browser.py."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+
+from backend.services import auth, imports, pairwise, study_settings
+from backend.services.types import Actor, CandidateInput, CaseInput
+
+PW_STUDY = "Pairwise page study"
+SECRETS = ("sys-secret-left", "sys-secret-right")
+CASES = [
+    ("pw-a", "Heart size is normal. No pleural effusion.",
+     "Mild cardiomegaly. No effusion.", "Heart normal. Small right effusion."),
+    ("pw-b", "Small left pleural effusion.", "Left effusion, small.", "No effusion."),
+]
+
+
+@pytest.fixture
+def pw(study_env):
+    """A pairwise study of two comparisons given to a rater who has nothing else."""
+    db, admin = study_env.db, study_env.admin
+    imports.import_cases(db, admin, study_name=PW_STUDY, cases=[
+        CaseInput(case_id=cid, reference=ref,
+                  candidates=[CandidateInput(text=a, source=SECRETS[0]),
+                              CandidateInput(text=b, source=SECRETS[1])])
+        for cid, ref, a, b in CASES])
+    study_settings.update_study_settings(db, admin, study_name=PW_STUDY,
+                                         annotation_mode="pairwise")
+    pairwise.make_comparisons(db, admin, PW_STUDY, seed=0)
+    info = auth.create_user(db, Actor.system(), username="pia", password="pia-password-1",
+                            role="rater")
+    pia = Actor(user_id=info.user_id, username="pia", role="rater")
+    pairwise.assign_judgements(db, admin, PW_STUDY, ["pia"], 1, 0)
+    return study_env, pia
+
+
+def _button(at, key):
+    return next(b for b in at.button if b.key == key)
+
+
+def test_compare_page_shows_reference_and_both_candidates_blinded(pw, make_app, all_text):
+    env, pia = pw
+    first = pairwise.rater_comparisons(env.db, pia, PW_STUDY)[0].opaque_id
+    at = make_app(pia)
+    assert not at.exception
+    assert at.query_params["comparison"] == first
+    view = pairwise.get_comparison(env.db, pia, first)
+    text = all_text(at)
+    for label in ("Reference report", "Candidate A", "Candidate B"):
+        assert label in text
+    for body in (view.reference_text, view.candidate_a_text, view.candidate_b_text):
+        assert html.escape(body) in text
+    assert f"Comparison 1 of {view.total}" in text
+    assert not any(secret in text for secret in SECRETS)
+    assert {b.key for b in at.button} >= {"pref_A", "pref_tie", "pref_B", "rate_a_1",
+                                          "rate_b_5", "done", "prev", "next"}
+
+
+def test_clicks_store_each_field_and_mark_done_needs_all(pw, make_app, all_text):
+    env, pia = pw
+    first, second = (c.opaque_id for c in pairwise.rater_comparisons(env.db, pia, PW_STUDY))
+    at = make_app(pia)
+    _button(at, "pref_B").click().run()
+    assert pairwise.get_comparison(env.db, pia, first).preference == "B"
+    assert _button(at, "pref_B").proto.type == "primary"
+    # Mark done with a rating missing: refused, named, nothing done.
+    _button(at, "done").click().run()
+    assert not at.exception
+    assert "give the rating of A and the rating of B" in all_text(at)
+    assert pairwise.get_comparison(env.db, pia, first).completed_at is None
+    _button(at, "rate_a_4").click().run()
+    _button(at, "rate_b_2").click().run()
+    view = pairwise.get_comparison(env.db, pia, first)
+    assert (view.preference, view.rating_a, view.rating_b) == ("B", 4, 2)
+    _button(at, "done").click().run()
+    assert pairwise.get_comparison(env.db, pia, first).completed_at is not None
+    assert at.query_params["comparison"] == second
+    assert "Comparison 1 of 2 marked done." in all_text(at)
+
+
+def test_a_change_from_another_window_is_not_overwritten(pw, make_app, all_text):
+    env, pia = pw
+    first = pairwise.rater_comparisons(env.db, pia, PW_STUDY)[0].opaque_id
+    at = make_app(pia)
+    # Another window stores A after this page drew the comparison (version 0).
+    pairwise.save_judgement(env.db, pia, first, preference="A", expected_version=0)
+    _button(at, "pref_tie").click().run()
+    assert not at.exception
+    assert "changed in another window" in all_text(at)
+    view = pairwise.get_comparison(env.db, pia, first)
+    assert (view.preference, view.version) == ("A", 1)
+    assert _button(at, "pref_A").proto.type == "primary"  # the stored answer is shown
+    # Mark done is refused the same way after another change elsewhere.
+    pairwise.save_judgement(env.db, pia, first, rating_a=2, rating_b=3)
+    _button(at, "done").click().run()
+    assert "Not marked done" in all_text(at)
+    assert pairwise.get_comparison(env.db, pia, first).completed_at is None
+    # Now the screen shows the stored answer: a click goes through.
+    _button(at, "pref_tie").click().run()
+    assert pairwise.get_comparison(env.db, pia, first).preference == "tie"
+
+
+def test_last_comparison_done_shows_the_end_screen(pw, make_app, all_text):
+    env, pia = pw
+    items = pairwise.rater_comparisons(env.db, pia, PW_STUDY)
+    for item in items[:-1]:
+        pairwise.save_judgement(env.db, pia, item.opaque_id, preference="A", rating_a=5,
+                                rating_b=1)
+        pairwise.complete(env.db, pia, item.opaque_id)
+    at = make_app(pia)
+    assert at.query_params["comparison"] == items[-1].opaque_id
+    _button(at, "pref_tie").click().run()
+    _button(at, "rate_a_3").click().run()
+    _button(at, "rate_b_3").click().run()
+    _button(at, "done").click().run()
+    assert not at.exception
+    assert "Study complete" in all_text(at)
