@@ -309,6 +309,13 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.2f}"
 
 
+def _pair_list(pairs: Sequence[int], limit: int = 8) -> str:
+    """``3, 1, 2`` or, for a long run, the first pairs, an ellipsis and the last one."""
+    if len(pairs) <= limit:
+        return ", ".join(str(p) for p in pairs)
+    return ", ".join(str(p) for p in pairs[:limit - 1]) + f", ..., {pairs[-1]}"
+
+
 _MEASURES = (
     # (field, name in words, unit, direction words when high, when low)
     ("median_seconds", "median time per pair", "s", "far above", "far below"),
@@ -392,10 +399,9 @@ def monitor(raters: Sequence[RaterInput], *, straight_run: int = STRAIGHT_RUN,
                            f" robust z {z:+.1f})"))
         flags: list[str] = []
         if p["straight_lining"]:
-            pairs = p["zero_run_pairs"]
             flags.append(f"straight-lining: {p['zero_run']} consecutive all-zero pairs "
-                         f"(pairs {pairs[0]}..{pairs[-1]} in completion order; flagged "
-                         f"from {straight_run})")
+                         f"(in completion order: pairs {_pair_list(p['zero_run_pairs'])}; "
+                         f"flagged from {straight_run})")
         flags.extend(o.reason for o in outliers)
         fast = p["fast_pairs"]
         if fast:

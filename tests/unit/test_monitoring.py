@@ -105,8 +105,8 @@ def test_monitor_flags_a_fast_straight_liner():
     assert time_flag.z == pytest.approx((2.5 - 58) / (1.4826 * 3))
     assert "median time per pair 2.5 s is far below the other raters' (median 59 s" in \
         time_flag.reason
-    assert eve.flags[0].startswith("straight-lining: 9 consecutive all-zero pairs "
-                                   "(pairs 3..11 in completion order")
+    assert eve.flags[0] == ("straight-lining: 9 consecutive all-zero pairs (in completion "
+                            "order: pairs 3, 4, 5, 6, 7, 8, 9, ..., 11; flagged from 8)")
     assert any("12 pairs done in under 3 s" in f for f in eve.flags)
     assert result["ann"].flags == ()
     # drift of ann: thirds of 12 are 4 pairs: (1+3+0+2)/4 = 1.5 and (3+1+2+5)/4 = 2.75
@@ -121,6 +121,7 @@ def test_monitor_orders_by_completion_and_handles_empty_raters():
     r = mon.monitor([RaterInput("x", done, 4, 120), RaterInput("y", [], 3, 0.0)],
                     straight_run=3)
     assert r[0].zero_run_pairs == (5, 1, 3) and r[0].straight_lining
+    assert "(in completion order: pairs 5, 1, 3; flagged from 3)" in r[0].flags[0]
     assert r[0].drift_first == 0 and r[0].drift_last == 4
     y = r[1]
     assert y.done == 0 and math.isnan(y.done_per_hour) and math.isnan(y.median_seconds)

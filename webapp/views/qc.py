@@ -1,9 +1,164 @@
-"""Placeholder until the page of issue 14 lands (being built in this change)."""
+"""Admin: Quality control of one study: rater monitoring, intra-rater agreement, the raters'
+flags and the training / qualification standing.
 
+Every number comes from a service (``backend.services.qc``, ``flags``, ``calibration``); the
+page only draws it. Pairs are numbered 1..N as on the progress page; a missing value is a
+blank cell (``webapp/components/tables.py``). Times are the time on task of
+``backend.services.activity`` (the rater's own input and focus events, idle gaps cut).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
 import streamlit as st
 
+from backend.analysis.intra_rater import SCOPES
+from backend.analysis.monitoring import FAST_SECONDS, OUTLIER_Z, SLOW_IQR, STRAIGHT_RUN
+from backend.services import calibration, flags, qc, studies
 from webapp import state
+from webapp.components import qc_plots, tables
+from webapp.components.csv_download import csv_download
 
-state.require_actor()
-st.title("Qc")
-st.info("This page is being built.")
+# A light red that keeps black text readable, for the rows of flagged raters.
+FLAGGED_ROW = "background-color: #f8d7da"
+
+actor = state.require_actor()
+state.require_admin_page(actor)
+db = state.get_db()
+
+
+def _pairs(numbers: tuple[int, ...], limit: int = 12) -> str:
+    shown = " ".join(str(n) for n in numbers[:limit])
+    return shown + (f" (+{len(numbers) - limit})" if len(numbers) > limit else "")
+
+
+def _highlight(frame: pd.DataFrame, flagged: list[bool]) -> object:
+    return frame.style.apply(
+        lambda row: [FLAGGED_ROW if flagged[row.name] else ""] * len(row), axis=1)
+
+
+st.title("Quality control")
+study_names = [s.name for s in state.call(studies.list_studies, db, actor)]
+if not study_names:
+    st.info("No studies yet: import cases first.")
+    st.stop()
+top = st.columns([3, 1.4, 1.4])
+study = top[0].selectbox("Study", study_names, key="qc_study")
+straight_run = int(top[1].number_input(
+    "Flag all-zero runs of", min_value=2, max_value=500, value=STRAIGHT_RUN, step=1,
+    key="qc_straight_run", help="consecutive done pairs with no error at all"))
+outlier_z = float(top[2].number_input(
+    "Flag |robust z| above", min_value=0.5, max_value=20.0, value=OUTLIER_Z, step=0.5,
+    key="qc_outlier_z", help="how far from the other raters a rater's value must be"))
+
+# -- Rater monitoring -----------------------------------------------------------------
+st.header("Rater monitoring")
+monitoring = state.call(qc.monitoring, db, actor, study, straight_run=straight_run,
+                        outlier_z=outlier_z)
+if not monitoring.raters:
+    st.info("No rater has pairs of this study assigned yet (Assign raters page).")
+else:
+    st.caption(
+        "Study pairs only (training items and hidden repeats are left out). Time per pair is "
+        f"the time on task of each done pair; slow pairs take more than Q3 + {SLOW_IQR:g} IQR, "
+        f"fast ones less than {FAST_SECONDS:g} s. Drift compares the mean total count of the "
+        "first and last third of the rater's done pairs in completion order. Agreement is "
+        "Spearman's rho of the rater's totals with the other raters' mean on shared pairs. "
+        f"Raters are flagged for {monitoring.straight_run} or more consecutive all-zero pairs, "
+        f"or a robust z beyond {monitoring.outlier_z:g} against the other raters.")
+    frame = pd.DataFrame([{
+        "Rater": r.rater,
+        "Done": f"{r.done} / {r.assigned}",
+        "Median time/pair": tables.minutes_seconds(
+            r.median_seconds if r.timed_pairs else None),
+        "IQR": tables.minutes_seconds(r.iqr_seconds if r.timed_pairs else None),
+        "Slow pairs": _pairs(r.slow_pairs),
+        "Fast pairs": _pairs(r.fast_pairs),
+        "Done/hour": tables.num(r.done_per_hour, 1),
+        "Drift (first -> last third)": "" if not r.drift_n else
+        f"{r.drift_first:.2f} -> {r.drift_last:.2f} ({r.drift:+.2f})",
+        "Longest all-zero run": str(r.zero_run),
+        "Agreement (Spearman)": tables.num(r.spearman, 2),
+        "Mean |diff|": tables.num(r.abs_diff, 2),
+        "Flags": str(len(r.flags)) if r.flags else "",
+    } for r in monitoring.raters])
+    st.dataframe(_highlight(frame, [bool(r.flags) for r in monitoring.raters]),
+                 hide_index=True, width="stretch")
+    for r in monitoring.raters:
+        if r.flags:
+            st.warning(f"**{r.rater}**: " + "; ".join(r.flags), icon=":material/flag:")
+    if not monitoring.flagged:
+        st.success("No rater is flagged.", icon=":material/check_circle:")
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(qc_plots.time_per_pair(monitoring.raters), key="qc_time_plot")
+    with right:
+        st.plotly_chart(qc_plots.pace_and_drift(monitoring.raters), key="qc_pace_plot")
+    csv_download(state.call(qc.monitoring_rows, db, actor, study, straight_run=straight_run,
+                            outlier_z=outlier_z),
+                 file_name=f"{study}-monitoring.csv", key="qc_monitoring_csv")
+
+# -- Intra-rater agreement --------------------------------------------------------------
+st.header("Intra-rater agreement")
+intra = state.call(qc.intra_rater, db, actor, study)
+if not intra.repeat_pairs:
+    st.info("No repeats in this study: set repeat_share on the Assign page (a share of each "
+            "rater's pairs shown again later, unrecognisably) before assigning raters.")
+else:
+    st.caption(
+        "Each rater's counts on a pair and on its hidden repeat (both done). Exact: share of "
+        "repeats with identical counts; ICC(2,1): two-way random, absolute agreement; kappa: "
+        "Cohen's kappa with quadratic weights on the count difference. A blank value is "
+        "undefined; the note says why.")
+    entries = intra.raters + ((intra.pooled,) if intra.pooled is not None else ())
+    scope = st.selectbox("Scope", SCOPES, key="qc_scope",
+                         format_func=lambda s: {"total": "total (all categories)"}.get(s, s))
+    st.dataframe(pd.DataFrame([{
+        "Rater": e.rater,
+        "Repeats (done / assigned)": f"{e.counted} / {e.assigned}",
+        "Exact agreement": tables.num(e.agreement.scope(scope).exact, 2),
+        "All 12 cells identical": tables.num(e.agreement.exact_all_cells, 2),
+        "ICC(2,1)": tables.num(e.agreement.scope(scope).icc2_1, 3),
+        "Kappa (quadratic)": tables.num(e.agreement.scope(scope).kappa, 3),
+        "Mean |diff|": tables.num(e.agreement.scope(scope).mean_abs_diff, 2),
+        "Note": e.agreement.scope(scope).icc_note or e.agreement.scope(scope).kappa_note,
+    } for e in entries]), hide_index=True, width="stretch")
+    csv_download(state.call(qc.intra_rater_rows, db, actor, study),
+                 file_name=f"{study}-intra-rater.csv", key="qc_intra_csv")
+
+# -- Flagged pairs ------------------------------------------------------------------------
+st.header("Flagged pairs")
+flagged = state.call(flags.study_flags, db, actor, study)
+if not flagged:
+    st.info("No rater has flagged a pair as unsure.")
+else:
+    st.dataframe(pd.DataFrame([{
+        "Pair": str(f.pair_number),
+        "Kind": f.kind,
+        "Rater": f.rater,
+        "Note": f.note,
+        "Flagged at": tables.when(f.flagged_at),
+        "Done": "yes" if f.completed else "",
+    } for f in flagged]), hide_index=True, width="stretch")
+
+# -- Training / qualification -------------------------------------------------------------
+st.header("Training / qualification")
+standing = state.call(calibration.qualification_status, db, actor, study_name=study)
+if not any(q.training for q in standing):
+    st.info("No training items in this study.")
+else:
+    def _status(q: calibration.RaterQualification) -> str:
+        if not q.required:
+            return "no gate"
+        if q.qualified:
+            return "qualified"
+        return "cannot qualify" if q.failed else "in progress"
+
+    st.dataframe(pd.DataFrame([{
+        "Rater": q.rater,
+        "Training items": str(q.training),
+        "Done": str(q.done),
+        "Passed": str(q.passed),
+        "Needed": str(q.required) if q.required else "",
+        "Status": _status(q),
+    } for q in standing]), hide_index=True, width="stretch")

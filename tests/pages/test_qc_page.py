@@ -1,0 +1,152 @@
+"""AppTest: the Quality control page (admin) on the seeded page-test study.
+
+Both raters complete the three study pairs through the rating service; rita answers all zeros
+and has two hidden repeats (``Pair`` rows of kind ``repeat``) and a training item; she flags a
+pair with a note. The page's tables must show what ``backend.services.qc``, ``flags`` and
+``calibration`` compute, with blank cells (never "None") and 1-based pair numbers; raters get
+only the access error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+
+from backend.services import calibration, flags, qc, rating
+from db.models import PAIR_REPEAT, PAIR_TRAINING, Assignment, Pair, Rating, Study
+
+SCRIPT = Path(__file__).resolve().parents[2] / "webapp" / "views" / "qc.py"
+T0 = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def qc_env(study_env):
+    env = study_env
+    for rater, counts in ((env.rater, (0, 0, 0)), (env.other_rater, (1, 2, 0))):
+        for item, n in zip(rating.rater_queue(env.db, rater, study_name=env.study), counts,
+                           strict=True):
+            if n:
+                rating.set_count(env.db, rater, opaque_id=item.opaque_id, category=1,
+                                 significant=True, count=n)
+            rating.complete_pair(env.db, rater, opaque_id=item.opaque_id, confirm_zero=True)
+    with env.db.begin() as s:
+        study = s.scalar(select(Study).where(Study.name == env.study))
+        pairs = list(s.scalars(select(Pair).where(Pair.study_id == study.id)
+                               .order_by(Pair.position)))
+        # Times on task: 30, 40, 50 s for rita; 60 s for each of ravi's pairs.
+        for i, p in enumerate(pairs):
+            s.execute(update(Assignment).where(Assignment.pair_id == p.id,
+                                               Assignment.rater_id == env.rater.user_id)
+                      .values(active_seconds=30.0 + 10 * i))
+            s.execute(update(Assignment).where(Assignment.pair_id == p.id,
+                                               Assignment.rater_id == env.other_rater.user_id)
+                      .values(active_seconds=60.0))
+        # Hidden repeats of pairs 1 and 2 for rita: she gives pair 2's repeat one error.
+        for n, src in enumerate(pairs[:2]):
+            rep = Pair(study_id=study.id, case_id=src.case_id, reference_id=src.reference_id,
+                       candidate_id=src.candidate_id, source=src.source,
+                       opaque_id=f"qcrepeat{n}", position=10 + n, input_hash=src.input_hash,
+                       kind=PAIR_REPEAT, repeat_of_id=src.id)
+            s.add(rep)
+            s.flush()
+            s.add(Assignment(study_id=study.id, rater_id=env.rater.user_id, pair_id=rep.id,
+                             order_index=50 + n, completed_at=T0, active_seconds=5.0))
+            if n == 1:
+                s.add(Rating(rater_id=env.rater.user_id, pair_id=rep.id, category=3,
+                             significant=False, count=1))
+        src = pairs[0]
+        train = Pair(study_id=study.id, case_id=src.case_id, reference_id=src.reference_id,
+                     candidate_id=src.candidate_id, source=src.source, opaque_id="qctraining",
+                     position=20, input_hash=src.input_hash, kind=PAIR_TRAINING,
+                     expert={"counts": {"1:1": 1}, "source": "expert panel"})
+        s.add(train)
+        s.flush()
+        s.add(Assignment(study_id=study.id, rater_id=env.rater.user_id, pair_id=train.id,
+                         order_index=-1, completed_at=T0))
+        flagged_oid = pairs[1].opaque_id
+    flags.flag_pair(env.db, env.rater, opaque_id=flagged_oid, note="Image looks rotated?")
+    return env
+
+
+def _frame(at, index):
+    frame = at.dataframe[index].value
+    # A missing value is a blank text cell, never None/NaN drawn as "None".
+    assert not frame.isna().any().any(), frame
+    return frame
+
+
+def test_qc_page_shows_monitoring_repeats_flags_and_training(qc_env, make_app, all_text):
+    env = qc_env
+    at = make_app(env.admin, script=SCRIPT)
+    assert not at.exception, at.exception
+    text = all_text(at)
+    assert "Quality control" in text
+    monitoring = _frame(at, 0)
+    assert list(monitoring["Rater"]) == ["ravi", "rita"]
+    rita = monitoring[monitoring["Rater"] == "rita"].iloc[0]
+    assert rita["Done"] == "3 / 3" and rita["Median time/pair"] == "0:40"
+    assert rita["Longest all-zero run"] == "3"
+    # Two raters only: the Spearman of each against the other is defined (ravi varies,
+    # rita is constant -> undefined for both, a blank cell).
+    assert rita["Agreement (Spearman)"] == ""
+    assert rita["Done/hour"] == f"{3 * 3600 / 120:.1f}"
+    assert "No rater is flagged." in text
+    # Intra-rater: rita's two repeats, totals (0, 0) vs (0, 1).
+    intra = _frame(at, 1)
+    row = intra[intra["Rater"] == "rita"].iloc[0]
+    assert row["Repeats (done / assigned)"] == "2 / 2"
+    assert row["Exact agreement"] == "0.50"
+    expected = qc.intra_rater(env.db, env.admin, env.study).raters[0].agreement
+    assert row["Kappa (quadratic)"] == f"{expected.scope('total').kappa:.3f}"
+    assert row["ICC(2,1)"] == f"{expected.scope('total').icc2_1:.3f}"
+    flagged = _frame(at, 2)
+    assert flagged.iloc[0].to_dict() | {"Flagged at": ""} == {
+        "Pair": "2", "Kind": "study", "Rater": "rita", "Note": "Image looks rotated?",
+        "Flagged at": "", "Done": "yes"}
+    training = _frame(at, 3)
+    standing = {q.rater: q for q in calibration.qualification_status(
+        env.db, env.admin, study_name=env.study)}
+    assert training[training["Rater"] == "rita"].iloc[0].to_dict() == {
+        "Rater": "rita", "Training items": "1", "Done": "1",
+        "Passed": str(standing["rita"].passed), "Needed": "", "Status": "no gate"}
+
+
+def test_lowering_the_run_threshold_flags_the_straight_liner(qc_env, make_app, all_text):
+    at = make_app(qc_env.admin, script=SCRIPT)
+    at.number_input(key="qc_straight_run").set_value(3).run()
+    assert not at.exception
+    text = all_text(at)
+    with qc_env.db.read() as s:
+        order = ", ".join(str(pos + 1) for pos in s.scalars(
+            select(Pair.position).join(Assignment, Assignment.pair_id == Pair.id)
+            .where(Assignment.rater_id == qc_env.rater.user_id, Pair.kind == "study")
+            .order_by(Assignment.completed_at, Pair.position)))
+    assert (f"**rita**: straight-lining: 3 consecutive all-zero pairs (in completion order: "
+            f"pairs {order}; flagged from 3)") in text
+    assert "No rater is flagged." not in text
+    assert _frame(at, 0)[lambda f: f["Rater"] == "rita"].iloc[0]["Flags"] == "1"
+    # Another scope of the intra-rater table: category 3 holds the one disagreement.
+    at.selectbox(key="qc_scope").set_value("category 3").run()
+    row = _frame(at, 1)[lambda f: f["Rater"] == "rita"].iloc[0]
+    assert row["Exact agreement"] == "0.50"
+
+
+def test_study_without_work_says_what_to_do(study_env, make_app, all_text):
+    at = make_app(study_env.admin, script=SCRIPT)
+    assert not at.exception
+    text = all_text(at)
+    assert "set repeat_share on the Assign page" in text
+    assert "No rater has flagged a pair as unsure." in text
+    assert "No training items in this study." in text
+    frame = _frame(at, 0)
+    assert list(frame["Done"]) == ["0 / 3", "0 / 3"]
+    assert list(frame["Median time/pair"]) == ["", ""]
+
+
+def test_a_rater_gets_only_the_access_error(study_env, make_app, all_text):
+    at = make_app(study_env.rater, script=SCRIPT)
+    assert not at.dataframe
+    assert "admin" in all_text(at).lower()
