@@ -1,4 +1,5 @@
-"""Admin: export a study (ReXVal CSV files or JSONL with images) with its manifest."""
+"""Admin: export a study (ReXVal CSV files or JSONL with images) with its manifest, or a
+pairwise study as RadPref files (``preference_data.json`` and ``user_N.json``, as a zip)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import streamlit as st
 
 from backend import config
-from backend.services import exports, studies
+from backend.services import exports, radpref, studies
 from webapp import state
 
 actor = state.require_actor()
@@ -19,6 +20,7 @@ state.require_admin_page(actor)
 db = state.get_db()
 
 LAST_EXPORT_KEY = "last_export"
+RADPREF_EXPORT_KEY = "last_radpref_export"
 
 
 def _zip_folder(folder: Path) -> bytes:
@@ -75,3 +77,28 @@ if summary is not None:
             file_name=f"{summary.out_dir.name}.zip", mime="application/zip",
             icon=":material/download:", on_click="ignore", key="export_download",
         )
+
+st.subheader("RadPref files")
+st.caption("A pairwise study (e.g. one imported from RadPref) as CRIMSON's RadPref layout: "
+           "`preference_data.json` and `radiologist_annotations/user_N.json`. An imported "
+           "study gives back the imported files unchanged; judgements made in the app are "
+           "added, one file per rater.")
+with st.form("export_radpref"):
+    radpref_study = st.selectbox("Study", study_names, key="radpref_export_study")
+    radpref_submitted = st.form_submit_button("Export as RadPref")
+if radpref_submitted:
+    st.session_state[RADPREF_EXPORT_KEY] = state.call(radpref.export_radpref, db, actor,
+                                                      study_name=radpref_study)
+radpref_export = st.session_state.get(RADPREF_EXPORT_KEY)
+if radpref_export is not None:
+    st.success(f"**{radpref_export.study_name}** as RadPref: {radpref_export.n_cases} cases, "
+               f"{radpref_export.n_annotators} annotators, {radpref_export.n_judgements} "
+               "judgements.")
+    for warning in radpref_export.warnings:
+        st.warning(warning)
+    radpref_slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", radpref_export.study_name).strip("-")
+    st.download_button(
+        "Download RadPref .zip", data=radpref_export.zip_bytes(),
+        file_name=f"{radpref_slug or 'study'}-radpref.zip", mime="application/zip",
+        icon=":material/download:", on_click="ignore", key="radpref_download",
+    )

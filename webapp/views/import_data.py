@@ -1,4 +1,4 @@
-"""Admin: create a study from a cases file (with images) or from ReXVal's two CSV files.
+"""Admin: create a study from a cases file (with images), ReXVal's two CSV files or RadPref.
 
 Uploaded files are saved under the data folder (``job_inputs.new_upload_dir``) and parsed
 here first, so a bad file is refused at once, named as it was uploaded (never by the server's
@@ -11,6 +11,10 @@ progress bar (it needs no model and takes seconds); an import with more than
 images is queued as an ``import`` job instead: the worker de-identifies and writes it
 (staged: the study appears only when complete) while the page shows the job panel
 (progress, Cancel); the job id stays in the URL (``?import_job=``).
+
+**RadPref** (CRIMSON's reader-preference files: ``preference_data.json`` and the annotators'
+``user_N.json``) becomes a pairwise + 1-5 study (``backend.services.radpref``); the uploads
+are parsed in memory (100 cases x 3 annotators is small) and the import is one transaction.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from typing import Any
 
 import streamlit as st
 
+from backend.datasets import radpref as radpref_files
 from backend.datasets import rexval
 from backend.datasets.pairs import read_cases
-from backend.services import imports, job_inputs
+from backend.services import imports, job_inputs, radpref
 from backend.services.errors import InvalidInput
 from webapp import state
 from webapp.components import job_ref
@@ -117,7 +122,7 @@ def _run(folder: Path, names: dict[Path, str], large: bool,
 
 
 st.title("Import")
-cases_tab, rexval_tab = st.tabs(["Cases file", "ReXVal files"])
+cases_tab, rexval_tab, radpref_tab = st.tabs(["Cases file", "ReXVal files", "RadPref files"])
 
 with cases_tab:
     st.caption(
@@ -230,6 +235,65 @@ with rexval_tab:
                     db, actor, fmt="rexval", study_name=rexval_name.strip(), upload_dir=folder,
                     gt_file=gt_path, ratings_file=ratings_path, file_names=names),
             )
+
+
+
+def _show_radpref(summary: radpref.RadPrefImportSummary) -> None:
+    with st.container(key="radpref_result", border=True):
+        if summary.dry_run:
+            st.markdown(f"**Dry run** for study **{summary.study_name}**: nothing was written.")
+        else:
+            st.success(f"Created study **{summary.study_name}** (pairwise, 1-5 ratings). "
+                       "Next: the **Dashboard** or **Export**.")
+        c1, c2, c3, c4 = st.columns(4)
+        c1.metric("Cases", summary.n_cases)
+        c2.metric("Raters", len(summary.raters))
+        c3.metric("Judgements", summary.n_judgements)
+        c4.metric("Error records", summary.n_error_records)
+        st.dataframe([{"Rater account": u, "New": u in summary.new_raters}
+                      for u in summary.raters], hide_index=True, key="radpref_raters")
+        if summary.new_raters:
+            st.caption("New accounts have no usable password: nobody logs in as an "
+                       "annotator unless you set one on the Accounts page.")
+        for warning in summary.warnings:
+            st.warning(warning)
+
+
+with radpref_tab:
+    st.caption(
+        "RadPref (CRIMSON project, MIT licence): `preference_data.json` and the annotator "
+        "files `user_1.json`, `user_2.json`, ... (from `radiologist_annotations/`). Creates a "
+        "pairwise study (two candidates per case, 1-5 rating each), one rater account per "
+        "annotator, their errors as per-error records and the derived ReXVal counts. "
+        "**Dry run** first to check the files.")
+    with st.form("import_radpref"):
+        radpref_name = st.text_input("New study name", value="RadPref", key="radpref_study")
+        pref_file = st.file_uploader("preference_data.json", type=["json"],
+                                     key="radpref_preferences")
+        user_files = st.file_uploader("Annotator files (user_N.json)", type=["json"],
+                                      accept_multiple_files=True, key="radpref_users")
+        left, right = st.columns(2)
+        radpref_submitted = left.form_submit_button("Import RadPref", type="primary")
+        radpref_dry = right.form_submit_button("Dry run (write nothing)",
+                                               icon=":material/preview:")
+    if radpref_submitted or radpref_dry:
+        if not radpref_name.strip():
+            st.error("Study name: give the new study a name.")
+        elif pref_file is None:
+            st.error("preference_data.json: choose the preferences file.")
+        elif not user_files:
+            st.error("Annotator files: choose at least one user_N.json file.")
+        else:
+            try:
+                # Parsed from the uploaded bytes, so every error names the file as uploaded.
+                data = radpref_files.parse(
+                    (pref_file.name, pref_file.getvalue()),
+                    [(u.name, u.getvalue()) for u in user_files])
+            except InvalidInput as exc:
+                state.stop_with_error(exc)
+            _show_radpref(state.call(radpref.import_radpref, db, actor, data=data,
+                                     study_name=radpref_name.strip(),
+                                     dry_run=bool(radpref_dry)))
 
 job_id = job_ref.current(JOB_KEY)
 if job_id is not None:
