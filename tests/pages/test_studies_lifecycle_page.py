@@ -1,5 +1,6 @@
 """AppTest: the Studies page archives, unarchives and deletes a study (the name typed to
-confirm; ratings exported first, and the page says where) and records the highlight setting."""
+confirm; ratings exported first, and the page says where) and records every study setting
+(drawn by type, a refused change named with its reason)."""
 
 from __future__ import annotations
 
@@ -59,16 +60,76 @@ def test_delete_needs_the_typed_name_and_exports_the_ratings_first(study_env, ma
         assert list(s.scalars(select(Study.name))) == []
 
 
+def _setting(env, key: str) -> str:
+    return f"setting_{env.study}_{key}"
+
+
 def test_the_highlight_toggle_is_recorded_with_the_study(study_env, make_app, all_text):
     at = _studies_page(study_env, make_app)
     assert "May bias raters; recorded with the study." in all_text(at)
-    toggle = at.toggle(key=f"highlight_{study_env.study}")
+    toggle = at.toggle(key=_setting(study_env, "highlight_differences"))
     assert toggle.value is False
     toggle.set_value(True).run()
     assert not at.exception and not at.error
     now = study_settings.study_settings(study_env.db, study_env.admin, study_env.study)
     assert now.highlight_differences and len(now.history) == 1
-    assert "Last changed" in all_text(at)
+    assert (f"Last changed {now.history[0]['at'][:19].replace('T', ' ')} UTC by "
+            f"{study_env.admin.username} (from False to True).") in all_text(at)
+
+
+def test_every_setting_is_drawn_by_its_type_with_its_caveat(study_env, make_app, all_text):
+    at = _studies_page(study_env, make_app)
+    assert not at.exception and not at.error
+    widgets = {w.key: w for group in (at.toggle, at.selectbox, at.number_input)
+               for w in group}
+    for spec in study_settings.SETTINGS.values():
+        widget = widgets[_setting(study_env, spec.key)]
+        assert widget.label == spec.label
+        kind = type(widget).__name__
+        if spec.type is bool:
+            assert kind == "Toggle"
+        elif spec.choices is not None:
+            assert kind == "Selectbox" and list(widget.options) == list(spec.choices)
+        else:
+            assert kind == "NumberInput"
+            assert widget.min == spec.minimum and widget.max == spec.maximum
+        assert widget.value == spec.default
+        if spec.caveat:
+            assert spec.caveat in all_text(at)
+    assert "From 0 to 0.5." in all_text(at) and "Never changed." in all_text(at)
+
+
+def test_a_choice_a_count_a_share_and_a_switch_are_recorded(study_env, make_app, all_text):
+    at = _studies_page(study_env, make_app)
+    at.selectbox(key=_setting(study_env, "annotation_mode")).set_value("error_records").run()
+    at.number_input(key=_setting(study_env, "qualification_items")).set_value(3).run()
+    at.number_input(key=_setting(study_env, "repeat_share")).set_value(0.2).run()
+    at.toggle(key=_setting(study_env, "adjudicate_category_12")).set_value(False).run()
+    assert not at.exception and not at.error
+    now = study_settings.study_settings(study_env.db, study_env.admin, study_env.study)
+    assert now.values["annotation_mode"] == "error_records"
+    assert now.values["qualification_items"] == 3
+    assert type(now.values["qualification_items"]) is int
+    assert now.values["repeat_share"] == 0.2
+    assert now.values["adjudicate_category_12"] is False
+    assert [h["key"] for h in now.history] == ["annotation_mode", "qualification_items",
+                                              "repeat_share", "adjudicate_category_12"]
+    # The page shows what is in force after each change.
+    assert at.selectbox(key=_setting(study_env, "annotation_mode")).value == "error_records"
+    assert at.number_input(key=_setting(study_env, "repeat_share")).value == 0.2
+    assert "(from 'counts' to 'error_records')" in all_text(at)
+
+
+def test_a_refused_change_says_which_setting_and_why(study_env, make_app):
+    at = _studies_page(study_env, make_app)
+    # Another admin deletes the study while this page is open.
+    studies.delete_study(study_env.db, study_env.admin, study_name=study_env.study,
+                         confirm=study_env.study)
+    at.number_input(key=_setting(study_env, "break_reminder_minutes")).set_value(20).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("Not saved: Remind the rater to take a break after this many "
+                            "minutes (0: off): ") and study_env.study in e for e in errors), errors
 
 
 def test_other_pages_do_not_offer_an_archived_study(study_env, make_app, tmp_path):

@@ -1,5 +1,7 @@
 """Admin: every study with its size and sources, the live progress of one study, its
-settings (highlight differences), and archive / unarchive / delete.
+settings (every key of ``backend.services.study_settings.SETTINGS``, drawn by type: a toggle,
+a choice, a number with its bounds; each with its caveat and last change), and archive /
+unarchive / delete.
 
 Archived studies are listed only under the "Archived" filter here; every other page picks
 from the studies in use. Deleting asks for the study's name typed out; a study with ratings
@@ -10,6 +12,7 @@ from __future__ import annotations
 import streamlit as st
 
 from backend.services import progress, studies, study_settings
+from backend.services.errors import ServiceError
 from webapp import state
 from webapp.components import tables
 
@@ -18,11 +21,16 @@ state.require_admin_page(actor)
 db = state.get_db()
 
 FLASH = "studies_flash"
+SETTINGS_ERROR = "studies_settings_error"
 
 st.title("Studies & progress")
 flash = st.session_state.pop(FLASH, None)
 if flash:
     st.success(flash)
+# A refused settings change (set by its callback), at the top: the study may be gone.
+refused = st.session_state.pop(SETTINGS_ERROR, None)
+if refused:
+    st.error(refused, icon=":material/error:")
 show = st.segmented_control("Show", ["In use", "Archived"], default="In use",
                             key="studies_filter") or "In use"
 archived = show == "Archived"
@@ -53,22 +61,86 @@ st.dataframe(
 study_name = st.selectbox("Progress of", [s.name for s in summaries], key="progress_study")
 
 
-def _toggle_highlight(name: str) -> None:
-    # A callback: the rerun that follows shows the recorded state.
-    value = bool(st.session_state[f"highlight_{name}"])
-    state.call(study_settings.update_study_settings, state.get_db(),
-               state.require_live_session(), study_name=name, highlight_differences=value)
+
+
+def _setting_key(name: str, key: str) -> str:
+    return f"setting_{name}_{key}"
+
+
+def _change_setting(name: str, key: str) -> None:
+    """Record one setting the lead changed (a widget callback; the rerun shows the result)."""
+    widget = _setting_key(name, key)
+    value = st.session_state.get(widget)
+    spec = study_settings.SETTINGS[key]
+    if spec.type is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        study_settings.update_study_settings(
+            state.get_db(), state.require_live_session(), study_name=name, **{key: value})
+    except ServiceError as exc:
+        # Nothing was recorded: the widget goes back to the value in force, and the page
+        # says which setting was refused and why.
+        st.session_state[SETTINGS_ERROR] = f"Not saved: {spec.label}: {exc}"
+        st.session_state.pop(widget, None)
+
+
+def _last_change(current: study_settings.StudySettings, key: str) -> str:
+    change = next((h for h in reversed(current.history)
+                   if isinstance(h, dict) and h.get("key") == key), None)
+    if change is None:
+        return "Never changed."
+    when = str(change.get("at", ""))[:19].replace("T", " ")
+    return (f"Last changed {when} UTC by {change.get('by', '?')} "
+            f"(from {change.get('from')!r} to {change.get('to')!r}).")
+
+
+def _setting_widget(name: str, spec: study_settings.Setting, value: object) -> None:
+    """One setting's widget, chosen by its type: toggle, select, or number input."""
+    key = _setting_key(name, spec.key)
+    common = {"key": key, "on_change": _change_setting, "args": (name, spec.key)}
+    if spec.type is bool:
+        st.toggle(spec.label, value=bool(value), **common)
+    elif spec.choices is not None:
+        options = list(spec.choices)
+        st.selectbox(spec.label, options,
+                     index=options.index(value) if value in options else 0, **common)
+    elif spec.type is int:
+        st.number_input(
+            spec.label, value=int(value), step=1,
+            min_value=int(spec.minimum) if spec.minimum is not None else None,
+            max_value=int(spec.maximum) if spec.maximum is not None else None, **common)
+    elif spec.type is float:
+        st.number_input(
+            spec.label, value=float(value), step=0.05, format="%.2f",
+            min_value=float(spec.minimum) if spec.minimum is not None else None,
+            max_value=float(spec.maximum) if spec.maximum is not None else None, **common)
+    else:
+        st.text_input(spec.label, value=str(value), **common)
+
+
+def _bounds(spec: study_settings.Setting) -> str:
+    if spec.choices is not None:
+        return f"One of {', '.join(map(str, spec.choices))}."
+    if spec.minimum is not None and spec.maximum is not None:
+        return f"From {spec.minimum:g} to {spec.maximum:g}."
+    if spec.minimum is not None:
+        return f"At least {spec.minimum:g}."
+    return ""
 
 
 def settings_panel(name: str) -> None:
-    """The study's settings (recorded with the study, exported with it)."""
+    """Every study setting, drawn by its type, with its caveat and last change.
+
+    Settings are recorded with the study (each change with its time and admin) and exported
+    with it; ``python -m backend study-settings`` changes the same values.
+    """
     current = state.call(study_settings.study_settings, db, actor, name)
-    spec = study_settings.SETTINGS["highlight_differences"]
-    st.toggle(spec.label, value=current.highlight_differences, key=f"highlight_{name}",
-              on_change=_toggle_highlight, args=(name,))
-    changed = current.changed_at.get(spec.key)
-    st.caption(f"Off by default. {spec.caveat}"
-               + (f" Last changed {changed[:19].replace('T', ' ')} UTC." if changed else ""))
+    for spec in study_settings.SETTINGS.values():
+        _setting_widget(name, spec, current.values[spec.key])
+        default = spec.default if spec.type is not bool else ("on" if spec.default else "off")
+        st.caption(" ".join(part for part in (
+            f"Default {default}.", _bounds(spec), spec.caveat, _last_change(current, spec.key))
+            if part))
 
 
 def lifecycle_panel(name: str, status: str) -> None:
