@@ -23,7 +23,8 @@ repeats are not inputs. Per rater:
   difference and drift, a robust z ``(x - median) / (1.4826 MAD)`` over the raters with a
   value (at least :data:`MIN_RATERS_FOR_Z`); when the MAD is 0 the mean absolute deviation
   times 1.2533 is the scale (Iglewicz & Hoaglin's modified z); all values equal gives no z.
-  ``|z| > 3`` is flagged, with the reason in words.
+  ``|z| > 3`` is flagged, with the reason in words: time per pair and drift on either side,
+  agreement only when low and the absolute difference only when high.
 """
 
 from __future__ import annotations
@@ -317,13 +318,12 @@ def _pair_list(pairs: Sequence[int], limit: int = 8) -> str:
 
 
 _MEASURES = (
-    # (field, name in words, unit, direction words when high, when low)
-    ("median_seconds", "median time per pair", "s", "far above", "far below"),
-    ("spearman", "agreement with the other raters (Spearman)", "", "far above", "far below"),
-    ("abs_diff", "mean absolute difference from the other raters", "", "far above",
-     "far below"),
-    ("drift", "drift (last third minus first third, mean total count)", "", "far above",
-     "far below"),
+    # (field, name in words, unit, sides flagged): an unusually high agreement or a small
+    # difference from the others is no warning sign, so those are flagged on one side only.
+    ("median_seconds", "median time per pair", "s", "both"),
+    ("spearman", "agreement with the other raters (Spearman)", "", "low"),
+    ("abs_diff", "mean absolute difference from the other raters", "", "high"),
+    ("drift", "drift (last third minus first third, mean total count)", "", "both"),
 )
 _MEASURE_KEYS = {"median_seconds": "time_per_pair", "spearman": "agreement",
                  "abs_diff": "abs_diff", "drift": "drift"}
@@ -387,16 +387,19 @@ def monitor(raters: Sequence[RaterInput], *, straight_run: int = STRAIGHT_RUN,
     out: list[RaterMonitoring] = []
     for index, p in enumerate(partial):
         outliers: list[Outlier] = []
-        for field, words, unit, high, low in _MEASURES:
+        for field, words, unit, sides in _MEASURES:
             z = zs[field][index]
-            if math.isfinite(z) and abs(z) > outlier_z:
+            if not math.isfinite(z) or abs(z) <= outlier_z:
+                continue
+            if sides == "both" or (sides == "high") == (z > 0):
                 others = [float(q[field]) for j, q in enumerate(partial)
                           if j != index and math.isfinite(float(q[field]))]
+                side = "far above" if z > 0 else "far below"
                 outliers.append(Outlier(
                     measure=_MEASURE_KEYS[field], z=z,
-                    reason=f"{words} {_fmt(float(p[field]), unit)} is {high if z > 0 else low}"
-                           f" the other raters' (median {_fmt(float(np.median(others)), unit)};"
-                           f" robust z {z:+.1f})"))
+                    reason=f"{words} {_fmt(float(p[field]), unit)} is {side} the other "
+                           f"raters' (median {_fmt(float(np.median(others)), unit)}; robust z "
+                           f"{z:+.1f})"))
         flags: list[str] = []
         if p["straight_lining"]:
             flags.append(f"straight-lining: {p['zero_run']} consecutive all-zero pairs "

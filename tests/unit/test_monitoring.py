@@ -130,3 +130,41 @@ def test_monitor_orders_by_completion_and_handles_empty_raters():
         mon.monitor([RaterInput("x", [], 0, 0), RaterInput("x", [], 0, 0)])
     with pytest.raises(ValueError, match="straight_run"):
         mon.monitor([], straight_run=1)
+
+
+def test_a_contrarian_is_flagged_for_low_agreement_and_a_large_difference():
+    """Four raters give totals 0..5 on six shared pairs, one gives 5..0. For each of the four
+    the others' mean is (3x + (5 - x)) / 4, increasing: rho 1, mean |diff| 0.75; for the
+    contrarian rho -1 and mean |diff| (5+3+1+1+3+5)/6 = 3. rho: median 1, MAD 0, mean
+    absolute deviation 2/5, z = -2 / (1.2533 * 0.4); |diff|: median 0.75, mean absolute
+    deviation 2.25/5, z = 2.25 / (1.2533 * 0.45). Agreement is flagged only when low and the
+    difference only when high, so the four get no flag."""
+    up = [0, 1, 2, 3, 4, 5]
+    raters = [_steady(n, 40, up) for n in ("a", "b", "c", "d")]
+    raters.append(_steady("e", 40, up[::-1]))
+    result = {r.rater: r for r in mon.monitor(raters)}
+    e = result["e"]
+    assert e.spearman == pytest.approx(-1.0) and e.abs_diff == pytest.approx(3.0)
+    z = {o.measure: o.z for o in e.outliers}
+    # Drift too: (4 + 5) / 2 - (0 + 1) / 2 = 4 for the four, -4 for e; mean absolute
+    # deviation 8/5 -> z = -8 / (1.2533 * 1.6), flagged on either side.
+    assert z == pytest.approx({"agreement": -2 / (1.2533 * 0.4),
+                               "abs_diff": 2.25 / (1.2533 * 0.45),
+                               "drift": -8 / (1.2533 * 1.6)})
+    assert ("agreement with the other raters (Spearman) -1.00 is far below the other raters' "
+            "(median 1.00; robust z -4.0)") in e.flags
+    assert all(result[n].flags == () for n in "abcd")
+
+
+def test_high_agreement_and_a_small_difference_are_no_warning():
+    """Rater e follows the consensus order 0..7 while four raters are noisy: e's Spearman is
+    far above the others' (robust z > 3) and its mean |diff| far below (z < -3), neither of
+    which is a reason to look at e."""
+    noisy = {"a": [3, 1, 0, 7, 2, 6, 4, 5], "b": [1, 4, 2, 0, 6, 3, 7, 5],
+             "c": [5, 0, 3, 2, 1, 7, 6, 4], "d": [2, 3, 0, 4, 7, 1, 5, 6]}
+    raters = [_steady(n, 40, t) for n, t in noisy.items()]
+    raters.append(_steady("e", 40, list(range(8))))
+    result = mon.monitor(raters)
+    assert mon.robust_z([r.spearman for r in result])[4] > 3
+    assert mon.robust_z([r.abs_diff for r in result])[4] < -3
+    assert {o.measure for o in result[4].outliers} == {"drift"}  # 0..7 does rise
