@@ -94,8 +94,8 @@ def test_marking_errors_derives_the_counts_shown_by_the_grid(server, browser):
     expect(panel.locator(".rc-er-item")).to_have_count(2)
     expect(cell(page, SEVERITY)).to_have_value("1")
 
-    # 3) An omission against a sentence of the reference, by keyboard.
-    panel.locator(".rc-er-box").focus()
+    # 3) An omission against a sentence of the reference, by keyboard. The words box kept
+    # the focus through the save and the page's rerun: no click needed.
     page.keyboard.press("o")
     page.keyboard.press("ArrowDown")
     page.keyboard.press("1")

@@ -24,6 +24,10 @@
 // tests/unit/test_error_records_js.py runs it in node. `Panel` draws it.
 
 export const CATEGORY_KEYS = ["1", "2", "3", "4", "5", "6"];
+const HINT_SPAN = "Arrows move, Shift+arrows select · 1-6 category · S significance · "
+  + "Enter save · Del remove · O omission";
+const HINT_OMISSION = "Up/Down pick the reference sentence the candidate leaves out · 1-6 · S "
+  + "· Enter save · O back";
 const STALE_TEXT = "Not saved: changed in another window, reloaded. Check and save again.";
 
 const instances = new WeakMap();
@@ -355,15 +359,12 @@ class Panel {
     const root = el("div", "rc-er");
     root.setAttribute("role", "group");
     root.setAttribute("aria-label", "Error records");
-    const head = el("div", "rc-er-head");
     this.modeButton = el("button", "rc-er-mode");
     this.modeButton.type = "button";
     this.modeButton.addEventListener("click", () => {
       m.setMode(m.mode === "omission" ? "span" : "omission");
       this.box.focus();
     });
-    this.hint = el("span", "rc-er-hint");
-    head.append(this.modeButton, this.hint);
 
     // The words of the candidate (or the reference's sentences): the keyboard's home.
     this.box = el("div", "rc-er-box");
@@ -451,16 +452,19 @@ class Panel {
     this.saveButton.addEventListener("click", () => {
       m.save().then(() => this.box.focus());
     });
-    controls.append(this.sigButton, this.noteInput, this.saveButton);
+    controls.append(this.sigButton, this.noteInput, this.saveButton, this.modeButton);
     this.controls = controls;
 
-    this.summary = el("div", "rc-er-summary");
+    // What the next save will store, and the state of the last one, on one line.
+    const line = el("div", "rc-er-line");
+    this.summary = el("span", "rc-er-summary");
     this.list = el("ul", "rc-er-list");
     this.list.setAttribute("aria-label", "Marked errors");
-    this.state = el("div", "rc-er-state");
+    this.state = el("span", "rc-er-state");
     this.state.setAttribute("role", "status");
     this.state.setAttribute("aria-live", "polite");
-    root.append(head, this.box, controls, this.summary, this.list, this.state);
+    line.append(this.summary, this.state);
+    root.append(this.box, controls, line, this.list);
     this.root = root;
     this.parent.appendChild(root);
   }
@@ -470,12 +474,11 @@ class Panel {
     const omission = m.mode === "omission";
     this.root.classList.toggle("rc-er-readonly", m.readOnly);
     this.root.classList.toggle("rc-er-omission", omission);
-    this.modeButton.textContent = omission ? "Mark wrong words (O)" : "Mark an omission (O)";
-    this.modeButton.hidden = m.readOnly;
-    this.hint.textContent = m.readOnly ? "Study closed: read only"
-      : omission ? "Up/Down pick the sentence of the reference the candidate leaves out"
-        : "Arrows move, Shift+arrows select · 1-6 category · S significant · Enter save"
-          + " · Del remove";
+    this.modeButton.textContent = omission ? "Wrong words (O)" : "Omission (O)";
+    this.modeButton.title = omission ? "Back to marking words of the candidate"
+      : "Mark a sentence of the reference that the candidate leaves out";
+    this.modeButton.setAttribute("aria-pressed", omission ? "true" : "false");
+    this.box.title = omission ? HINT_OMISSION : HINT_SPAN;
     this.box.setAttribute("aria-label", omission ? "Sentences of the reference report"
       : "Words of the candidate report");
     this.wordLayer.hidden = omission;
@@ -515,8 +518,8 @@ class Panel {
     this.catButtons.forEach((b, i) => {
       b.setAttribute("aria-pressed", m.category === i + 1 ? "true" : "false");
     });
-    this.sigButton.textContent = m.significant ? "Clinically significant (S)"
-      : "Clinically insignificant (S)";
+    this.sigButton.textContent = m.significant ? "Significant (S)" : "Insignificant (S)";
+    this.sigButton.title = "Clinically significant or not (S toggles)";
     this.sigButton.setAttribute("aria-pressed", m.significant ? "true" : "false");
     this.sigButton.classList.toggle("rc-er-on", m.significant);
     if (this.noteInput.value !== m.note) this.noteInput.value = m.note;
@@ -529,9 +532,10 @@ class Panel {
     if (!omission && range) {
       what = `“${this.candidate.slice(m.tokens[range[0]].start, m.tokens[range[1]].end)}”`;
     }
-    this.summary.textContent = m.readOnly ? ""
-      : `${what || "Nothing selected"} → ${chosen}, `
-        + `${m.significant ? "clinically significant" : "clinically insignificant"}`;
+    const significance = m.significant ? "clinically significant" : "clinically insignificant";
+    if (m.readOnly) this.summary.textContent = "Study closed: read only";
+    else if (what) this.summary.textContent = `${what} → ${chosen}, ${significance}`;
+    else this.summary.textContent = omission ? HINT_OMISSION : HINT_SPAN;
 
     this.list.replaceChildren();
     if (!m.records.length) {
