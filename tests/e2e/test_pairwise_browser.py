@@ -1,0 +1,118 @@
+"""In a real browser at 1280x800: a rater of a pairwise study records a preference and both
+1-5 ratings with the keyboard only (B, 4, Shift+2), marks the comparison done (Ctrl+Enter),
+and a reload shows what was stored."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from backend.services import auth, imports, pairwise, study_settings
+from backend.services.types import Actor, CandidateInput, CaseInput
+from db.session import Database
+from tests.e2e.conftest import log_in, start_server
+
+pytestmark = pytest.mark.browser
+
+STUDY = "Pairwise browser study"
+RATER, PASSWORD = "pia", "pia-password-e2e"
+SECRETS = ("sys-hidden-one", "sys-hidden-two")
+
+
+def _db(data) -> Database:
+    return Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
+
+
+def _set_up(data) -> None:
+    db = _db(data)
+    system = Actor.system()
+    try:
+        imports.import_cases(db, system, study_name=STUDY, cases=[
+            CaseInput(case_id=f"pw-{i}", reference=f"Reference {i}: small left effusion.",
+                      candidates=[CandidateInput(text=f"Left effusion, case {i}.",
+                                                 source=SECRETS[0]),
+                                  CandidateInput(text=f"No effusion, case {i}.",
+                                                 source=SECRETS[1])])
+            for i in range(2)])
+        study_settings.update_study_settings(db, system, study_name=STUDY,
+                                             annotation_mode="pairwise")
+        pairwise.make_comparisons(db, system, STUDY, seed=0)
+        auth.create_user(db, system, username=RATER, password=PASSWORD, role="rater")
+        pairwise.assign_judgements(db, system, STUDY, [RATER], 1, 0)
+    finally:
+        db.dispose()
+
+
+def _stored(data, opaque_id):
+    db = _db(data)
+    try:
+        actor = auth.authenticate(db, username=RATER, password=PASSWORD)
+        return pairwise.get_comparison(db, actor, opaque_id)
+    finally:
+        db.dispose()
+
+
+def _shown(page, text: str) -> None:
+    expect(page.get_by_text(text)).to_be_visible(timeout=30_000)
+
+
+def _wait_for(data, opaque_id, check, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = _stored(data, opaque_id)
+        if check(view) or time.monotonic() > deadline:
+            return view
+        time.sleep(0.2)
+
+
+def test_keyboard_preference_and_ratings_are_stored_and_shown_after_reload(browser,
+                                                                          tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    with start_server(data) as (url, _):
+        _set_up(data)
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(url)
+        log_in(page, RATER, PASSWORD)
+        page.get_by_text("Candidate A", exact=True).wait_for()
+        page.wait_for_function(
+            "() => new URL(location.href).searchParams.get('comparison')")
+        first = page.evaluate(
+            "() => new URL(location.href).searchParams.get('comparison')")
+        body = page.locator("body").inner_text()
+        assert not any(secret in body for secret in SECRETS)
+        # Everything the rater needs is on one 1280x800 screen.
+        for name in ("B is better", "Mark done"):
+            box = page.get_by_role("button", name=name).first.bounding_box()
+            assert box is not None and box["y"] + box["height"] <= 800, (name, box)
+
+        page.get_by_text("Reference report").click()  # focus on no button or field
+        page.keyboard.press("b")
+        view = _wait_for(data, first, lambda v: v.preference == "B")
+        assert view.preference == "B"
+        _shown(page, "Which candidate is better overall? B is better")
+        page.keyboard.press("4")
+        assert _wait_for(data, first, lambda v: v.rating_a == 4).rating_a == 4
+        _shown(page, "Overall rating of A (1 poor - 5 excellent): 4")
+        page.keyboard.press("Shift+2")
+        assert _wait_for(data, first, lambda v: v.rating_b == 2).rating_b == 2
+        _shown(page, "Overall rating of B (1 poor - 5 excellent): 2")
+
+        page.reload()
+        _shown(page, "Which candidate is better overall? B is better")
+        _shown(page, "Overall rating of A (1 poor - 5 excellent): 4")
+        _shown(page, "Overall rating of B (1 poor - 5 excellent): 2")
+        assert page.evaluate(
+            "() => new URL(location.href).searchParams.get('comparison')") == first
+
+        page.get_by_text("Reference report").click()  # focus on no button or field
+        page.keyboard.press("Control+Enter")
+        done = _wait_for(data, first, lambda v: v.completed_at is not None)
+        assert (done.preference, done.rating_a, done.rating_b) == ("B", 4, 2)
+        assert done.completed_at is not None
+        _shown(page, "Comparison 1 of 2 marked done.")
+        context.close()
