@@ -323,8 +323,10 @@ function el(tag, className, text) {
   return node;
 }
 
+// Imported records (RadPref) may carry no span: their note says what they are.
 function recordLabel(record) {
-  const text = record.kind === "span" ? record.candidate_text : record.reference_text;
+  const text = (record.kind === "span" ? record.candidate_text : record.reference_text) || "";
+  if (!text) return record.kind === "span" ? "(no words marked)" : "missing: (no sentence)";
   return record.kind === "span" ? `“${text}”` : `missing: “${text}”`;
 }
 
