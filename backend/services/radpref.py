@@ -43,6 +43,7 @@ from backend.datasets import radpref
 from backend.scoring.hashing import input_hash
 from backend.services import imports
 from backend.services.errors import InvalidInput, require_admin
+from backend.services.job_inputs import check_name_not_pending
 from backend.services.repo import get_study
 from backend.services.study_settings import HISTORY_KEY
 from backend.services.types import Actor
@@ -205,6 +206,8 @@ def import_radpref(
     with db.read() as s:
         name = _check_name(s, study_name)
         existing = _existing_raters(s, usernames)
+    # An import or build job queued under this name would fail later; say so now.
+    check_name_not_pending(db, name)
     new = tuple(u for u in usernames if u not in existing)
     n_judgements, n_records, n_ratings = _plan(data)
     summary = RadPrefImportSummary(
