@@ -95,3 +95,21 @@ def test_plain_rater_is_told_they_adjudicate_nothing(study_env, make_app, all_te
     at = make_app(study_env.rater, script=PAGE)
     assert not at.exception
     assert "You are not an adjudicator of any study." in all_text(at)
+
+
+def test_the_adjudicator_may_see_the_film_of_the_studys_cases(disputed):
+    """The viewer fetches pixels through the images service: an adjudicator who rates none
+    of the study's pairs must pass its access check, and one removed from the role not."""
+    from backend.services import images
+    from backend.services.errors import PermissionDenied
+
+    env, ada, _ = disputed
+    refs = [ref for number in (1, 2, 3) for ref in adjudication.get_item(
+        env.db, ada, study_name=env.study, pair_number=number).images]
+    assert len(refs) == 1
+    pixels = images.viewer_pixels(env.db, ada, image_id=refs[0].image_id)
+    assert pixels is not None
+    adjudication.set_adjudicator(env.db, env.admin, study_name=env.study, username="ada",
+                                 on=False)
+    with pytest.raises(PermissionDenied):
+        images.viewer_pixels(env.db, ada, image_id=refs[0].image_id)
