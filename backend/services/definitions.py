@@ -32,14 +32,14 @@ class CategoryDefinition:
 
 
 _TEXTS: dict[int, tuple[str, str]] = {
-    1: ("The candidate reports a finding that the reference does not contain.",
+    1: ("The candidate states a finding that the reference does not contain.",
         "Reference: \"Lungs are clear.\" Candidate: \"Right lower lobe consolidation.\""),
     2: ("The candidate leaves out a finding that the reference reports.",
         "Reference: \"Small left pleural effusion.\" Candidate says nothing of an effusion."),
-    3: ("The finding is in both reports, but at a different location or position (side, "
+    3: ("The finding is in both texts, but at a different location or position (side, "
         "lobe, level, a line or tube's tip).",
         "Reference: \"Left basilar atelectasis.\" Candidate: \"Right basilar atelectasis.\""),
-    4: ("The finding is in both reports, but its severity or size differs.",
+    4: ("The finding is in both texts, but its severity or size differs.",
         "Reference: \"Large right pneumothorax.\" Candidate: \"Small right pneumothorax.\""),
     5: ("The candidate compares with a prior study (new, stable, improved, worse) where the "
         "reference makes no such comparison.",

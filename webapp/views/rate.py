@@ -246,7 +246,7 @@ confirming = st.session_state.get(CONFIRM_KEY) == view.opaque_id
 flash = st.session_state.pop(FLASH_KEY, None)
 # "Mark done" sits in the header beside Previous/Next so it is on screen whatever the
 # length of the reports and the height of the window.
-head = st.columns([3.0, 1.0, 0.8, 1, 1, 1.25], vertical_alignment="center")
+head = st.columns([2.3, 0.9, 0.75, 0.95, 0.95, 1.4], vertical_alignment="center")
 with head[0]:
     st.markdown(f"#### {view.study_name} · Pair {view.index} of {view.total}")
     _progress_line(view, n_done, mine, flash)

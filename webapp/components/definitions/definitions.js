@@ -59,11 +59,13 @@ class Definitions {
     this.panel.hidden = true;
     this.root.append(this.button, this.panel);
     parent.append(this.root);
-    this.render(data);
+    this.data = data;
     this.onKey = this.onKey.bind(this);
     window.addEventListener("keydown", this.onKey, true);
   }
 
+  // The panel's content is in the page only while it is open: closed, its words (examples
+  // quoting reports) cannot be mistaken for the page's own text by a search or a reader.
   render(data) {
     this.panel.replaceChildren();
     const head = el("div", "rc-defs-head");
@@ -97,6 +99,7 @@ class Definitions {
   open() {
     if (this.isOpen) return;
     this.returnFocus = deepActive();
+    this.render(this.data);
     this.panel.hidden = false;
     this.button.setAttribute("aria-expanded", "true");
     this.panel.focus({ preventScroll: true });
@@ -105,6 +108,7 @@ class Definitions {
   close() {
     if (!this.isOpen) return;
     this.panel.hidden = true;
+    this.panel.replaceChildren();
     this.button.setAttribute("aria-expanded", "false");
     const back = this.returnFocus;
     this.returnFocus = null;
@@ -146,6 +150,8 @@ export default function definitions(component) {
   if (!panel) {
     panel = new Definitions(parentElement, data);
     instances.set(parentElement, panel);
+  } else {
+    panel.data = data;
   }
   return () => {
     setTimeout(() => {
