@@ -54,7 +54,14 @@ from backend.services.errors import (
     ServiceError,
     require_admin,
 )
-from backend.services.rating import HIDDEN_STATUSES, READ_ONLY_STATUSES, ImageRef, as_utc
+from backend.services.rating import (
+    BUSY_ACTION_MESSAGE,
+    HIDDEN_STATUSES,
+    READ_ONLY_STATUSES,
+    ImageRef,
+    as_utc,
+)
+from backend.services.rating import _write as write_retrying
 from backend.services.repo import get_study
 from backend.services.study_settings import effective
 from backend.services.types import Actor
@@ -520,6 +527,7 @@ def save_judgement(db: Database, actor: Actor, opaque_id: str, *,
         InvalidInput: a bad value, or no field given.
         JudgementStale: the stored version differs from ``expected_version``.
         NotFound: not given to the actor. PermissionDenied: the study is closed.
+        SaveFailed: the database stayed busy; nothing was stored.
     """
     if preference is None and rating_a is None and rating_b is None:
         raise InvalidInput("judgement: give a preference, rating_a or rating_b to save")
@@ -528,7 +536,8 @@ def save_judgement(db: Database, actor: Actor, opaque_id: str, *,
     _check_rating("rating_a", rating_a)
     _check_rating("rating_b", rating_b)
     _check_version(expected_version)
-    with db.begin() as s:
+
+    def work(s: Session) -> JudgementSaved:
         j, c, _ = _locked_writable(s, actor, opaque_id, expected_version)
         changes = {k: v for k, v in (("preference", preference), ("rating_a", rating_a),
                                      ("rating_b", rating_b))
@@ -540,6 +549,11 @@ def save_judgement(db: Database, actor: Actor, opaque_id: str, *,
             j.updated_at = _utcnow()
         s.flush()
         return _saved(c.opaque_id, j, changed=bool(changes))
+
+    # A click must not fail because an import or the scoring worker holds the database for
+    # a moment: retried as the count grid's saves are (rating.SAVE_RETRY_SECONDS).
+    return write_retrying(db, work, what=f"judgement {opaque_id}",
+                          message=BUSY_ACTION_MESSAGE)
 
 
 def complete(db: Database, actor: Actor, opaque_id: str, *,
@@ -555,7 +569,8 @@ def complete(db: Database, actor: Actor, opaque_id: str, *,
         NotFound: not given to the actor. PermissionDenied: the study is closed.
     """
     _check_version(expected_version)
-    with db.begin() as s:
+
+    def work(s: Session) -> JudgementSaved:
         j, c, study = _locked_writable(s, actor, opaque_id, expected_version)
         missing = [label for label, value in (("which is better (A, tie or B)", j.preference),
                                               ("the rating of A", j.rating_a),
@@ -576,6 +591,9 @@ def complete(db: Database, actor: Actor, opaque_id: str, *,
         nxt = next((oid for oid, at in queue[start:] + queue[:start]
                     if at is None and oid != c.opaque_id), None)
         return _saved(c.opaque_id, j, changed=changed, next_open=nxt)
+
+    return write_retrying(db, work, what=f"completion of {opaque_id}",
+                          message=BUSY_ACTION_MESSAGE)
 
 
 # -- lead's results ------------------------------------------------------------------------

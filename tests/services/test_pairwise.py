@@ -450,3 +450,30 @@ def test_correlate_writes_the_pairwise_block(sqlite_world, tmp_path):
     assert votes["preference_source"] == "votes"
     assert votes["metrics"]["bleu4"]["pairwise_agreement"] == pytest.approx(
         _expected(answers, sides, bleu, "votes")[0])
+
+
+def test_a_busy_database_gives_up_cleanly_and_a_later_click_is_stored(sqlite_world,
+                                                                     monkeypatch):
+    """Another process holds the SQLite write lock: the click retries, then fails with the
+    busy message and writes nothing; once free, the same click is stored."""
+    import sqlite3
+
+    from backend.services import rating
+
+    db, _, actors = sqlite_world
+    pairwise.make_comparisons(db, SYSTEM, "PW")
+    pairwise.assign_judgements(db, SYSTEM, "PW", ["r1"], 1, 0)
+    r1 = actors["r1"]
+    oid = pairwise.rater_comparisons(db, r1, "PW")[0].opaque_id
+    monkeypatch.setattr(rating, "SAVE_RETRY_SECONDS", 0.3)
+    raw = sqlite3.connect(db.engine.url.database, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(rating.SaveFailed, match="database is busy; nothing was changed"):
+            pairwise.save_judgement(db, r1, oid, preference="A", expected_version=0)
+    finally:
+        raw.rollback()
+        raw.close()
+    assert pairwise.get_comparison(db, r1, oid).version == 0
+    saved = pairwise.save_judgement(db, r1, oid, preference="A", expected_version=0)
+    assert (saved.preference, saved.version) == ("A", 1)
