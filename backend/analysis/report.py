@@ -3,7 +3,7 @@
 Layout (DESIGN.md "correlate" plus the sections beside ``metrics``)::
 
     {"study", "target", "n_pairs", "seed", "resamples", "cluster", "level", "n_raters",
-     "n_pairs_in_study",
+     "n_pairs_in_study", "counts", "n_adjudicated",
      "metrics": {KEY: {"kendall_tau_b", "kendall_ci95": [lo, hi], "spearman",
                        "spearman_ci95", "higher_is_better", "signature", "signature_hash",
                        "family", "n", "n_signatures", "n_degenerate_resamples"}},
@@ -233,6 +233,7 @@ def correlate_study(
     correction: str = "holm",
     permutations: int = DEFAULT_PERMUTATIONS,
     progress: Callable[[int, int, str], None] | None = None,
+    counts: str = "raw",
 ) -> dict[str, Any]:
     """Correlate every metric of a study with its radiologists; see the module docstring.
 
@@ -253,6 +254,9 @@ def correlate_study(
         permutations: Permutations of the systems section's randomization tests.
         progress: Called as ``progress(done, total, section)`` as each section of the report
             is finished (the bootstrap of a large study takes a while).
+        counts: ``"raw"`` (raters' mean) or ``"adjudicated"`` (consensus counts replace the
+            raters' mean of adjudicated pairs; per-rater, agreement and ceiling sections stay
+            on the raters' own counts). See :func:`backend.analysis.data.load_ratings`.
 
     Raises:
         AnalysisInputError: unknown study, no scores, fewer than 2 rated pairs, bad option.
@@ -276,7 +280,7 @@ def correlate_study(
     if bootstrap < 0:
         raise AnalysisInputError(f"bootstrap must be >= 0, got {bootstrap}")
     target = "significant" if significant_only else "total"
-    ratings = load_ratings(db, study_name)
+    ratings = load_ratings(db, study_name, counts=counts)
     keys = expand_metric_names(metrics) if metrics else None
     if keys is not None and not keys:
         raise AnalysisInputError("no metric named")
@@ -455,6 +459,8 @@ def correlate_study(
         "n_pairs": int(rated.size),
         "n_pairs_in_study": ratings.n_pairs,
         "n_raters": len(ratings.raters),
+        "counts": ratings.counts_mode,
+        "n_adjudicated": ratings.n_adjudicated,
         "seed": seed,
         "resamples": draws.count if draws is not None else 0,
         "cluster": cluster,

@@ -33,7 +33,7 @@ from backend.imaging.window import Window, resolve_window
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from backend.services.rating import HIDDEN_STATUSES
 from backend.services.types import Actor
-from db.models import Assignment, Image, Pair, Study
+from db.models import Assignment, Image, Pair, Study, StudyRole
 from db.session import Database
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,20 @@ def _check_access(s: Any, actor: Actor, case_id: int) -> None:
             )
         )
     )
+    if not allowed:
+        # An adjudicator of the study sees the film of its pairs (backend/services/adjudication.py).
+        allowed = s.scalar(
+            select(
+                exists().where(
+                    StudyRole.user_id == actor.user_id,
+                    StudyRole.role == "adjudicator",
+                    StudyRole.study_id == Pair.study_id,
+                    Pair.case_id == case_id,
+                    Study.id == Pair.study_id,
+                    Study.status.not_in(HIDDEN_STATUSES),
+                )
+            )
+        )
     if not allowed:
         raise PermissionDenied("this image belongs to no pair assigned to you")
 
