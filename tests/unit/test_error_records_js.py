@@ -175,3 +175,22 @@ out.readOnlySave = await m.save();
     assert out["refresh"] == 2
     assert out["refresh2"] == [0, True]
     assert out["readOnlySave"] is False
+
+
+def test_delete_in_omission_mode_removes_the_omission_of_the_picked_sentence(tmp_path):
+    out = _run(tmp_path, r"""
+const srv = server();
+const records = [{ id: 8, kind: "omission", category: 2, significant: true, reference_start: 13,
+                   reference_end: 30, reference_text: "Heart is normal." }];
+const m = marker(srv, { records });
+press(m, "o");
+press(m, "ArrowDown");            // the first sentence: not omitted
+press(m, "Delete");
+out.first = [m.status.text, srv.sent.length];
+press(m, "ArrowDown");            // the second: its omission is removed
+press(m, "Backspace");
+out.sent = srv.sent.map((s) => [s.url, s.body]);
+""")
+    assert out["first"] == ["This sentence is not marked as omitted.", 0]
+    assert out["sent"] == [["/_rc/api/error-records/delete",
+                            {"pair": "P1", "version": 4, "record": 8}]]

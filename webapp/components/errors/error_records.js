@@ -199,9 +199,16 @@ export class Marker {
              candidate_end: this.tokens[r[1]].end };
   }
 
-  // The span record under the word cursor (the latest one), for Delete.
+  // The record under the cursor (the latest one), for Delete: a span over the cursor's word,
+  // or in omission mode an omission of the cursor's sentence.
   recordAtCursor() {
-    if (this.mode !== "span" || this.cursor < 0) return null;
+    if (this.mode === "omission") {
+      const s = this.sentences[this.sentence];
+      const hits = s ? this.records.filter((r) => r.kind === "omission"
+        && r.reference_start === s.start && r.reference_end === s.end) : [];
+      return hits.length ? hits[hits.length - 1] : null;
+    }
+    if (this.cursor < 0) return null;
     const t = this.tokens[this.cursor];
     const hits = this.records.filter((r) => r.kind === "span"
       && r.candidate_start < t.end && r.candidate_end > t.start);
@@ -308,7 +315,8 @@ export class Marker {
     } else if (key === "Delete" || key === "Backspace") {
       const record = this.recordAtCursor();
       if (record) this.remove(record);
-      else this.setStatus("hint", "No marked error under the cursor.");
+      else this.setStatus("hint", this.mode === "omission"
+        ? "This sentence is not marked as omitted." : "No marked error under the cursor.");
     } else {
       return false;
     }
@@ -388,6 +396,7 @@ class Panel {
       if (t.start > last) this.wordLayer.append(document.createTextNode(
         this.candidate.slice(last, t.start)));
       const w = el("span", "rc-er-word", t.text);
+      w.setAttribute("role", "option");
       w.dataset.i = String(i);
       w.addEventListener("mousedown", (event) => {
         if (m.readOnly) return;
@@ -409,6 +418,7 @@ class Panel {
     this.sentenceLayer = el("ol", "rc-er-sentences");
     this.sentenceItems = m.sentences.map((s, i) => {
       const item = el("li", "rc-er-sentence", s.text);
+      item.setAttribute("role", "option");
       item.addEventListener("mousedown", (event) => {
         if (m.readOnly) return;
         event.preventDefault();
@@ -513,7 +523,9 @@ class Panel {
       item.className = "rc-er-sentence";
       if (omitted.has(`${s.start}:${s.end}`)) item.classList.add("rc-er-omitted");
       if (i === m.sentence) item.classList.add("rc-er-cursor");
-      if (i === m.sentence && m.sentencePicked) item.classList.add("rc-er-selected");
+      const picked = i === m.sentence && m.sentencePicked;
+      if (picked) item.classList.add("rc-er-selected");
+      item.setAttribute("aria-selected", picked ? "true" : "false");
     });
 
     this.controls.hidden = m.readOnly;
