@@ -43,6 +43,29 @@ does it):
     ``completed_at``, or when it has ratings and no assignment (imported); a rater's time on
     task is the sum of ``active_seconds``, the median per pair is over pairs with time.
 
+Quality control and other annotation modes (issue 14), each written only when the study has
+any, as JSONL with rater names replaced by ``rater_index`` (as in the ratings file; raters
+who only did training items get the next indices):
+
+``training_ratings.jsonl``
+    Every rater's answers to the training (calibration) items, one line per cell, with the
+    expert count and whether the item passed. Training items are never study pairs: they are
+    in no other file and no statistic.
+``error_records.jsonl``
+    Per-error records (pair, rater, kind span|omission, category, significant, candidate and
+    reference span offsets and text, note); the ratings file holds the counts derived from
+    them.
+``adjudications.jsonl``
+    Consensus counts per pair and cell with the adjudicator, note and the queue reason.
+``judgements.jsonl``
+    Pairwise mode: per comparison and rater, the preference (A, B, tie) and the 1-5
+    ratings, with the pair numbers and sources of A and B.
+``flags.jsonl``
+    Pairs raters flagged as unsure, with their notes.
+``intra_rater_agreement.jsonl``
+    Per rater and scope, agreement between a pair and its hidden repeat (exact agreement,
+    ICC(2,1), quadratic-weighted kappa) when the study has repeats.
+
 Always ``manifest.json``: app version, schema version (Alembic head), export time, the
 study's provenance (with what its import recorded about de-identification), the
 de-identification profile and options of this code (``deidentification``, from
@@ -59,6 +82,7 @@ beside the target and moved into place at the end: a failure leaves nothing half
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -541,6 +565,62 @@ def _jsonl_files(
     return files, len(ordered)
 
 
+def _quality_files(db: Database, actor: Actor, study_name: str,
+                   index: dict[int, int]) -> dict[str, list[dict[str, Any]]]:
+    """Rows of the quality-control files (name -> rows), raters as ``rater_index``."""
+    # Imported here: these services sit beside this one and import the rating service.
+    from backend.services import adjudication, calibration, error_records, flags, pairwise, qc
+
+    with db.read() as s:
+        study_id = get_study(s, study_name).id
+        ids = dict(s.execute(
+            select(User.username, User.id)
+            .join(Assignment, Assignment.rater_id == User.id)
+            .where(Assignment.study_id == study_id).distinct()).all())
+    by_name = dict(index)
+    for uid in sorted(set(ids.values()) - set(by_name)):
+        by_name[uid] = max(by_name.values(), default=-1) + 1
+
+    def anonymised(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for row in rows:
+            row = dict(row)
+            name = row.pop("rater", None)
+            if name is not None:
+                uid = ids.get(name)
+                row = {"rater_index": by_name.get(uid) if uid is not None else None, **row}
+            out.append(row)
+        return out
+
+    files = {
+        "training_ratings": anonymised(calibration.training_rows(db, actor, study_name)),
+        "error_records": anonymised(error_records.export_rows(db, actor, study_name)),
+        "adjudications": adjudication.export_rows(db, actor, study_name=study_name),
+        "judgements": [r for r in anonymised(pairwise.export_rows(db, actor, study_name))
+                       if r.get("rater_index") is not None or r.get("preference")],
+        "flags": anonymised([dataclasses.asdict(f)
+                             for f in flags.study_flags(db, actor, study_name)]),
+    }
+    repeats = anonymised(qc.intra_rater_rows(db, actor, study_name))
+    files["intra_rater_agreement"] = (
+        repeats if any(r.get("repeats_counted") for r in repeats) else [])
+    return {name: rows for name, rows in files.items() if rows}
+
+
+def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
+
+
+def _json_default(value: object) -> Any:  # noqa: ANN401 - JSON value
+    if isinstance(value, dt.datetime):
+        return _iso(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return str(value)
+
+
 def export_study(
     db: Database,
     actor: Actor,
@@ -577,6 +657,7 @@ def export_study(
     out_dir = free_output_dir(out_dir)
     info, pairs, cells, index, n_counted = _load(db, study_name)
     extras = _load_extras(db, study_name, pairs, index, scores=with_scores, timing=with_timing)
+    quality = _quality_files(db, actor, study_name, index)
     written: list[str] = []
     n_rows = 0
 
@@ -613,6 +694,9 @@ def export_study(
                          "rating counts when completed_at is set, or when it has no "
                          "assignment (imported)",
             }
+        for name, rows in quality.items():
+            _write_jsonl(tmp / f"{name}.jsonl", rows)
+            files.append(f"{name}.jsonl")
         written.extend(files)
         return {
             "app_version": config.APP_VERSION,
@@ -633,6 +717,10 @@ def export_study(
             },
             "scores": scores,
             "timing": timing,
+            # Training answers, error records, consensus, judgements, flags, repeats: the
+            # file of each and its number of rows (absent: the study has none).
+            "quality_control": {name: {"file": f"{name}.jsonl", "rows": len(rows)}
+                                for name, rows in quality.items()},
             "files": files,
         }
 

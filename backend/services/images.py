@@ -33,7 +33,7 @@ from backend.imaging.window import Window, resolve_window
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from backend.services.rating import HIDDEN_STATUSES
 from backend.services.types import Actor
-from db.models import Assignment, Image, Pair, Study, StudyRole
+from db.models import Assignment, Comparison, Image, Judgement, Pair, Study, StudyRole
 from db.session import Database
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,20 @@ def _check_access(s: Any, actor: Actor, case_id: int) -> None:
                     StudyRole.user_id == actor.user_id,
                     StudyRole.role == "adjudicator",
                     StudyRole.study_id == Pair.study_id,
+                    Pair.case_id == case_id,
+                    Study.id == Pair.study_id,
+                    Study.status.not_in(HIDDEN_STATUSES),
+                )
+            )
+        )
+    if not allowed:
+        # A pairwise judge sees the film of the comparisons given to them.
+        allowed = s.scalar(
+            select(
+                exists().where(
+                    Judgement.rater_id == actor.user_id,
+                    Judgement.comparison_id == Comparison.id,
+                    Comparison.pair_a_id == Pair.id,
                     Pair.case_id == case_id,
                     Study.id == Pair.study_id,
                     Study.status.not_in(HIDDEN_STATUSES),

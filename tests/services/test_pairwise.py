@@ -477,3 +477,25 @@ def test_a_busy_database_gives_up_cleanly_and_a_later_click_is_stored(sqlite_wor
     assert pairwise.get_comparison(db, r1, oid).version == 0
     saved = pairwise.save_judgement(db, r1, oid, preference="A", expected_version=0)
     assert (saved.preference, saved.version) == ("A", 1)
+
+
+def test_a_judge_reaches_the_film_of_their_comparisons_only(world):
+    """The images service's access check knows judgements: a rater whose only work is a
+    comparison of the case gets past it (to the missing-file error of this test image); a
+    rater holding no comparison of it is refused."""
+    from backend.services import images
+    from db.models import Image
+
+    db, ids, actors = world
+    pairwise.make_comparisons(db, SYSTEM, "PW")
+    pairwise.assign_judgements(db, SYSTEM, "PW", ["r1"], 1, 0)
+    with db.begin() as s:
+        case_id = s.scalar(select(Pair.case_id).where(Pair.id == ids[(0, LAYOUT[0][0])]))
+        image = Image(case_id=case_id, path="nowhere/x.png", format="png", sha256="0" * 64)
+        s.add(image)
+        s.flush()
+        image_id = image.id
+    with pytest.raises(NotFound, match="missing"):
+        images._image_file(db, actors["r1"], image_id)
+    with pytest.raises(PermissionDenied, match="no pair assigned to you"):
+        images._image_file(db, actors["r3"], image_id)
