@@ -9,9 +9,10 @@ Algorithm (deterministic for a given study, rater set, k and seed):
 2. Each rater's new pairs are shuffled with the rater's own seed and appended after the pairs
    they already hold (``order_index``), so re-running never reorders a queue in progress.
 
-Existing assignments are never moved or removed: ratings may hang on them. Re-running with the
-same arguments creates nothing; new pairs in the study, a larger ``k`` or new raters (with a
-larger ``k``) extend the assignment.
+Existing assignments are never removed (ratings may hang on them) and their relative order is
+never changed; only the hidden repeats below are slipped in between, renumbering indexes.
+Re-running with the same arguments creates nothing; new pairs in the study, a larger ``k``
+or new raters (with a larger ``k``) extend the assignment.
 
 Training (calibration) items (``Pair.kind == "training"``, marked by
 :mod:`backend.services.calibration`) go to *every* rater of the study, before any other pair:

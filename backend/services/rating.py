@@ -304,13 +304,21 @@ class Qualification:
 
     @property
     def failed(self) -> bool:
-        """Even passing every remaining training item cannot reach ``required``."""
-        return not self.open and self.passed + (self.training - self.done) < self.required
+        """Even passing every remaining training item cannot reach ``required``.
+
+        A rater who holds no training item yet has not failed: the lead set the rule before
+        marking the items, and the rater waits for them.
+        """
+        return (not self.open and self.training > 0
+                and self.passed + (self.training - self.done) < self.required)
 
     def message(self, study_name: str) -> str | None:
         """What the rater is told while the gate holds them back; None when open."""
         if self.open:
             return None
+        if self.training == 0:
+            return (f"Study {study_name!r} starts with training items that are not ready "
+                    "yet: your study lead will let you know.")
         if self.failed:
             return (f"You did not qualify for study {study_name!r}: {self.passed} of the "
                     f"{self.required} training items needed were within {self.max_error} "

@@ -357,3 +357,24 @@ def test_training_items_cli(tmp_path, monkeypatch, capsys, make_study, fast_pass
             assert s.scalar(select(Study.name)) == "S"
     finally:
         db.dispose()
+
+
+def test_a_gate_without_training_items_holds_raters_waiting_not_failed(
+        any_db, make_study, fast_password_hashing):
+    opaque, actors = _setup(any_db, make_study)
+    study_settings.update_study_settings(any_db, SYSTEM, study_name="S", qualification_items=1)
+    r1 = actors["r1"]
+    [mine] = rating.rater_studies(any_db, r1)
+    assert mine.resume_opaque_id is None
+    assert mine.qualification == ("Study 'S' starts with training items that are not ready "
+                                  "yet: your study lead will let you know.")
+    held = [o for o, in _held(any_db, "r1")]
+    with pytest.raises(PermissionDenied, match="not ready yet"):
+        rating.get_pair(any_db, r1, opaque_id=held[0])
+    status = calibration.qualification_status(any_db, SYSTEM, study_name="S")
+    assert [(r.rater, r.qualified, r.failed) for r in status] == [
+        ("r1", False, False), ("r2", False, False)]
+    # Once an item is marked, the rater is on it.
+    calibration.mark_from_csv(any_db, SYSTEM, study_name="S", text=_csv((1, 0)))
+    [mine] = rating.rater_studies(any_db, r1)
+    assert mine.resume_opaque_id == opaque[0] and "0 of 1 passed" in mine.qualification
