@@ -505,3 +505,39 @@ def test_dashboard_shows_time_on_task_from_the_activity_spans(rated_env, make_ap
     # ravi sent no activity: blanks, not "None" or a made-up time.
     assert (rows["ravi"]["Active time"], rows["ravi"]["Median per pair"],
             rows["ravi"]["Last active"]) == ("0:00", "", "")
+
+
+def test_dashboard_counts_raw_or_adjudicated_and_says_which(rated_env, make_app, all_text):
+    from backend.services import adjudication, explore
+
+    # The consensus on the pair with the most errors: none at all (it becomes the pair with
+    # the fewest, so the correlations change).
+    rows = explore.study_pairs(rated_env.db, rated_env.admin, study_name=rated_env.study).rows
+    worst = max(rows, key=lambda r: r.mean_errors)
+    with rated_env.db.read() as s:
+        opaque = s.scalar(select(Pair.opaque_id).where(Pair.id == worst.pair_id))
+    counts = {(c, sig): 0 for c in range(1, 7) for sig in (True, False)}
+    adjudication.record(rated_env.db, rated_env.admin, study_name=rated_env.study,
+                        opaque_id=opaque, counts=counts, note="consensus after discussion")
+    at = make_app(rated_env.admin, script=VIEWS / "dashboard.py")
+    assert not at.exception and not at.error
+    assert "Counts: raw, the mean of each pair's raters (adjudications not used)." in all_text(at)
+    raw = analysis.study_correlation(rated_env.db, rated_env.admin, study_name=rated_env.study,
+                                     resamples=1000, seed=0)
+    assert _numbers(at.dataframe[0].value["Kendall tau-b"]) == pytest.approx(
+        [m.kendall_tau_b for m in raw.metrics], nan_ok=True, abs=5e-4)
+
+    at.radio(key="dash_counts").set_value("adjudicated").run()
+    assert not at.exception and not at.error
+    adjudicated = analysis.study_correlation(rated_env.db, rated_env.admin,
+                                             study_name=rated_env.study, resamples=1000,
+                                             seed=0, counts="adjudicated")
+    assert adjudicated.n_adjudicated == 1
+    assert ("Counts: adjudicated. 1 of 3 pairs use the adjudicators' consensus; the others "
+            "the mean of their raters.") in all_text(at)
+    assert list(at.dataframe[0].value["Metric"]) == [m.key for m in adjudicated.metrics]
+    assert _numbers(at.dataframe[0].value["Kendall tau-b"]) == pytest.approx(
+        [m.kendall_tau_b for m in adjudicated.metrics], nan_ok=True, abs=5e-4)
+    assert [m.kendall_tau_b for m in adjudicated.metrics] != [
+        m.kendall_tau_b for m in raw.metrics]
+    assert "Agreement between raters uses their own (raw) counts" in all_text(at)
