@@ -57,6 +57,14 @@ def test_lead_marks_sets_the_rule_sees_status_and_unmarks(study_env, make_app, a
     assert calibration.list_training(study_env.db, study_env.admin,
                                      study_name=study_env.study) == []
 
+    # Assigning again gives pair 1 a rater; with the repeat share set, the rater who now
+    # holds three pairs gets one hidden repeat, and the page says so.
+    _submit(at, "assign")
+    assert not at.exception and not at.error
+    assert at.success[0].value == ("1 new assignments in Page test study (3 pairs, k=1, "
+                                   "seed=0); 1 hidden repeats.")
+    assert len(calibration.repeat_pairs(study_env.db, study_env.admin, study_env.study)) == 1
+
 
 def test_bad_csv_and_pairs_are_refused_on_the_page(study_env, make_app):
     at = _assign_page(study_env, make_app)

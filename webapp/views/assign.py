@@ -39,8 +39,12 @@ with st.form("assign"):
 if submitted:
     summary = state.call(assignment.assign_raters, db, actor, study_name=study_name,
                          rater_usernames=list(chosen), raters_per_pair=int(k), seed=int(seed))
+    extras = "".join(
+        f"; {n} {what}" for n, what in ((summary.training_created, "training-item assignments"),
+                                        (summary.repeats_created, "hidden repeats")) if n)
     st.success(f"{summary.created} new assignments in {summary.study_name} "
-               f"({summary.n_pairs} pairs, k={summary.raters_per_pair}, seed={summary.seed}).")
+               f"({summary.n_pairs} pairs, k={summary.raters_per_pair}, seed={summary.seed})"
+               f"{extras}.")
     st.dataframe(
         [{"Rater": name, "Pairs assigned": n} for name, n in summary.per_rater.items()],
         hide_index=True,
