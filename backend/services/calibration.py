@@ -14,7 +14,8 @@ Marking sets ``Pair.kind = "training"`` and ``Pair.expert = {"counts": {"<c>:<0|
 order (:func:`backend.services.assignment.sync_training`). A pair that already has ratings
 may be marked: they stay stored but leave the study's statistics and exports (only study
 pairs count), and the result says how many raters had rated it. A pair with a hidden repeat,
-or a repeat itself, is refused (intra-rater agreement depends on it). Unmarking is refused
+or a repeat itself, is refused (intra-rater agreement depends on it). Marking a training
+item again replaces its expert counts (the pass of items already done follows). Unmarking is refused
 once a rater has done the item (that answer was given as calibration, with the expert's
 counts shown after it); otherwise the open training assignments and their unfinished counts
 are removed and the pair is a study pair again with no raters (assign again to give it k).
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
 
 from backend.services import assignment, rating
 from backend.services.definitions import DEFINITIONS
@@ -207,7 +209,7 @@ def _numbers(pair_numbers: Iterable[int] | None) -> list[int] | None:
     return out
 
 
-def _pairs_by_number(s: Any, study: Study, numbers: Iterable[int]) -> dict[int, Pair]:  # noqa: ANN401
+def _pairs_by_number(s: Session, study: Study, numbers: Iterable[int]) -> dict[int, Pair]:
     numbers = list(numbers)
     pairs = {p.position + 1: p for p in s.scalars(
         select(Pair).where(Pair.study_id == study.id,
