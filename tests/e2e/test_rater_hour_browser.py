@@ -2,14 +2,18 @@
 category definitions from a grid cell and Esc closes them with the focus back in the cell,
 the pair unchanged; "?" typed in a text field is a character; the Definitions button opens
 the same panel; a flag with a note survives a reload and is stored as the rater's own; the
-new header controls sit above the grid."""
+new header controls sit above the grid; the break reminder shows after 50 min of rating in
+the header without moving the grid down, and Dismiss hides it."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 import pytest
 from playwright.sync_api import expect
 
 from backend.services import auth, flags
+from backend.services.activity import SpanInput, record_spans
 from db.session import Database
 from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, grid_of, log_in, wait_for_cookie
 
@@ -105,5 +109,39 @@ def test_a_flag_with_a_note_survives_a_reload(server, browser):
         expect(page.get_by_label("Note (optional)")).to_have_value(NOTE)
         stored = _flag_of(data, pair)
         assert stored.flagged and stored.note == NOTE
+    finally:
+        context.close()
+
+
+def test_the_break_reminder_keeps_the_grid_in_place_and_is_dismissed(server, browser):
+    # Last in the module: the spans it stores make the reminder due for rater1.
+    url, data = server
+    context, page, pair = _rater_page(browser, url)
+    try:
+        page.reload()
+        grid_of(page, pair).wait_for()
+        expect(page.get_by_role("progressbar")).to_be_visible()
+        before = grid_of(page, pair).bounding_box()["y"]
+        db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
+        try:
+            actor = auth.authenticate(db, username=RATER, password=RATER_PASSWORD)
+            now = dt.datetime.now(dt.UTC)
+            start = now - dt.timedelta(minutes=58)
+            spans = [SpanInput(pair, start + dt.timedelta(minutes=5 * i),
+                               start + dt.timedelta(minutes=5 * i + 5), 4) for i in range(11)]
+            assert not record_spans(db, actor, client_id="break-test-1", spans=spans,
+                                    now=now).refused
+        finally:
+            db.dispose()
+        page.reload()
+        reminder = page.get_by_text("A short break helps accuracy.")
+        expect(reminder).to_be_visible()
+        expect(reminder).to_contain_text("You've been rating for 5")
+        grid_of(page, pair).wait_for()
+        box = grid_of(page, pair).bounding_box()
+        assert box["y"] <= before + 2, (box, before)  # in the progress line's place
+        page.get_by_role("button", name="Dismiss").click()
+        expect(reminder).to_have_count(0)
+        expect(page.get_by_role("progressbar")).to_be_visible()
     finally:
         context.close()

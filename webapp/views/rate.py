@@ -43,6 +43,7 @@ CONFIRM_KEY = "rate_confirm_zero"  # opaque id awaiting the all-zero confirmatio
 FLASH_KEY = "rate_flash"  # {"text", "ok"}: one-off message after Mark done
 END_KEY = "rate_study_done"  # name of the study whose last pair was just marked done
 MY_STUDIES_PAGE = "views/my_studies.py"
+BREAK_KEY = "rc_break"  # the break reminder's container (styled compact)
 SNOOZE_KEY = "rate_break_snooze"  # (stretch start, minutes) when the reminder was dismissed
 
 
@@ -194,7 +195,10 @@ def _progress_line(view: rating.RaterPairView, n_done: int, mine: pace.Pace,
     left = pace.time_left_text(mine.estimate)
     snoozed = st.session_state.get(SNOOZE_KEY)
     if pace.reminder_due(mine.stretch, mine.break_minutes, snoozed=snoozed):
-        text, dismiss = st.columns([5, 1], vertical_alignment="center", gap="small")
+        # Small, tight type (the page's style, ``BREAK_KEY``): its two lines take the height
+        # of the progress bar's text and bar, so the grid does not move down.
+        with st.container(key=BREAK_KEY):
+            text, dismiss = st.columns([3.2, 1], vertical_alignment="center", gap="small")
         text.markdown(f":orange-background[:material/local_cafe: "
                       f"{pace.reminder_text(mine.stretch)}]")
         if dismiss.button("Dismiss", key="break_dismiss", type="tertiary",
@@ -214,7 +218,9 @@ actor = state.require_actor()
 db = state.get_db()
 # Less blank space above the header than the other pages: at 1280x800 the film, both
 # reports of ~120 words and the whole grid share one screen (a style only: no layout room).
-st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 1.5rem;}</style>")
+st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 1.5rem;}"
+        f".st-key-{BREAK_KEY} p {{font-size: 0.8rem; line-height: 1.25; margin: 0;}}"
+        f".st-key-{BREAK_KEY} button {{min-height: 1.5rem; padding: 0 0.25rem;}}</style>")
 
 opaque_id = st.query_params.get(PAIR_PARAM)
 if not opaque_id:
