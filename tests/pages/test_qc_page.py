@@ -87,12 +87,11 @@ def test_qc_page_shows_monitoring_repeats_flags_and_training(qc_env, make_app, a
     monitoring = _frame(at, 0)
     assert list(monitoring["Rater"]) == ["ravi", "rita"]
     rita = monitoring[monitoring["Rater"] == "rita"].iloc[0]
-    assert rita["Done"] == "3 / 3" and rita["Median time/pair"] == "0:40"
-    assert rita["Longest all-zero run"] == "3"
-    # Two raters only: the Spearman of each against the other is defined (ravi varies,
-    # rita is constant -> undefined for both, a blank cell).
-    assert rita["Agreement (Spearman)"] == ""
-    assert rita["Done/hour"] == f"{3 * 3600 / 120:.1f}"
+    assert rita["Done"] == "3 / 3" and rita["Median/pair"] == "40.0 s"
+    assert rita["Zero run"] == "3"
+    # rita's totals are all 0: her Spearman with ravi is undefined, a blank cell.
+    assert rita["Spearman"] == ""
+    assert rita["Per hour"] == f"{3 * 3600 / 120:.1f}"
     assert "No rater is flagged." in text
     # Intra-rater: rita's two repeats, totals (0, 0) vs (0, 1).
     intra = _frame(at, 1)
@@ -143,7 +142,7 @@ def test_study_without_work_says_what_to_do(study_env, make_app, all_text):
     assert "No training items in this study." in text
     frame = _frame(at, 0)
     assert list(frame["Done"]) == ["0 / 3", "0 / 3"]
-    assert list(frame["Median time/pair"]) == ["", ""]
+    assert list(frame["Median/pair"]) == ["", ""]
 
 
 def test_a_rater_gets_only_the_access_error(study_env, make_app, all_text):

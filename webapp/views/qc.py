@@ -9,6 +9,8 @@ blank cell (``webapp/components/tables.py``). Times are the time on task of
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import streamlit as st
 
@@ -27,9 +29,15 @@ state.require_admin_page(actor)
 db = state.get_db()
 
 
-def _pairs(numbers: tuple[int, ...], limit: int = 12) -> str:
-    shown = " ".join(str(n) for n in numbers[:limit])
-    return shown + (f" (+{len(numbers) - limit})" if len(numbers) > limit else "")
+def _pairs(numbers: tuple[int, ...]) -> str:
+    return ", ".join(str(n) for n in numbers)
+
+
+def _duration(seconds: float) -> str:
+    """Seconds under a minute (a fast rater's 2.5 s must not read as 0:02), else M:SS."""
+    if not math.isfinite(seconds):
+        return ""
+    return f"{seconds:.1f} s" if seconds < 60 else tables.minutes_seconds(seconds)
 
 
 def _highlight(frame: pd.DataFrame, flagged: list[bool]) -> object:
@@ -69,16 +77,15 @@ else:
     frame = pd.DataFrame([{
         "Rater": r.rater,
         "Done": f"{r.done} / {r.assigned}",
-        "Median time/pair": tables.minutes_seconds(
-            r.median_seconds if r.timed_pairs else None),
-        "IQR": tables.minutes_seconds(r.iqr_seconds if r.timed_pairs else None),
-        "Slow pairs": _pairs(r.slow_pairs),
-        "Fast pairs": _pairs(r.fast_pairs),
-        "Done/hour": tables.num(r.done_per_hour, 1),
-        "Drift (first -> last third)": "" if not r.drift_n else
+        "Median/pair": _duration(r.median_seconds),
+        "IQR": _duration(r.iqr_seconds),
+        "Slow": str(len(r.slow_pairs)) if r.timed_pairs else "",
+        f"Under {FAST_SECONDS:g} s": str(len(r.fast_pairs)) if r.timed_pairs else "",
+        "Per hour": tables.num(r.done_per_hour, 1),
+        "Drift": "" if not r.drift_n else
         f"{r.drift_first:.2f} -> {r.drift_last:.2f} ({r.drift:+.2f})",
-        "Longest all-zero run": str(r.zero_run),
-        "Agreement (Spearman)": tables.num(r.spearman, 2),
+        "Zero run": str(r.zero_run),
+        "Spearman": tables.num(r.spearman, 2),
         "Mean |diff|": tables.num(r.abs_diff, 2),
         "Flags": str(len(r.flags)) if r.flags else "",
     } for r in monitoring.raters])
@@ -89,11 +96,22 @@ else:
             st.warning(f"**{r.rater}**: " + "; ".join(r.flags), icon=":material/flag:")
     if not monitoring.flagged:
         st.success("No rater is flagged.", icon=":material/check_circle:")
+    outlying = [r for r in monitoring.raters if r.slow_pairs or r.fast_pairs]
+    if outlying:
+        with st.expander("Outlier pairs (pair numbers)"):
+            st.dataframe(pd.DataFrame([{
+                "Rater": r.rater,
+                "Slow pairs": _pairs(r.slow_pairs),
+                "Slow limit (Q3 + 3 IQR)": _duration(r.slow_limit_seconds),
+                f"Under {FAST_SECONDS:g} s": _pairs(r.fast_pairs),
+            } for r in outlying]), hide_index=True, width="stretch")
     left, right = st.columns(2)
     with left:
         st.plotly_chart(qc_plots.time_per_pair(monitoring.raters), key="qc_time_plot")
     with right:
         st.plotly_chart(qc_plots.pace_and_drift(monitoring.raters), key="qc_pace_plot")
+    st.caption("Red: a flagged rater. Drift: open circle the first third of the rater's done "
+               "pairs, filled circle the last third (completion order).")
     csv_download(state.call(qc.monitoring_rows, db, actor, study, straight_run=straight_run,
                             outlier_z=outlier_z),
                  file_name=f"{study}-monitoring.csv", key="qc_monitoring_csv")
