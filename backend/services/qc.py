@@ -3,7 +3,9 @@
 Monitoring (:mod:`backend.analysis.monitoring`) reads each rater's **study** pairs: their
 assignments (``Assignment.completed_at`` for the completion order, ``active_seconds`` for the
 time on task of :mod:`backend.services.activity`) and the total of their ``Rating`` cells for
-each done pair. Training items and hidden repeats never enter it.
+each done pair. Training items and hidden repeats never enter it. Ratings imported without
+assignments (a ReXVal file) have no completion order or time on task, so their raters are
+not monitored.
 
 Intra-rater agreement (:mod:`backend.analysis.intra_rater`) reads the repeats: ``Pair`` rows
 of kind ``repeat`` whose ``repeat_of_id`` is the source study pair. A repeat counts for a
