@@ -115,7 +115,7 @@ def test_qc_page_shows_monitoring_repeats_flags_and_training(qc_env, make_app, a
 
 def test_lowering_the_run_threshold_flags_the_straight_liner(qc_env, make_app, all_text):
     at = make_app(qc_env.admin, script=SCRIPT)
-    at.number_input(key="qc_straight_run").set_value(3).run()
+    at.number_input(key="qcp_straight_run").set_value(3).run()
     assert not at.exception
     text = all_text(at)
     with qc_env.db.read() as s:
@@ -128,7 +128,7 @@ def test_lowering_the_run_threshold_flags_the_straight_liner(qc_env, make_app, a
     assert "No rater is flagged." not in text
     assert _frame(at, 0)[lambda f: f["Rater"] == "rita"].iloc[0]["Flags"] == "1"
     # Another scope of the intra-rater table: category 3 holds the one disagreement.
-    at.selectbox(key="qc_scope").set_value("category 3").run()
+    at.selectbox(key="qcp_scope").set_value("category 3").run()
     row = _frame(at, 1)[lambda f: f["Rater"] == "rita"].iloc[0]
     assert row["Exact agreement"] == "0.50"
 

@@ -51,13 +51,13 @@ if not study_names:
     st.info("No studies yet: import cases first.")
     st.stop()
 top = st.columns([3, 1.4, 1.4])
-study = top[0].selectbox("Study", study_names, key="qc_study")
+study = top[0].selectbox("Study", study_names, key="qcp_study")
 straight_run = int(top[1].number_input(
     "Flag all-zero runs of", min_value=2, max_value=500, value=STRAIGHT_RUN, step=1,
-    key="qc_straight_run", help="consecutive done pairs with no error at all"))
+    key="qcp_straight_run", help="consecutive done pairs with no error at all"))
 outlier_z = float(top[2].number_input(
     "Flag |robust z| above", min_value=0.5, max_value=20.0, value=OUTLIER_Z, step=0.5,
-    key="qc_outlier_z", help="how far from the other raters a rater's value must be"))
+    key="qcp_outlier_z", help="how far from the other raters a rater's value must be"))
 
 # -- Rater monitoring -----------------------------------------------------------------
 st.header("Rater monitoring")
@@ -107,14 +107,14 @@ else:
             } for r in outlying]), hide_index=True, width="stretch")
     left, right = st.columns(2)
     with left:
-        st.plotly_chart(qc_plots.time_per_pair(monitoring.raters), key="qc_time_plot")
+        st.plotly_chart(qc_plots.time_per_pair(monitoring.raters), key="qcp_time_plot")
     with right:
-        st.plotly_chart(qc_plots.pace_and_drift(monitoring.raters), key="qc_pace_plot")
+        st.plotly_chart(qc_plots.pace_and_drift(monitoring.raters), key="qcp_pace_plot")
     st.caption("Red: a flagged rater. Drift: open circle the first third of the rater's done "
                "pairs, filled circle the last third (completion order).")
     csv_download(state.call(qc.monitoring_rows, db, actor, study, straight_run=straight_run,
                             outlier_z=outlier_z),
-                 file_name=f"{study}-monitoring.csv", key="qc_monitoring_csv")
+                 file_name=f"{study}-monitoring.csv", key="qcp_monitoring_csv")
 
 # -- Intra-rater agreement --------------------------------------------------------------
 st.header("Intra-rater agreement")
@@ -129,7 +129,7 @@ else:
         "Cohen's kappa with quadratic weights on the count difference. A blank value is "
         "undefined; the note says why.")
     entries = intra.raters + ((intra.pooled,) if intra.pooled is not None else ())
-    scope = st.selectbox("Scope", SCOPES, key="qc_scope",
+    scope = st.selectbox("Scope", SCOPES, key="qcp_scope",
                          format_func=lambda s: {"total": "total (all categories)"}.get(s, s))
     st.dataframe(pd.DataFrame([{
         "Rater": e.rater,
@@ -142,7 +142,7 @@ else:
         "Note": e.agreement.scope(scope).icc_note or e.agreement.scope(scope).kappa_note,
     } for e in entries]), hide_index=True, width="stretch")
     csv_download(state.call(qc.intra_rater_rows, db, actor, study),
-                 file_name=f"{study}-intra-rater.csv", key="qc_intra_csv")
+                 file_name=f"{study}-intra-rater.csv", key="qcp_intra_csv")
 
 # -- Flagged pairs ------------------------------------------------------------------------
 st.header("Flagged pairs")
