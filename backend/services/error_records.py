@@ -336,7 +336,7 @@ def add_record(
         rating._bump(t)  # a record is a change even when the counts stay the same
         return _answer(s, actor, t, opaque_id, now)
 
-    return rating._write(db, work, what=f"error record of pair {opaque_id!r}",
+    return rating.write_retrying(db, work, what=f"error record of pair {opaque_id!r}",
                          message=rating.BUSY_ACTION_MESSAGE)
 
 
@@ -382,7 +382,7 @@ def delete_record(
         rating._bump(t)
         return _answer(s, actor, t, opaque_id, now)
 
-    return rating._write(db, work, what=f"error record of pair {opaque_id!r}",
+    return rating.write_retrying(db, work, what=f"error record of pair {opaque_id!r}",
                          message=rating.BUSY_ACTION_MESSAGE)
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied, require_admin
-from backend.services.rating import HIDDEN_STATUSES, READ_ONLY_STATUSES, _write, as_utc
+from backend.services.rating import HIDDEN_STATUSES, READ_ONLY_STATUSES, as_utc, write_retrying
 from backend.services.types import Actor
 from db.models import Assignment, Pair, Study, User
 from db.session import Database
@@ -141,7 +141,7 @@ def flag_pair(db: Database, actor: Actor, *, opaque_id: str, note: str | None = 
         assignment.flag_note = text or None
         return _state(opaque_id, assignment)
 
-    return _write(db, work, what=f"flag of pair {opaque_id}")
+    return write_retrying(db, work, what=f"flag of pair {opaque_id}")
 
 
 def unflag_pair(db: Database, actor: Actor, *, opaque_id: str) -> FlagState:
@@ -159,7 +159,7 @@ def unflag_pair(db: Database, actor: Actor, *, opaque_id: str) -> FlagState:
         assignment.flag_note = None
         return _state(opaque_id, assignment)
 
-    return _write(db, work, what=f"unflag of pair {opaque_id}")
+    return write_retrying(db, work, what=f"unflag of pair {opaque_id}")
 
 
 def pair_flag(db: Database, actor: Actor, *, opaque_id: str) -> FlagState:

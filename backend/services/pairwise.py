@@ -60,8 +60,8 @@ from backend.services.rating import (
     READ_ONLY_STATUSES,
     ImageRef,
     as_utc,
+    write_retrying,
 )
-from backend.services.rating import _write as write_retrying
 from backend.services.repo import get_study
 from backend.services.study_settings import effective
 from backend.services.types import Actor

@@ -115,8 +115,8 @@ class StaleWrite(ServiceError):
         self.completed_at = completed_at
 
 
-def _write(db: Database, work: Callable[[Any], _T], *, what: str,
-           budget: float | None = None, message: str = BUSY_ACTION_MESSAGE) -> _T:
+def write_retrying(db: Database, work: Callable[[Any], _T], *, what: str,
+                   budget: float | None = None, message: str = BUSY_ACTION_MESSAGE) -> _T:
     """Run ``work(session)`` in a write transaction, retrying while the database is busy.
 
     PostgreSQL queues lock waiters fairly, so an attempt simply waits (at most
@@ -428,6 +428,15 @@ def _writable(target: _Target, *, counts: bool = True) -> None:
                                "its counts can't change")
 
 
+def _grid_editable(s: Session, target: _Target) -> None:
+    """Refuse direct count edits where the counts derive from the rater's error records."""
+    mode = effective(s.scalar(select(Study.settings).where(Study.id == target.study_id)))[
+        "annotation_mode"]
+    if mode != "counts":
+        raise PermissionDenied(f"study {target.study_name!r} derives the counts from your "
+                               "marked errors; mark the errors instead")
+
+
 def _queue(s: Session, actor: Actor, study_id: int) -> list[tuple[str, dt.datetime | None]]:
     """(opaque_id, completed_at) of the actor's pairs in a study, in the rater's order.
 
@@ -737,12 +746,13 @@ def set_count(
         # A pair marked done stays editable (a rater going back to fix a count must never
         # lose the edit); the change is audited like any other.
         _writable(t)
+        _grid_editable(s, t)
         _check_version(s, actor, t, expected_version)
         changed = _set_cell(s, actor, t, category, significant, count, now)
         version = _bump(t) if changed else int(t.assignment.version or 0)
         return SaveResult(saved_at=now, count=count, changed=changed, version=version)
 
-    return _write(db, work, what=f"count of pair {opaque_id!r}", message=BUSY_MESSAGE)
+    return write_retrying(db, work, what=f"count of pair {opaque_id!r}", message=BUSY_MESSAGE)
 
 
 def set_counts(
@@ -790,6 +800,7 @@ def set_counts(
         now = utcnow()
         t = _target(s, actor, opaque_id, lock=True)
         _writable(t)
+        _grid_editable(s, t)
         _check_version(s, actor, t, expected_version)
         changed = []
         for cell in CELLS:  # a fixed order: audit events come out in grid order
@@ -800,7 +811,7 @@ def set_counts(
         return CountsSaved(saved_at=now, version=version, counts=_counts(s, actor, t.pair_id),
                            changed=tuple(changed))
 
-    return _write(db, work, what=f"counts of pair {opaque_id!r}", message=BUSY_MESSAGE)
+    return write_retrying(db, work, what=f"counts of pair {opaque_id!r}", message=BUSY_MESSAGE)
 
 
 def complete_pair(
@@ -876,7 +887,7 @@ def complete_pair(
         nxt = _next_open(_queue(s, actor, t.study_id), str(opaque_id))
         return CompletionStatus(str(opaque_id), completed_at, nxt)
 
-    return _write(db, work, what=f"completion of pair {opaque_id!r}")
+    return write_retrying(db, work, what=f"completion of pair {opaque_id!r}")
 
 
 def reopen_pair(db: Database, actor: Actor, *, opaque_id: str) -> CompletionStatus:
@@ -903,7 +914,7 @@ def reopen_pair(db: Database, actor: Actor, *, opaque_id: str) -> CompletionStat
         nxt = _next_open(_queue(s, actor, t.study_id), str(opaque_id))
         return CompletionStatus(str(opaque_id), None, nxt)
 
-    return _write(db, work, what=f"reopening of pair {opaque_id!r}")
+    return write_retrying(db, work, what=f"reopening of pair {opaque_id!r}")
 
 
 def assigned_case_ids(db: Database, actor: Actor) -> frozenset[int]:

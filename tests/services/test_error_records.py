@@ -283,3 +283,23 @@ def test_export_rows_are_the_study_pairs_records_for_admins(any_db, make_study,
         "created_at": None}
     assert rows[1]["candidate_text"] == "Cardiomegaly" and rows[1]["note"] == "n"
     assert rows[1]["created_at"].endswith("+00:00")
+
+
+def test_an_error_records_study_refuses_direct_grid_edits(any_db, make_study,
+                                                          fast_password_hashing):
+    """The counts are derived from the records: a grid save (one cell or several) is
+    refused with the reason, and nothing is written."""
+    r1 = _setup(any_db, make_study, raters=("r1",))["r1"]
+    pair = _first(any_db, r1)
+    before = _stored(any_db)
+    with pytest.raises(PermissionDenied, match="derives the counts from your marked errors"):
+        rating.set_count(any_db, r1, opaque_id=pair, category=1, significant=True, count=2)
+    with pytest.raises(PermissionDenied, match="derives the counts"):
+        rating.set_counts(any_db, r1, opaque_id=pair, cells={(2, False): 1},
+                          expected_version=0)
+    assert _stored(any_db) == before
+    # A record still derives the counts.
+    start, end = _span("Cardiomegaly")
+    error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=1,
+                             significant=True, candidate_start=start, candidate_end=end)
+    assert rating.get_pair(any_db, r1, opaque_id=pair).counts[(1, True)] == 1
