@@ -55,7 +55,8 @@ def test_score_now_on_the_dashboard_queues_the_job_and_the_scores_arrive(
     assert job.study_name == env.study and job.created_by == env.admin.username
     text = all_text(at)
     assert f"**Job #{job.id}** · `score` on {env.study} · queued" in text
-    assert "No worker is alive, so the scoring job waits" in text
+    assert "No worker is running: start one with `python -m backend worker`." in text
+    assert "The scoring job waits for a worker: restart the app with" in text
     # The page queued only: no score exists until a worker runs the job.
     assert "No correlations yet: the study has no metric scores" in text
 

@@ -54,10 +54,13 @@ def score_now(db: Database, actor: Actor, study_name: str, *, key: str = "score_
         shown = job_ref.current(job_key)
         pending = now.pending
         if pending is not None:
-            if not now.worker.any_alive:
-                st.warning(f"No worker is alive, so the scoring job waits: {START_HINT}.",
-                           icon=":material/error:")
+            # The job panel says that no worker takes the job; this adds the way that needs
+            # no second terminal.
             job_panel(pending.id, key=key)
+            if not now.worker.any_alive:
+                st.caption("The scoring job waits for a worker: restart the app with "
+                           "`bash scripts/run-app.sh`, which starts one with it, or run "
+                           f"`{jobs.START_WORKER}` in a second terminal.")
             return
         if now.last is not None and (shown == now.last.id or now.last.status != "done"
                                      or jobs.partial(now.last)):
