@@ -1,0 +1,76 @@
+"""The export carries the quality-control records apart from the study files (issue 14):
+training answers, flags and consensus as JSONL with raters as ``rater_index``, listed in the
+manifest; training items appear in no study file."""
+
+from __future__ import annotations
+
+import json
+
+from backend.services import adjudication, auth, calibration, flags, rating
+from backend.services.assignment import assign_raters
+from backend.services.exports import export_study
+from backend.services.types import Actor
+
+SYSTEM = Actor.system()
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_quality_files_are_exported_apart_with_rater_indices(any_db, make_study, tmp_path,
+                                                             fast_password_hashing):
+    db = any_db
+    make_study(db, "Q", 4)
+    calibration.mark_training(db, SYSTEM, study_name="Q", expert={4: {"1:1": 1}},
+                              source="expert panel")
+    actors = {}
+    for name in ("reader_one", "reader_two"):
+        auth.create_user(db, SYSTEM, username=name, password=f"{name}-password", role="rater")
+        actors[name] = auth.authenticate(db, username=name, password=f"{name}-password")
+    auth.create_user(db, SYSTEM, username="lead", password="lead-password", role="admin")
+    lead = auth.authenticate(db, username="lead", password="lead-password")
+    assign_raters(db, SYSTEM, study_name="Q", rater_usernames=list(actors), raters_per_pair=2,
+                  seed=3)
+    for n, actor in enumerate(actors.values()):
+        for item in rating.rater_queue(db, actor, study_name="Q"):
+            view = rating.get_pair(db, actor, opaque_id=item.opaque_id)
+            saved = rating.set_count(db, actor, opaque_id=item.opaque_id, category=1,
+                                     significant=True, count=2 * n + 1,
+                                     expected_version=view.version)
+            rating.complete_pair(db, actor, opaque_id=item.opaque_id, confirm_zero=False,
+                                 expected_version=saved.version)
+    first = next(i for i in rating.rater_queue(db, actors["reader_two"], study_name="Q")
+                 if not rating.get_pair(db, actors["reader_two"],
+                                        opaque_id=i.opaque_id).training)
+    flags.flag_pair(db, actors["reader_two"], opaque_id=first.opaque_id, note="unsure of side")
+    queue = adjudication.queue(db, lead, study_name="Q")
+    assert queue  # significant totals 1 vs 3: range 2 meets the default rule
+    adjudication.record(db, lead, study_name="Q", opaque_id=queue[0].opaque_id,
+                        counts={cell: int(cell == (1, True)) for cell in rating.CELLS},
+                        note="one false finding")
+
+    out = tmp_path / "export"
+    summary = export_study(db, SYSTEM, study_name="Q", fmt="jsonl", out_dir=out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    quality = manifest["quality_control"]
+    assert set(quality) == {"training_ratings", "flags", "adjudications"}
+    for entry in quality.values():
+        assert entry["file"] in summary.files
+        assert len(_lines(out / entry["file"])) == entry["rows"]
+    # Training item: never a study pair, its answers apart with the expert count.
+    assert len(_lines(out / "pairs.jsonl")) == 3
+    assert {r["pair_number"] for r in _lines(out / "ratings.jsonl")} == {1, 2, 3}
+    training = _lines(out / "training_ratings.jsonl")
+    assert {r["pair_number"] for r in training} == {4}
+    assert len(training) == 24  # 2 raters x 12 cells
+    cell = [r for r in training if r["category"] == 1 and r["significant"]]
+    assert sorted((r["rater_index"], r["count"], r["expert_count"]) for r in cell) == [
+        (0, 1, 1), (1, 3, 1)]
+    (flag,) = _lines(out / "flags.jsonl")
+    assert flag["note"] == "unsure of side" and flag["rater_index"] == 1
+    consensus = _lines(out / "adjudications.jsonl")
+    assert len(consensus) == 12 and consensus[0]["note"] == "one false finding"
+    # Raters are indices, never names, in every quality file.
+    text = "".join((out / e["file"]).read_text() for e in quality.values())
+    assert "reader_one" not in text and "reader_two" not in text
