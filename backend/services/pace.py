@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from backend.services.errors import InvalidInput, NotFound
+from backend.services.rating import HIDDEN_STATUSES
 from backend.services.study_settings import effective
 from backend.services.types import Actor
-from db.models import STUDY_STAGING, ActivitySpan, Assignment, Study
+from db.models import ActivitySpan, Assignment, Study
 from db.session import Database
 
 #: A gap between activity spans longer than this (seconds) is a pause that ends a stretch.
@@ -43,8 +44,6 @@ PAUSE_SECONDS = 300.0
 MIN_DONE_FOR_ESTIMATE = 3
 #: How far back the spans of the current stretch are read (longer stretches are cut there).
 LOOKBACK = dt.timedelta(hours=12)
-# Studies a rater cannot see (the same list as backend/services/rating.py).
-_HIDDEN_STATUSES = ("draft", STUDY_STAGING, "archived")
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
@@ -218,7 +217,7 @@ def rater_pace(db: Database, actor: Actor, *, study_name: str,
     with db.read() as s:
         study = s.execute(
             select(Study.id, Study.settings)
-            .where(Study.name == study_name, Study.status.not_in(_HIDDEN_STATUSES))
+            .where(Study.name == study_name, Study.status.not_in(HIDDEN_STATUSES))
         ).first()
         rows = [] if study is None else s.execute(
             select(Assignment.completed_at, Assignment.active_seconds)
