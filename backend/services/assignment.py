@@ -614,19 +614,23 @@ def _reorder(s: Session, study: Study, rater_id: int, username: str, *,
     """
     setting = study_strategy(study)
     rows = s.execute(
-        select(Assignment, Pair.position, Pair.kind)
+        select(Assignment, Pair.position, Pair.kind, Pair.repeat_of_id)
         .join(Pair, Pair.id == Assignment.pair_id)
         .where(Assignment.rater_id == rater_id, Assignment.study_id == study.id)
         .order_by(Assignment.order_index, Assignment.id)
     ).all()
-    # Training items stay first and hidden repeats stay where their placement rule put them:
-    # only study pairs trade places.
-    open_rows = [(a, pos) for a, pos, kind in rows if a.completed_at is None
+    # Training items stay first and hidden repeats stay where their placement rule put them;
+    # the source of a repeat stays too, since moving it towards (or past) its repeat would
+    # make the repeat recognisable. Only the other study pairs trade places.
+    sources = {of for _, _, kind, of in rows if kind == PAIR_REPEAT}
+    open_rows = [(a, pos) for a, pos, kind, _ in rows if a.completed_at is None
                  and kind == PAIR_STUDY]
     if pinned_pair_id is None and open_rows:
         pinned_pair_id = open_rows[0][0].pair_id  # the pair the rater resumes on
-    pin_index = next((a.order_index for a, _, _ in rows if a.pair_id == pinned_pair_id), -1)
-    movable = [(a, pos) for a, pos in open_rows if a.pair_id != pinned_pair_id]
+    pin_index = next((a.order_index for a, _, _, _ in rows if a.pair_id == pinned_pair_id),
+                     -1)
+    movable = [(a, pos) for a, pos in open_rows
+               if a.pair_id != pinned_pair_id and a.pair_id not in sources]
     if len(movable) < 2:
         return 0
     slots = sorted(a.order_index for a, _ in movable)

@@ -163,3 +163,26 @@ def test_adaptive_order_never_moves_repeats_or_training_items(any_db):
         rating.complete_pair(any_db, ra, opaque_id=nxt)
         queue, _ = _repeat_layout(any_db, ra)
         assert {r: queue.index(r) for r in sources} == places
+
+
+def test_adaptive_order_keeps_each_source_well_before_its_repeat(any_db):
+    # The adaptive order permutes open study pairs; a source moved next to (or after) its
+    # repeat would make the repeat recognisable, or no repeat at all.
+    build_study(any_db, "S", n_pairs=24, raters=("ra", "rb"), k=2, seed=7)
+    study_settings.update_study_settings(any_db, SYSTEM, study_name="S", repeat_share=0.3)
+    assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=["ra", "rb"],
+                  raters_per_pair=2, seed=7)
+    assignment.set_strategy(any_db, SYSTEM, study_name="S", strategy="adaptive")
+    gap = assignment.repeat_gap(24)
+    for username in ("ra", "rb"):
+        actor = rater_actor(any_db, username)
+        for step in range(8):
+            queue, sources = _repeat_layout(any_db, actor)
+            assert sources
+            for repeat, source in sources.items():
+                assert queue.index(repeat) - queue.index(source) > gap, (username, step)
+            q = rating.rater_queue(any_db, actor, study_name="S")
+            nxt = next(x.opaque_id for x in q if not x.completed)
+            rating.set_count(any_db, actor, opaque_id=nxt, category=1, significant=True,
+                             count=step % 3 + 1)
+            rating.complete_pair(any_db, actor, opaque_id=nxt)
