@@ -139,6 +139,9 @@ class TrainingFeedback:
     # The gate's rule when one is set: passed within max_error; None without a gate.
     max_error: int | None
     passed: bool | None
+    # The rater's standing with the gate after this item, in words (passed so far, what
+    # comes next, or that they did not qualify); None without a gate.
+    standing: str | None = None
 
 
 # -- parsing --------------------------------------------------------------------------------
@@ -523,7 +526,10 @@ def training_feedback(db: Database, actor: Actor, opaque_id: str) -> TrainingFee
                            "training items")
         expert = s.scalar(select(Pair.expert).where(Pair.id == t.pair_id)) or {}
         mine = rating._counts(s, actor, t.pair_id)
-        values = effective(s.scalar(select(Study.settings).where(Study.id == t.study_id)))
+        settings = s.scalar(select(Study.settings).where(Study.id == t.study_id))
+        values = effective(settings)
+        gate = rating.qualification(s, actor.user_id, t.study_id, settings)
+        study_name = s.scalar(select(Study.name).where(Study.id == t.study_id))
     theirs = expert.get("counts") or {}
     cells = tuple(FeedbackCell(c, g, int(mine[(c, g)]), int(theirs.get(cell_key(c, g), 0)))
                   for c, g in rating.CELLS)
@@ -537,7 +543,17 @@ def training_feedback(db: Database, actor: Actor, opaque_id: str) -> TrainingFee
         definitions={c: (CATEGORIES[c], CATEGORY_DEFINITIONS[c]) for c in sorted(CATEGORIES)},
         max_error=max_error,
         passed=None if max_error is None else abs(rater_total - expert_total) <= max_error,
+        standing=_standing(gate, str(study_name)) if gated else None,
     )
+
+
+def _standing(gate: rating.Qualification, study_name: str) -> str:
+    """The gate in words for the feedback panel: the rater learns there, not only on the
+    studies list, whether the study pairs are open, how far they are, or that they failed."""
+    if gate.open:
+        return (f"Qualified: {gate.passed} of the {gate.required} training item(s) needed "
+                f"passed; the study pairs of {study_name!r} are open to you.")
+    return gate.message(study_name) or ""
 
 
 __all__ = [

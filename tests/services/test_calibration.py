@@ -378,3 +378,28 @@ def test_a_gate_without_training_items_holds_raters_waiting_not_failed(
     calibration.mark_from_csv(any_db, SYSTEM, study_name="S", text=_csv((1, 0)))
     [mine] = rating.rater_studies(any_db, r1)
     assert mine.resume_opaque_id == opaque[0] and "0 of 1 passed" in mine.qualification
+
+
+def test_feedback_says_where_the_rater_stands_with_the_gate(any_db, make_study,
+                                                            fast_password_hashing):
+    # On the rating screen the feedback is where a rater learns whether the study pairs
+    # opened or they failed: the studies list is another page.
+    _, actors = _setup(any_db, make_study)
+    calibration.mark_from_csv(any_db, SYSTEM, study_name="S", text=_csv((1, 1), (2, 1)))
+    r1, r2 = actors["r1"], actors["r2"]
+    q1 = rating.rater_queue(any_db, r1, study_name="S")
+    _answer(any_db, r1, q1[0].opaque_id, 1)
+    assert calibration.training_feedback(any_db, r1, q1[0].opaque_id).standing is None
+
+    study_settings.update_study_settings(any_db, SYSTEM, study_name="S",
+                                         qualification_items=2, qualification_max_error=0)
+    fb = calibration.training_feedback(any_db, r1, q1[0].opaque_id)
+    assert fb.standing == "Finish the training items of study 'S' first (1 of 2 passed)."
+    _answer(any_db, r1, q1[1].opaque_id, 1)
+    fb = calibration.training_feedback(any_db, r1, q1[1].opaque_id)
+    assert fb.standing == ("Qualified: 2 of the 2 training item(s) needed passed; the study "
+                           "pairs of 'S' are open to you.")
+    q2 = rating.rater_queue(any_db, r2, study_name="S")
+    _answer(any_db, r2, q2[0].opaque_id, 4)
+    fb = calibration.training_feedback(any_db, r2, q2[0].opaque_id)
+    assert fb.passed is False and fb.standing.startswith("You did not qualify for study 'S'")

@@ -2,10 +2,11 @@
 
 Shown under the grid once the rater has marked a training item done (never before: the
 service refuses the expert's counts until then). One row per error category with its
-definition, and for each significance the rater's count next to the expert's; a cell where
-they differ is highlighted. When the study sets a qualification gate, the item's result
-(total within the allowed difference or not) is said too. Plain server-rendered HTML: the
-panel changes nothing, so it needs no round trip of its own.
+definition (written out where the counts differ, on hover elsewhere), and for each
+significance the rater's count next to the expert's; a cell where they differ is
+highlighted. When the study sets a qualification gate, the item's result (total within the
+allowed difference or not) and the rater's standing with the gate come first. Plain
+server-rendered HTML: the panel changes nothing, so it needs no round trip of its own.
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ def feedback_html(fb: calibration.TrainingFeedback) -> str:
             tds.append(f'<td class="{cls}" data-cell="{category}:{int(significant)}" '
                        f'title="{label}: you {c.rater}, expert {c.expert}">'
                        f"{c.rater} / {c.expert}</td>")
-        rows.append(f"<tr><td><b>{category}. {escape(name)}</b><br>"
-                    f'<span class="def">{escape(definition)}</span></td>{"".join(tds)}</tr>')
+        # The definition where the counts differ (what the rater needs to learn from);
+        # elsewhere on hover only, so the panel with its verdict fits a 1280x800 screen.
+        differs = cells[(category, True)].differs or cells[(category, False)].differs
+        label = (f"<b>{category}. {escape(name)}</b><br>"
+                 f'<span class="def">{escape(definition)}</span>' if differs else
+                 f'<span title="{escape(definition)}">{category}. {escape(name)}</span>')
+        rows.append(f'<tr><td>{label}</td>{"".join(tds)}</tr>')
     total_cls = "num differs" if fb.rater_total != fb.expert_total else "num"
     rows.append(f'<tr><td><b>Total</b></td><td class="{total_cls}" colspan="2" '
                 f'data-cell="total">{fb.rater_total} / {fb.expert_total}</td></tr>')
@@ -76,7 +82,11 @@ def training_feedback(db: Database, actor: Actor, view: rating.RaterPairView) ->
     with st.container(border=True, key="training_feedback"):
         st.markdown("**Training item: your counts / the expert's** "
                     "(highlighted where they differ)")
-        st.html(feedback_html(fb))
+        # The verdict and the standing first: on a 1280x800 screen the table's end is
+        # below the fold, and they say what comes next.
         sentence = verdict(fb)
         if sentence is not None:
             (st.success if fb.passed else st.warning)(sentence)
+        if fb.standing:
+            st.caption(fb.standing)
+        st.html(feedback_html(fb))
