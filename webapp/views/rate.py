@@ -16,7 +16,8 @@ the rater's own median pace (``backend/services/pace.py``), a **Definitions** bu
 pair for the study lead with an optional note (``backend/services/flags.py``; counts and
 done-state are untouched), and after ``break_reminder_minutes`` of continuous rating a
 polite reminder takes the progress line's place (dismissing it snoozes it for another
-period). None of it covers the grid or Mark done, or adds a row above them.
+period; the line redraws itself every minute). None of it covers the grid or Mark done, or
+adds a row above them.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ FLASH_KEY = "rate_flash"  # {"text", "ok"}: one-off message after Mark done
 END_KEY = "rate_study_done"  # name of the study whose last pair was just marked done
 MY_STUDIES_PAGE = "views/my_studies.py"
 BREAK_KEY = "rc_break"  # the break reminder's container (styled compact)
+PROGRESS_REFRESH_S = 60  # the progress line (time left, break reminder) redraws itself
 SNOOZE_KEY = "rate_break_snooze"  # (stretch start, minutes) when the reminder was dismissed
 
 
@@ -185,13 +187,22 @@ def _save_flag(actor: Actor, view: rating.RaterPairView, note: str | None) -> No
     st.rerun()
 
 
-def _progress_line(view: rating.RaterPairView, n_done: int, mine: pace.Pace,
-                   flash: dict | None) -> None:
+def _snooze(stretch: pace.Stretch) -> None:
+    """Dismiss the break reminder for another period of the same stretch of work."""
+    st.session_state[SNOOZE_KEY] = (stretch.started_at, stretch.minutes)
+
+
+@st.fragment(run_every=PROGRESS_REFRESH_S)
+def _progress_line(actor: Actor, view: rating.RaterPairView, flash: dict | None) -> None:
     """Under the title: the break reminder when due, else "marked done" or the progress bar.
 
     One line whatever it shows: a row of its own would push the grid below the fold at
-    1280x800 (and a toast would cover Mark done, top right).
+    1280x800 (and a toast would cover Mark done, top right). A fragment that refreshes
+    itself, so the reminder comes while the rater is still on a long pair; it redraws only
+    this line (the grid and its focus are left alone).
     """
+    mine = state.call(pace.rater_pace, state.get_db(), actor, study_name=view.study_name)
+    n_done = mine.done
     left = pace.time_left_text(mine.estimate)
     snoozed = st.session_state.get(SNOOZE_KEY)
     if pace.reminder_due(mine.stretch, mine.break_minutes, snoozed=snoozed):
@@ -201,11 +212,10 @@ def _progress_line(view: rating.RaterPairView, n_done: int, mine: pace.Pace,
             text, dismiss = st.columns([3.2, 1], vertical_alignment="center", gap="small")
         text.markdown(f":orange-background[:material/local_cafe: "
                       f"{pace.reminder_text(mine.stretch)}]")
-        if dismiss.button("Dismiss", key="break_dismiss", type="tertiary",
-                          help="Hide this reminder for another "
-                               f"{mine.break_minutes} min of rating."):
-            st.session_state[SNOOZE_KEY] = (mine.stretch.started_at, mine.stretch.minutes)
-            st.rerun()
+        # A callback: the snooze is set before the line redraws (without the reminder).
+        dismiss.button("Dismiss", key="break_dismiss", type="tertiary",
+                       help=f"Hide this reminder for another {mine.break_minutes} min of rating.",
+                       on_click=_snooze, args=(mine.stretch,))
     elif flash and flash["ok"]:
         st.markdown(f":green-background[:green[:material/check_circle: {flash['text']}]]"
                     f" {n_done} of {view.total} done · {left}")
@@ -246,8 +256,6 @@ with st.sidebar:
                "**arrows**/**Tab** move, **+**/**-** or digits set a count")
 
 # Header: where the rater is, and the way back and forth.
-mine = state.call(pace.rater_pace, db, actor, study_name=view.study_name)
-n_done = mine.done
 confirming = st.session_state.get(CONFIRM_KEY) == view.opaque_id
 flash = st.session_state.pop(FLASH_KEY, None)
 # "Mark done" sits in the header beside Previous/Next so it is on screen whatever the
@@ -255,7 +263,7 @@ flash = st.session_state.pop(FLASH_KEY, None)
 head = st.columns([2.3, 0.9, 0.75, 0.95, 0.95, 1.4], vertical_alignment="center")
 with head[0]:
     st.markdown(f"#### {view.study_name} · Pair {view.index} of {view.total}")
-    _progress_line(view, n_done, mine, flash)
+    _progress_line(actor, view, flash)
 with head[1]:
     definitions_button()
 with head[2]:
