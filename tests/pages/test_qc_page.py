@@ -89,6 +89,8 @@ def test_qc_page_shows_monitoring_repeats_flags_and_training(qc_env, make_app, a
     rita = monitoring[monitoring["Rater"] == "rita"].iloc[0]
     assert rita["Done"] == "3 / 3" and rita["Median/pair"] == "40.0 s"
     assert rita["Zero run"] == "3"
+    # First third -> last third, short enough for its column at 1280 px.
+    assert rita["Drift"] == "0.0→0.0"
     # rita's totals are all 0: her Spearman with ravi is undefined, a blank cell.
     assert rita["Spearman"] == ""
     assert rita["Per hour"] == f"{3 * 3600 / 120:.1f}"
@@ -131,6 +133,12 @@ def test_lowering_the_run_threshold_flags_the_straight_liner(qc_env, make_app, a
     at.selectbox(key="qcp_scope").set_value("category 3").run()
     row = _frame(at, 1)[lambda f: f["Rater"] == "rita"].iloc[0]
     assert row["Exact agreement"] == "0.50"
+    # Why ICC and kappa are blank, under the table (a note column is cut off at 1280 px).
+    assert "Note" not in _frame(at, 1).columns
+    note = qc.intra_rater(qc_env.db, qc_env.admin, qc_env.study).raters[0].agreement
+    note = note.scope("category 4").icc_note
+    at.selectbox(key="qcp_scope").set_value("category 4").run()
+    assert note and f"rita: {note}" in all_text(at)
 
 
 def test_study_without_work_says_what_to_do(study_env, make_app, all_text):

@@ -82,8 +82,9 @@ else:
         "Slow": str(len(r.slow_pairs)) if r.timed_pairs else "",
         f"Under {FAST_SECONDS:g} s": str(len(r.fast_pairs)) if r.timed_pairs else "",
         "Per hour": tables.num(r.done_per_hour, 1),
-        "Drift": "" if not r.drift_n else
-        f"{r.drift_first:.2f} -> {r.drift_last:.2f} ({r.drift:+.2f})",
+        # First third -> last third, short enough for its column at 1280 px (the CSV
+        # download has the full values and the difference).
+        "Drift": "" if not r.drift_n else f"{r.drift_first:.1f}→{r.drift_last:.1f}",
         "Zero run": str(r.zero_run),
         "Spearman": tables.num(r.spearman, 2),
         "Mean |diff|": tables.num(r.abs_diff, 2),
@@ -139,8 +140,13 @@ else:
         "ICC(2,1)": tables.num(e.agreement.scope(scope).icc2_1, 3),
         "Kappa (quadratic)": tables.num(e.agreement.scope(scope).kappa, 3),
         "Mean |diff|": tables.num(e.agreement.scope(scope).mean_abs_diff, 2),
-        "Note": e.agreement.scope(scope).icc_note or e.agreement.scope(scope).kappa_note,
     } for e in entries]), hide_index=True, width="stretch")
+    # Why a value is blank, under the table: a note column would be cut off at 1280 px.
+    notes = [f"{e.rater}: {note}" for e in entries
+             if (note := e.agreement.scope(scope).icc_note
+                 or e.agreement.scope(scope).kappa_note)]
+    if notes:
+        st.caption("  \n".join(notes))
     csv_download(state.call(qc.intra_rater_rows, db, actor, study),
                  file_name=f"{study}-intra-rater.csv", key="qcp_intra_csv")
 
