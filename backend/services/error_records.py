@@ -143,7 +143,16 @@ def _offsets(field: str, start: object, end: object, text: str) -> tuple[int, in
     if not text[start:end].strip():
         raise InvalidInput(f"{field}_start/{field}_end: {start}-{end} covers only white space "
                            f"of the {field} report")
+    if not any(ch.isalnum() for ch in text[start:end]):
+        # The panel's word cursor also rests on punctuation: a lone "." is no error, and
+        # would add a count.
+        raise InvalidInput(f"{field}_start/{field}_end: {start}-{end} holds no word of the "
+                           f"{field} report ({text[start:end]!r:.20}): mark the wrong words")
     return start, end
+
+
+def _a(kind: object) -> str:
+    return f"an {kind}" if str(kind)[:1] in "aeiou" else f"a {kind}"
 
 
 def _validate(kind: object, category: object, significant: object, note: object,
@@ -167,9 +176,9 @@ def _validate(kind: object, category: object, significant: object, note: object,
                        else ("reference", "candidate"))
     for end in ("start", "end"):
         if spans[f"{needed}_{end}"] is None:
-            raise InvalidInput(f"{needed}_{end}: required for a {kind} record")
+            raise InvalidInput(f"{needed}_{end}: required for {_a(kind)} record")
         if spans[f"{refused}_{end}"] is not None:
-            raise InvalidInput(f"{refused}_{end}: not allowed for a {kind} record "
+            raise InvalidInput(f"{refused}_{end}: not allowed for {_a(kind)} record "
                                f"(a {kind} marks the {needed} report)")
 
 
