@@ -11,7 +11,7 @@ import json
 from sqlalchemy import update
 
 from backend.services import rating
-from db.models import Assignment, Study
+from db.models import Assignment, Pair, Study
 from webapp.components.count_grid import grid_key
 
 
@@ -250,3 +250,29 @@ def test_mark_done_based_on_a_stale_view_is_refused_with_a_message(study_env, ma
     assert at.query_params["pair"] == first
     assert any("changed in another window" in w.value for w in at.warning)
     assert _grid(at, first)["counts"]["3s"] == 2
+
+
+def test_an_error_records_study_shows_the_grid_read_only_with_derived_counts(study_env,
+                                                                            make_app):
+    """The counts come from the rater's marked errors: the grid only shows them."""
+    first = _queue(study_env)[0].opaque_id
+    with study_env.db.begin() as s:
+        s.execute(update(Study).values(settings={"annotation_mode": "error_records"}))
+    at = make_app(study_env.rater, params={"pair": first})
+    assert not at.exception
+    grid = _grid(at, first)
+    assert grid["read_only"] is True and grid["note"] == "Counts from your marked errors"
+    assert not at.button(key="done").disabled
+
+
+def test_a_training_item_says_so_and_a_counts_study_pair_does_not(study_env, make_app,
+                                                                 all_text):
+    first, second = (q.opaque_id for q in _queue(study_env)[:2])
+    with study_env.db.begin() as s:
+        s.execute(update(Pair).where(Pair.opaque_id == first).values(
+            kind="training", expert={"counts": {}, "source": "panel"}))
+    at = make_app(study_env.rater, params={"pair": first})
+    assert "Training item" in all_text(at)
+    assert _grid(at, first)["read_only"] is False
+    at = make_app(study_env.rater, params={"pair": second})
+    assert "Training item" not in all_text(at)

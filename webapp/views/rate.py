@@ -262,7 +262,10 @@ flash = st.session_state.pop(FLASH_KEY, None)
 # length of the reports and the height of the window.
 head = st.columns([2.3, 0.9, 0.75, 0.95, 0.95, 1.4], vertical_alignment="center")
 with head[0]:
-    st.markdown(f"#### {view.study_name} · Pair {view.index} of {view.total}")
+    # A training item says so (its expert counts are shown once it is done); a hidden
+    # repeat never does.
+    badge = " :blue-badge[:material/school: Training item]" if view.training else ""
+    st.markdown(f"#### {view.study_name} · Pair {view.index} of {view.total}{badge}")
     _progress_line(actor, view, flash)
 with head[1]:
     definitions_button()
@@ -293,6 +296,13 @@ with head[5]:
         _complete(actor, view, confirm_zero=False)
         st.rerun()
 
+# While the qualification gate holds the rater on the training items, say where they stand.
+if view.training:
+    gate = next((s.qualification for s in state.call(rating.rater_studies, db, actor)
+                 if s.name == view.study_name), None)
+    if gate:
+        st.info(gate, icon=":material/school:")
+
 # A refused Mark done: inline, under the header, where it cannot be missed.
 if flash and not flash["ok"]:
     st.warning(flash["text"], icon=":material/sync_problem:")
@@ -319,14 +329,21 @@ def _grid() -> None:
         error_records_panel(db, actor, view)
     # A short note in the grid's corner (no row of its own: at 1280x800 the grid shares
     # the column height with both reports).
-    if view.read_only:
+    derived = view.annotation_mode == "error_records"
+    if view.training and view.completed_at is not None:
+        note = "Training item done: final"
+    elif view.read_only:
         note = "Study closed: read only"
     elif view.completed_at is not None:
         note = f"Done at {_clock(view.completed_at)}"
+    elif derived:
+        note = "Counts from your marked errors"
     else:
         note = "Each change is stored at once"
+    # With per-error records the grid only shows the counts derived from them (the grid
+    # route refuses direct edits in such a study as well).
     count_grid(actor, view.opaque_id, view.counts, version=view.version,
-               read_only=view.read_only, note=note)
+               read_only=view.read_only or derived, note=note)
 
 
 if view.images:
