@@ -79,9 +79,8 @@ def _qualification(args: argparse.Namespace) -> int:
     with database() as db, service_errors():
         rows = calibration.qualification_status(db, Actor.system(), study_name=args.study)
     for r in rows:
-        state = "qualified" if r.qualified else ("not qualified" if r.failed else "in training")
         print(f"{r.rater}: {r.done} of {r.training} training item(s) done, {r.passed} passed "
-              f"(needs {r.required}): {state}")
+              f"(needs {r.required}): {r.status}")
     return 0
 
 

@@ -111,6 +111,16 @@ class RaterQualification:
     qualified: bool
     failed: bool  # cannot qualify any more: every remaining item passing would not suffice
 
+    @property
+    def status(self) -> str:
+        """The standing in words, the same on every page and in the CLI: ``no gate``,
+        ``qualified``, ``did not qualify`` (the rater's own wording) or ``in training``."""
+        if self.required <= 0:
+            return "no gate"
+        if self.qualified:
+            return "qualified"
+        return "did not qualify" if self.failed else "in training"
+
 
 @dataclass(frozen=True)
 class FeedbackCell:

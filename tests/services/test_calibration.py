@@ -162,6 +162,8 @@ def test_a_rater_who_cannot_pass_enough_items_is_told_and_the_lead_sees_it(
     status = {r.rater: r for r in calibration.qualification_status(any_db, SYSTEM,
                                                                      study_name="S")}
     assert status["r2"].failed and not status["r2"].qualified and status["r2"].passed == 0
+    # One wording everywhere (CLI, Assign and Quality control pages), the rater's own.
+    assert (status["r1"].status, status["r2"].status) == ("in training", "did not qualify")
     # The last item can still be done (it is feedback), the study pairs stay closed.
     _answer(any_db, r2, queue[1].opaque_id, 1)
     [mine] = rating.rater_studies(any_db, r2)
@@ -346,7 +348,8 @@ def test_training_items_cli(tmp_path, monkeypatch, capsys, make_study, fast_pass
         assert main(["training-items", "--study", "S", "--unmark", "--pairs", "6"]) == 0
         assert "pair(s) 6 are study pairs again" in capsys.readouterr().out
         assert main(["qualification", "--study", "S"]) == 0
-        assert "r1: 0 of 1 training item(s) done, 0 passed (needs 0): qualified" in (
+        # No gate set: "no gate" (the same word on the Assign and Quality control pages).
+        assert "r1: 0 of 1 training item(s) done, 0 passed (needs 0): no gate" in (
             capsys.readouterr().out)
         assert main(["training-items", "--study", "S", "--csv", str(csv_file),
                      "--pairs", "3"]) == 2

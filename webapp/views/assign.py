@@ -219,8 +219,7 @@ if status:
     st.dataframe(
         [{"Rater": r.rater, "Training items": r.training, "Done": r.done, "Passed": r.passed,
           "Needed": r.required,
-          "Status": "qualified" if r.qualified else ("not qualified" if r.failed
-                                                     else "in training")}
+          "Status": r.status}
          for r in status],
         hide_index=True, key="qc_status_table",
     )

@@ -171,18 +171,11 @@ standing = state.call(calibration.qualification_status, db, actor, study_name=st
 if not any(q.training for q in standing):
     st.info("No training items in this study.")
 else:
-    def _status(q: calibration.RaterQualification) -> str:
-        if not q.required:
-            return "no gate"
-        if q.qualified:
-            return "qualified"
-        return "cannot qualify" if q.failed else "in progress"
-
     st.dataframe(pd.DataFrame([{
         "Rater": q.rater,
         "Training items": str(q.training),
         "Done": str(q.done),
         "Passed": str(q.passed),
         "Needed": str(q.required) if q.required else "",
-        "Status": _status(q),
+        "Status": q.status,
     } for q in standing]), hide_index=True, width="stretch")
