@@ -38,9 +38,11 @@ Order strategy (``Study.provenance["assignment"]``, set by :func:`set_strategy`)
 pairs whenever that rater completes a pair (:func:`reorder_after_completion`, called by
 :func:`backend.services.rating.complete_pair`), by the priority of
 :mod:`backend.analysis.adaptive` given every completed rating and the metric scores. Only the
-``order_index`` values already held by the rater's open pairs are permuted among them, so who
-rates which pair (k raters per pair) never changes, completed pairs keep their places, and
-the next open pair after the one just completed is the highest-priority one. Raters see only
+``order_index`` values already held by the rater's open study pairs are permuted among them,
+so who rates which pair (k raters per pair) never changes, completed pairs keep their places,
+and the next open pair after the one just completed is the highest-priority one. Training
+items, hidden repeats and the source pair of each of the rater's repeats keep their places
+(a moved source could land next to, or after, its repeat). Raters see only
 a different order: nothing about scores or other raters reaches them.
 """
 

@@ -56,7 +56,8 @@ st.caption(
     "rater completes, their remaining pairs are reordered so the next one shrinks the widest "
     "CI of your question fastest: pairs nobody has rated first (in a seeded order), then the "
     "pairs whose next rating moves the question most. Who rates which pair never changes; "
-    "completed pairs and the pair a rater is on stay in place; raters see nothing new. The "
+    "completed pairs, the pair a rater is on, training items, hidden repeats and the pairs "
+    "they repeat stay in place; raters see nothing new. The "
     "choice is recorded on the study and in its export manifest (it changes the sampling "
     "design)."
 )
