@@ -398,7 +398,8 @@ def delete_record(
 def export_rows(db: Database, actor: Actor, study_name: str) -> list[dict[str, Any]]:
     """Every error record of a study's study pairs, one dict per record, for JSONL (admin).
 
-    Training and repeat items are left out (they are exported apart, like their counts).
+    Training and repeat items are left out: their counts are exported apart (the training
+    answers, and the intra-rater agreement of the repeats), their records are not.
 
     Args:
         db: the study database.
