@@ -159,12 +159,21 @@ def _design(report: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
         ("Assignment strategy", assign_txt),
         ("Assignment seed", _num(study.get("seed"))),
         ("Target", _e(report.get("target"))),
+        ("Counts per pair", _counts_text(report)),
         ("Bootstrap", f"{_num(report.get('resamples'))} resamples by"
                       f" {_e(report.get('cluster', 'pair'))}, seed {_num(report.get('seed'))},"
                       f" level {_num(report.get('level'), 2)}"),
     ]
     src_rows = [(_e(name), _num(n)) for name, n in sources.items()]
     return _kv(items) + "<h3>Candidate sources</h3>" + _table(("Source", "Pairs"), src_rows)
+
+
+def _counts_text(report: Mapping[str, Any]) -> str:
+    """Which per-pair counts the correlations used: the raters' mean or adjudicated."""
+    if report.get("counts") == "adjudicated":
+        return _e(f"adjudicated: the consensus on {report.get('n_adjudicated')} pairs, the"
+                  " raters' mean elsewhere (agreement between raters on their own counts)")
+    return _e("raw: the mean of the raters' counts")
 
 
 def _raters(report: Mapping[str, Any], facts: Mapping[str, Any]) -> str:

@@ -34,6 +34,9 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
                    help="bootstrap resamples of every interval (0: none; default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    p.add_argument("--counts", choices=("raw", "adjudicated"), default="raw",
+                   help="per-pair counts: the raters' mean (raw, default) or the consensus on "
+                        "adjudicated pairs")
     p.add_argument("--database-url", default=None,
                    help="database URL (default: DATABASE_URL or the data folder's SQLite file)")
     p.set_defaults(func=run_report)
@@ -58,11 +61,11 @@ def run_report(args: argparse.Namespace) -> int:
             bundle = reports.render_report(
                 db, Actor.system(), study_name=args.study,
                 significant_only=args.significant_only, resamples=args.bootstrap,
-                seed=args.seed,
+                seed=args.seed, counts=args.counts,
             )
         files = reports.write_report(bundle, args.output, about={
             "study": args.study, "significant_only": args.significant_only,
-            "resamples": args.bootstrap, "seed": args.seed})
+            "resamples": args.bootstrap, "seed": args.seed, "counts": args.counts})
     print(f"{args.study}: {len(files)} files -> {args.output / reports.REPORT_FILE}"
           f" (figures: {bundle.figure_format})")
     if bundle.note:

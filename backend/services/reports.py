@@ -143,6 +143,7 @@ def render_report(
     seed: int = 0,
     unit: str | None = None,
     correction: str = "holm",
+    counts: str = "raw",
 ) -> ReportBundle:
     """Render the paper report of one study (admin only).
 
@@ -156,6 +157,8 @@ def render_report(
         unit: Resampling unit of the ceiling and paired tests (``pair``, ``case`` or
             ``rater_pair``; default: the metrics' own unit).
         correction: Multiple-testing correction over the paired matrix (``holm``, ``bh``).
+        counts: ``raw`` (the raters' mean per pair) or ``adjudicated`` (the consensus on
+            adjudicated pairs); the report says which.
 
     Raises:
         PermissionDenied: for a non-admin.
@@ -170,7 +173,7 @@ def render_report(
     summary = studies.get_study_summary(db, actor, study_name=study_name)
     corr = analysis.study_correlation(
         db, actor, study_name=study_name, significant_only=significant_only,
-        resamples=resamples, seed=seed, unit=unit, correction=correction,
+        resamples=resamples, seed=seed, unit=unit, correction=correction, counts=counts,
     )
     agreement = analysis.study_agreement(
         db, actor, study_name=study_name, significant_only=significant_only

@@ -12,7 +12,7 @@ import json
 from html.parser import HTMLParser
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from backend.analysis import html_report
 from backend.cli import main
@@ -203,3 +203,31 @@ def test_the_report_uses_the_chosen_resampling_unit_and_correction(study, monkey
     assert "resamples by case), two-sided p, bh correction" in html
     default = reports.render_report(db, ADMIN, study_name="s1", resamples=20, seed=1).html
     assert "holm correction" in default
+
+
+def test_the_report_says_which_counts_and_uses_the_consensus(study, monkeypatch):
+    """Raw by default; with counts="adjudicated" the consensus of an adjudicated pair enters
+    the correlations (the same numbers as the dashboard's service) and the report says so."""
+    from backend.services import adjudication, auth, rating
+    from db.models import Pair as PairModel
+
+    db, _ = study
+    monkeypatch.setattr(reports, "_static_export", _no_static_engine)
+    raw = reports.render_report(db, ADMIN, study_name="s1", resamples=0)
+    assert "<th>Counts per pair</th><td>raw: the mean of the raters&#x27; counts" in raw.html
+    auth.create_user(db, ADMIN, username="chief", password="chief-password-1", role="admin")
+    chief = auth.authenticate(db, username="chief", password="chief-password-1")
+    with db.read() as s:
+        first = s.scalars(select(PairModel.opaque_id).where(PairModel.kind == "study")
+                          .order_by(PairModel.position)).first()
+    adjudication.record(db, chief, study_name="s1", opaque_id=first,
+                        counts={cell: 9 for cell in rating.CELLS}, note="consensus: all wrong")
+    bundle = reports.render_report(db, ADMIN, study_name="s1", resamples=0,
+                                   counts="adjudicated")
+    assert "adjudicated: the consensus on 1 pairs" in bundle.html
+    corr = study_correlation(db, ADMIN, study_name="s1", resamples=0, counts="adjudicated")
+    before = study_correlation(db, ADMIN, study_name="s1", resamples=0)
+    assert corr.n_adjudicated == 1
+    assert [m.kendall_tau_b for m in corr.metrics] != [m.kendall_tau_b for m in before.metrics]
+    for m in corr.metrics:
+        assert f"{m.kendall_tau_b:.3f}" in bundle.html

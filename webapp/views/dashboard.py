@@ -426,7 +426,7 @@ def _report_html() -> bytes:
     # the report re-bootstraps everything, too slow to build on every page run.
     bundle = reports.render_report(db, actor, study_name=study, significant_only=significant,
                                    resamples=resamples, seed=seed, unit=unit,
-                                   correction=correction)
+                                   correction=correction, counts=counts)
     return bundle.html.encode("utf-8")
 
 
