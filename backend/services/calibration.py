@@ -152,6 +152,8 @@ class TrainingFeedback:
     # The rater's standing with the gate after this item, in words (passed so far, what
     # comes next, or that they did not qualify); None without a gate.
     standing: str | None = None
+    # Whether the rater has qualified (the study pairs are open); None without a gate.
+    qualified: bool | None = None
 
 
 # -- parsing --------------------------------------------------------------------------------
@@ -554,6 +556,7 @@ def training_feedback(db: Database, actor: Actor, opaque_id: str) -> TrainingFee
         max_error=max_error,
         passed=None if max_error is None else abs(rater_total - expert_total) <= max_error,
         standing=_standing(gate, str(study_name)) if gated else None,
+        qualified=gate.open if gated else None,
     )
 
 

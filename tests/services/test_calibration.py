@@ -398,10 +398,12 @@ def test_feedback_says_where_the_rater_stands_with_the_gate(any_db, make_study,
                                          qualification_items=2, qualification_max_error=0)
     fb = calibration.training_feedback(any_db, r1, q1[0].opaque_id)
     assert fb.standing == "Finish the training items of study 'S' first (1 of 2 passed)."
+    assert fb.qualified is False
     _answer(any_db, r1, q1[1].opaque_id, 1)
     fb = calibration.training_feedback(any_db, r1, q1[1].opaque_id)
     assert fb.standing == ("Qualified: 2 of the 2 training item(s) needed passed; the study "
                            "pairs of 'S' are open to you.")
+    assert fb.qualified is True
     q2 = rating.rater_queue(any_db, r2, study_name="S")
     _answer(any_db, r2, q2[0].opaque_id, 4)
     fb = calibration.training_feedback(any_db, r2, q2[0].opaque_id)

@@ -1,12 +1,13 @@
 """Training (calibration) feedback on the rating screen: the expert's counts beside the rater's.
 
-Shown under the grid once the rater has marked a training item done (never before: the
+Shown above the grid once the rater has marked a training item done (never before: the
 service refuses the expert's counts until then). One row per error category with its
 definition (written out where the counts differ, on hover elsewhere), and for each
 significance the rater's count next to the expert's; a cell where they differ is
 highlighted. When the study sets a qualification gate, the item's result (total within the
-allowed difference or not) and the rater's standing with the gate come first. Plain
-server-rendered HTML: the panel changes nothing, so it needs no round trip of its own.
+allowed difference or not) comes first, and once the rater has qualified, that the study
+pairs are open. Plain server-rendered HTML: the panel changes nothing, so it needs no round
+trip of its own.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def training_feedback(db: Database, actor: Actor, view: rating.RaterPairView) ->
         sentence = verdict(fb)
         if sentence is not None:
             (st.success if fb.passed else st.warning)(sentence)
-        if fb.standing:
+        # Once qualified, say that the study pairs are open; while the gate holds, the
+        # rating page's banner already says where the rater stands (not twice).
+        if fb.standing and fb.qualified:
             st.caption(fb.standing)
         st.html(feedback_html(fb))
