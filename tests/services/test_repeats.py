@@ -186,3 +186,51 @@ def test_adaptive_order_keeps_each_source_well_before_its_repeat(any_db):
             rating.set_count(any_db, actor, opaque_id=nxt, category=1, significant=True,
                              count=step % 3 + 1)
             rating.complete_pair(any_db, actor, opaque_id=nxt)
+
+
+def test_training_gate_repeats_and_adaptive_order_together(any_db):
+    # The brief's combined study: training items first behind a gate, then the study pairs
+    # in adaptive order with hidden repeats well after their sources; the repeats feed the
+    # intra-rater statistics and nothing else.
+    from backend.services import qc
+
+    build_study(any_db, "S", n_pairs=20, raters=("ra", "rb"), k=2, seed=3)
+    calibration.mark_from_csv(any_db, SYSTEM, study_name="S", text=(
+        "pair_number,error_category,clinically_significant,num_errors\n1,1,true,1\n"
+        "2,2,false,0\n"))
+    study_settings.update_study_settings(any_db, SYSTEM, study_name="S", repeat_share=0.3,
+                                         qualification_items=2, qualification_max_error=1)
+    summary = assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=["ra", "rb"],
+                            raters_per_pair=2, seed=3)
+    assert summary.repeats_created == 2 * round(0.3 * 18)
+    assignment.set_strategy(any_db, SYSTEM, study_name="S", strategy="adaptive")
+    ra = rater_actor(any_db, "ra")
+    gap = assignment.repeat_gap(18)
+    seen: list[str] = []
+    pairs = _pairs(any_db)
+    for step in range(40):
+        queue, sources = _repeat_layout(any_db, ra)
+        for repeat, source in sources.items():
+            assert queue.index(repeat) - queue.index(source) > gap, step
+        q = rating.rater_queue(any_db, ra, study_name="S")
+        open_ = [x.opaque_id for x in q if not x.completed]
+        if not open_:
+            break
+        nxt = open_[0]
+        kind = pairs[nxt].kind
+        if step < 2:
+            assert kind == "training"  # the gate: training items first
+        else:
+            assert kind != "training"
+        # A repeat's answer differs from its source's by one error: agreement is not perfect.
+        rating.set_count(any_db, ra, opaque_id=nxt, category=1, significant=True,
+                         count=1 + (kind == "repeat"))
+        rating.complete_pair(any_db, ra, opaque_id=nxt)
+        seen.append(nxt)
+    assert len(seen) == len(set(seen)) == 2 + 18 + round(0.3 * 18)
+    intra = {r.rater: r for r in qc.intra_rater(any_db, SYSTEM, "S").raters}
+    total = intra["ra"].agreement.scope("total")
+    assert (intra["ra"].counted, total.exact, total.mean_abs_diff) == (5, 0.0, 1.0)
+    # Only the 18 study pairs count for the study (no training item, no repeat).
+    assert set(load_ratings(any_db, "S").opaque_ids) == {
+        o for o, p in pairs.items() if p.kind == "study"}
