@@ -128,7 +128,7 @@ else:
         "Each rater's counts on a pair and on its hidden repeat (both done). Exact: share of "
         "repeats with identical counts; ICC(2,1): two-way random, absolute agreement; kappa: "
         "Cohen's kappa with quadratic weights on the count difference. A blank value is "
-        "undefined; the note says why.")
+        "undefined; the line under the table says why.")
     entries = intra.raters + ((intra.pooled,) if intra.pooled is not None else ())
     scope = st.selectbox("Scope", SCOPES, key="qcp_scope",
                          format_func=lambda s: {"total": "total (all categories)"}.get(s, s))
