@@ -83,6 +83,34 @@ def test_clicks_store_each_field_and_mark_done_needs_all(pw, make_app, all_text)
     assert "Comparison 1 of 2 marked done." in all_text(at)
 
 
+def test_keys_that_reach_one_run_together_are_all_stored(pw, make_app, all_text):
+    """Keys pressed faster than the page redraws arrive in one run (Streamlit folds the
+    reruns, in no fixed order): every one is stored, none is refused as a change "from another
+    window", and Mark done sees the fields typed before it."""
+    env, pia = pw
+    first, second = (c.opaque_id for c in pairwise.rater_comparisons(env.db, pia, PW_STUDY))
+    at = make_app(pia)
+    for key in ("pref_B", "rate_a_4", "rate_b_2", "done"):
+        _button(at, key).click()
+    at.run()
+    assert not at.exception
+    view = pairwise.get_comparison(env.db, pia, first)
+    assert (view.preference, view.rating_a, view.rating_b) == ("B", 4, 2)
+    assert view.completed_at is not None
+    assert at.query_params["comparison"] == second
+    text = all_text(at)
+    assert "Comparison 1 of 2 marked done." in text
+    assert "another window" not in text
+    # Two fields at once on the next comparison, then a single click: all stored.
+    _button(at, "pref_tie").click()
+    _button(at, "rate_a_3").click()
+    at.run()
+    _button(at, "rate_b_5").click().run()
+    view = pairwise.get_comparison(env.db, pia, second)
+    assert (view.preference, view.rating_a, view.rating_b) == ("tie", 3, 5)
+    assert "another window" not in all_text(at)
+
+
 def test_a_change_from_another_window_is_not_overwritten(pw, make_app, all_text):
     env, pia = pw
     first = pairwise.rater_comparisons(env.db, pia, PW_STUDY)[0].opaque_id
@@ -120,3 +148,22 @@ def test_last_comparison_done_shows_the_end_screen(pw, make_app, all_text):
     _button(at, "done").click().run()
     assert not at.exception
     assert "Study complete" in all_text(at)
+
+
+def test_my_studies_lists_the_pairwise_study_and_resumes_on_compare(pw, make_app, all_text):
+    """A judge with comparisons only finds the study on My studies, with its progress, and
+    Resume opens the Compare screen at the first open comparison."""
+    env, pia = pw
+    items = pairwise.rater_comparisons(env.db, pia, PW_STUDY)
+    at = make_app(pia)
+    at.switch_page("views/my_studies.py").run()
+    assert not at.exception
+    text = all_text(at)
+    assert PW_STUDY in text and "No pairs are assigned" not in text
+    assert not any(secret in text for secret in SECRETS)
+    progress = [el.proto.text for el in at.get("progress")]
+    assert progress == [f"0 of {len(items)} comparisons done"]
+    _button(at, f"compare-{PW_STUDY}").click().run()
+    assert not at.exception
+    assert at.query_params["comparison"] == items[0].opaque_id
+    assert "Candidate A" in all_text(at)

@@ -1,10 +1,13 @@
-"""Rater: the studies assigned to me, my progress in each, and where to resume."""
+"""Rater: the studies assigned to me, my progress in each, and where to resume.
+
+Count studies open on the Rate screen, pairwise studies (comparisons) on the Compare screen.
+"""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import rating
+from backend.services import pairwise, rating
 from webapp import state
 
 actor = state.require_actor()
@@ -12,9 +15,25 @@ db = state.get_db()
 
 st.title("My studies")
 my_studies = state.call(rating.rater_studies, db, actor)
-if not my_studies:
+comparisons = state.call(pairwise.rater_studies, db, actor)
+if not my_studies and not comparisons:
     st.info("No pairs are assigned to you yet. Your study lead will let you know.")
     st.stop()
+
+for study in comparisons:
+    with st.container(border=True):
+        top = st.columns([4, 1], vertical_alignment="center")
+        with top[0]:
+            st.markdown(f"**{study.name}** · pairwise: which candidate is better, and 1-5")
+            st.progress(study.completed / study.total if study.total else 0.0,
+                        text=f"{study.completed} of {study.total} comparisons done")
+        with top[1]:
+            label = "Resume" if study.resume_opaque_id else "Review"
+            if st.button(label, key=f"compare-{study.name}", type="primary", width="stretch"):
+                params = {"study": study.name}
+                if study.resume_opaque_id:
+                    params["comparison"] = study.resume_opaque_id
+                st.switch_page("views/compare.py", query_params=params)
 
 for study in my_studies:
     with st.container(border=True):
