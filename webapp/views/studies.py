@@ -179,6 +179,9 @@ with st.expander("Settings", expanded=False):
     settings_panel(study_name)
 with st.expander("Archive or delete", expanded=False):
     lifecycle_panel(study_name, chosen.status)
+# Monitoring, intra-rater agreement (repeats), unsure flags and training standing: one page.
+st.page_link("views/qc.py", label="Quality control: rater monitoring, intra-rater agreement, "
+             "flagged pairs, training", icon=":material/fact_check:")
 
 
 @st.fragment(run_every="15s")
