@@ -116,3 +116,39 @@ def test_keyboard_preference_and_ratings_are_stored_and_shown_after_reload(brows
         assert done.completed_at is not None
         _shown(page, "Comparison 1 of 2 marked done.")
         context.close()
+
+
+def test_fast_typing_keeps_every_key_and_b_ratings_show_their_digit(browser, tmp_path):
+    """A rater who types the whole answer in one go (a fifth of a second between keys, faster
+    than the page redraws) loses no key and is not told that "another window" changed the
+    comparison: their own saves are not stale, and keys that reach one run are all handled."""
+    data = tmp_path / "data"
+    data.mkdir()
+    with start_server(data) as (url, _):
+        _set_up(data)
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(url)
+        log_in(page, RATER, PASSWORD)
+        page.get_by_text("Candidate A", exact=True).wait_for()
+        page.wait_for_function(
+            "() => new URL(location.href).searchParams.get('comparison')")
+        first = page.evaluate(
+            "() => new URL(location.href).searchParams.get('comparison')")
+        # The digit of every B rating button is on screen beside its Shift+N hint.
+        for value in range(1, 6):
+            digit = page.locator(f".st-key-rate_b_{value} [data-testid='stMarkdownContainer']")
+            box = digit.bounding_box()
+            assert box is not None and box["width"] >= 4, (value, box)
+            assert digit.inner_text().strip() == str(value)
+
+        page.get_by_text("Reference report").click()  # focus on no button or field
+        for key in ("b", "4", "Shift+2", "Control+Enter"):
+            page.keyboard.press(key)
+            time.sleep(0.2)
+        done = _wait_for(data, first, lambda v: v.completed_at is not None)
+        assert (done.preference, done.rating_a, done.rating_b) == ("B", 4, 2)
+        _shown(page, "Comparison 1 of 2 marked done.")
+        assert "another window" not in page.locator("body").inner_text()
+        context.close()

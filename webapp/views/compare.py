@@ -17,7 +17,7 @@ import html
 import streamlit as st
 
 from backend.services import pairwise
-from backend.services.errors import InvalidInput, ServiceError
+from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from webapp import state
 from webapp.components.image_viewer import viewer_panel
@@ -28,6 +28,7 @@ FLASH_KEY = "compare_flash"  # {"text", "ok"}: one-off message after an action
 END_KEY = "compare_study_done"  # study whose last comparison was just marked done
 # (opaque id, version) of the comparison as last drawn: what the rater saw when clicking.
 SEEN_KEY = "compare_seen"
+PENDING_KEY = "compare_pending"  # ("done" | "go", opaque id | None), see _later
 SHORTCUTS = ("Keys: **A** / **T** / **B** which is better · **1**-**5** rate A · "
              "**Shift+1**-**5** rate B · **Ctrl+Enter** mark done · **P** / **N** previous "
              "/ next")
@@ -36,6 +37,15 @@ _BOX = ('<div class="rc-report" style="white-space: pre-wrap; font-size: clamp(0
         ' 0.95rem); line-height: 1.38; padding: 0.45rem 0.6rem; border-radius: 0.5rem;'
         ' border: 1px solid {border}; background: {background}; max-height: {height};'
         ' overflow-y: auto;">{text}</div>')
+
+
+# Streamlit's hint "Shift + N" is wider than a fifth of a candidate column at 1280 px and
+# squeezes the digit itself out of the B rating buttons: shown as "⇧N" instead (the button's
+# aria-label still names Shift + N).
+_B_KEY_HINTS = "".join(
+    f".st-key-rate_b_{n} kbd {{font-size: 0;}} "
+    f".st-key-rate_b_{n} kbd::after {{content: '\u21e7{n}'; font-size: 0.75rem;}} "
+    for n in range(1, 6))
 
 
 def _box(label: str, text: str, *, border: str, background: str, height: str) -> None:
@@ -63,47 +73,101 @@ def _first_open(actor: Actor, study_name: str | None) -> str | None:
     return state.call(pairwise.rater_comparisons, state.get_db(), actor, study.name)[0].opaque_id
 
 
-def _seen_version(view: pairwise.ComparisonView) -> int:
-    """The version on the rater's screen when they clicked: the one drawn by the last run.
+def _on_screen() -> str | None:
+    """The comparison a click is for: the one in the URL of the run that handles it."""
+    return st.query_params.get(PARAM)
 
-    A click reruns the page, which reads the comparison again before handling it; saving
-    with that fresh version would silently overwrite a change made in another window since.
+
+def _seen_version(opaque_id: str) -> int | None:
+    """The version on the rater's screen when they clicked: the last one drawn or written.
+
+    Saving with a version read afresh would silently overwrite a change made in another
+    window since; ``None`` (no check) only when this window never drew the comparison.
     """
     seen = st.session_state.get(SEEN_KEY)
-    if isinstance(seen, tuple) and seen[0] == view.opaque_id:
+    if isinstance(seen, tuple) and seen[0] == opaque_id:
         return int(seen[1])
-    return view.version
+    return None
 
 
-def _save(actor: Actor, view: pairwise.ComparisonView, **fields: object) -> None:
-    """Store one field as the rater saw the comparison; a stale view is refused, reloaded."""
-    state.require_live_session()
+def _own_write(saved: pairwise.JudgementSaved) -> None:
+    """Remember the version this window just wrote as seen.
+
+    A key pressed while the page is still drawing after the previous key's save interrupts
+    that run before it records what it drew; without this the rater's own previous key would
+    make the next one look like a change from another window and be refused.
+    """
+    st.session_state[SEEN_KEY] = (saved.opaque_id, saved.version)
+
+
+def _save(**fields: object) -> None:
+    """Button callback: store one field as the rater saw the comparison; a stale view is
+    refused and the stored answer drawn.
+
+    Callbacks, not ``if st.button(...): ...; st.rerun()``: keys pressed faster than the page
+    redraws reach one run together, and a ``st.rerun`` after the first would drop the rest.
+    """
+    actor = state.require_live_session()
+    opaque_id = _on_screen()
+    if not opaque_id:
+        return
     try:
-        pairwise.save_judgement(state.get_db(), actor, view.opaque_id,
-                                expected_version=_seen_version(view), **fields)
+        saved = pairwise.save_judgement(state.get_db(), actor, opaque_id,
+                                        expected_version=_seen_version(opaque_id), **fields)
     except pairwise.JudgementStale:
         st.session_state[FLASH_KEY] = {
             "ok": False, "text": "Not saved: this comparison changed in another window; the "
                                  "stored answer is shown. Check it and choose again."}
     except ServiceError as exc:
-        state.stop_with_error(exc)
+        st.session_state[FLASH_KEY] = {"ok": False, "text": f"Not saved: {exc}"}
+    else:
+        _own_write(saved)
 
 
-def _complete(actor: Actor, view: pairwise.ComparisonView) -> None:
-    state.require_live_session()
+def _later(action: str, target: str | None = None) -> None:
+    """Button callback of Mark done, Previous and Next: run once this run's saves are done.
+
+    Streamlit calls the callbacks of keys folded into one run in no fixed order; a Mark done
+    typed after the last rating must see that rating stored.
+    """
+    st.session_state[PENDING_KEY] = (action, target)
+
+
+def _run_pending() -> None:
+    """Do the Mark done or move asked by a callback of this run (see :func:`_later`)."""
+    pending = st.session_state.pop(PENDING_KEY, None)
+    if not pending:
+        return
+    action, target = pending
+    if action == "done":
+        _complete()
+    elif target:
+        _go_to(target)
+
+
+def _complete() -> None:
+    """Mark done: needs a preference and both ratings; opens the next open one."""
+    actor = state.require_live_session()
+    opaque_id = _on_screen()
+    if not opaque_id:
+        return
     try:
-        done = pairwise.complete(state.get_db(), actor, view.opaque_id,
-                                 expected_version=_seen_version(view))
+        done = pairwise.complete(state.get_db(), actor, opaque_id,
+                                 expected_version=_seen_version(opaque_id))
     except pairwise.JudgementStale:
         st.session_state[FLASH_KEY] = {
             "ok": False, "text": "Not marked done: this comparison changed in another window "
                                  "and is reloaded. Check it and mark it done again."}
         return
-    except InvalidInput as exc:
+    except ServiceError as exc:
         st.session_state[FLASH_KEY] = {"ok": False, "text": str(exc)}
         return
+    _own_write(done)
+    try:
+        view = pairwise.get_comparison(state.get_db(), actor, opaque_id)
     except ServiceError as exc:
-        state.stop_with_error(exc)
+        st.session_state[FLASH_KEY] = {"ok": False, "text": str(exc)}
+        return
     if done.next_open_opaque_id is None:
         st.session_state[END_KEY] = view.study_name
         return
@@ -112,7 +176,7 @@ def _complete(actor: Actor, view: pairwise.ComparisonView) -> None:
     _go_to(done.next_open_opaque_id)
 
 
-def _rating_row(actor: Actor, view: pairwise.ComparisonView, side: str) -> None:
+def _rating_row(view: pairwise.ComparisonView, side: str) -> None:
     """Five buttons 1-5 for one candidate; the stored rating is highlighted."""
     current = view.rating_a if side == "a" else view.rating_b
     st.caption(f"Overall rating of {side.upper()} (1 poor - 5 excellent): "
@@ -120,17 +184,18 @@ def _rating_row(actor: Actor, view: pairwise.ComparisonView, side: str) -> None:
     cols = st.columns(5, gap="small")
     for value, col in zip(range(1, 6), cols, strict=True):
         key = str(value) if side == "a" else f"Shift+{value}"
-        if col.button(str(value), key=f"rate_{side}_{value}", shortcut=key, width="stretch",
-                      type="primary" if current == value else "secondary",
-                      disabled=view.read_only):
-            _save(actor, view, **{f"rating_{side}": value})
-            st.rerun()
+        col.button(str(value), key=f"rate_{side}_{value}", shortcut=key, width="stretch",
+                   type="primary" if current == value else "secondary",
+                   disabled=view.read_only, on_click=_save,
+                   kwargs={f"rating_{side}": value})
 
 
 actor = state.require_actor()
 db = state.get_db()
-st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 1.5rem;}</style>")
+st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 1.5rem;}" + _B_KEY_HINTS
+        + "</style>")
 
+_run_pending()
 opaque_id = st.query_params.get(PARAM)
 if not opaque_id:
     opaque_id = _first_open(actor, st.query_params.get(STUDY_PARAM))
@@ -167,21 +232,17 @@ with head[0]:
         st.progress(done_count / view.total if view.total else 0.0,
                     text=f"{done_count} of {view.total} done")
 with head[1]:
-    if st.button("Previous", icon=":material/arrow_back:", shortcut="P", width="stretch",
-                 disabled=view.prev_opaque_id is None, key="prev"):
-        _go_to(view.prev_opaque_id)
-        st.rerun()
+    st.button("Previous", icon=":material/arrow_back:", shortcut="P", width="stretch",
+              disabled=view.prev_opaque_id is None, key="prev", on_click=_later,
+              args=("go", view.prev_opaque_id))
 with head[2]:
-    if st.button("Next", icon=":material/arrow_forward:", shortcut="N", width="stretch",
-                 disabled=view.next_opaque_id is None, key="next"):
-        _go_to(view.next_opaque_id)
-        st.rerun()
+    st.button("Next", icon=":material/arrow_forward:", shortcut="N", width="stretch",
+              disabled=view.next_opaque_id is None, key="next", on_click=_later,
+              args=("go", view.next_opaque_id))
 with head[3]:
-    if st.button("Mark done", type="primary", icon=":material/done:", shortcut="Ctrl+Enter",
-                 width="stretch", key="done", disabled=view.read_only,
-                 help="Needs which is better and both ratings; opens the next open one."):
-        _complete(actor, view)
-        st.rerun()
+    st.button("Mark done", type="primary", icon=":material/done:", shortcut="Ctrl+Enter",
+              width="stretch", key="done", disabled=view.read_only, on_click=_later, args=("done",),
+              help="Needs which is better and both ratings; opens the next open one.")
 
 if flash and not flash["ok"]:
     st.warning(flash["text"], icon=":material/sync_problem:")
@@ -196,21 +257,19 @@ with right:
     with col_a, st.container(key="candidate_a"):
         _box("Candidate A", view.candidate_a_text, border="#c9b28a", background="#fbf7ef",
              height="32vh")
-        _rating_row(actor, view, "a")
+        _rating_row(view, "a")
     with col_b, st.container(key="candidate_b"):
         _box("Candidate B", view.candidate_b_text, border="#b5a3c9", background="#f7f3fb",
              height="32vh")
-        _rating_row(actor, view, "b")
+        _rating_row(view, "b")
     chosen = dict((p, label) for p, label, _ in PREFERENCE_LABELS).get(view.preference or "")
     st.caption("Which candidate is better overall? " + (f"**{chosen}**" if chosen else
                                                         "not given"))
     pref_cols = st.columns(3, gap="small")
     for (value, label, key), col in zip(PREFERENCE_LABELS, pref_cols, strict=True):
-        if col.button(label, key=f"pref_{value}", shortcut=key, width="stretch",
-                      type="primary" if view.preference == value else "secondary",
-                      disabled=view.read_only):
-            _save(actor, view, preference=value)
-            st.rerun()
+        col.button(label, key=f"pref_{value}", shortcut=key, width="stretch",
+                   type="primary" if view.preference == value else "secondary",
+                   disabled=view.read_only, on_click=_save, kwargs={"preference": value})
     if view.read_only:
         st.caption("Study closed: read only")
     elif view.completed_at is not None:
