@@ -395,6 +395,31 @@ def add_repeats(s: Session, study: Study, *, seed: int | None = None) -> int:
     return created
 
 
+def add_missing_repeats(db: Database, actor: Actor, *, study_name: str) -> int:
+    """Give the study's raters the hidden repeats its ``repeat_share`` asks for now (admin).
+
+    For a share set (or raised) after raters were assigned: the same seeded placement as
+    :func:`assign_raters` (see the module docstring), so assigning again later adds nothing
+    more. A share of 0, or raters who already hold their number, adds nothing.
+
+    Returns:
+        The number of repeat assignments created.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+    """
+    require_admin(actor)
+    with db.begin() as s:
+        study = get_study(s, study_name, for_update=True)
+        if study.status == "archived":
+            return 0  # raters cannot see it; assigning again after unarchiving adds them
+        created = add_repeats(s, study)
+    if created:
+        log.info("study %s: %d hidden repeat(s) added for repeat_share", study_name, created)
+    return created
+
+
 # -- order strategy ----------------------------------------------------------------------------
 
 #: Where the strategy lives in ``Study.provenance`` (exported with the study's manifest).

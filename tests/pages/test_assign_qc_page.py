@@ -112,3 +112,24 @@ def test_gated_rater_sees_why_and_then_the_expert_counts(study_env, make_app, al
     at = make_app(study_env.rater)
     at.switch_page("views/my_studies.py").run()
     assert "You did not qualify for study 'Page test study'" in all_text(at)
+
+
+def test_a_repeat_share_saved_after_assigning_gives_the_repeats_now(study_env, make_app):
+    from backend.services import assignment, imports
+    from backend.services.types import CandidateInput, CaseInput
+
+    cases = [CaseInput(case_id=f"big-{i}", reference=f"Reference {i}. No effusion.",
+                       candidates=[CandidateInput(text=f"Candidate {i}.", source="g")])
+             for i in range(12)]
+    imports.import_cases(study_env.db, study_env.admin, study_name="Big", cases=cases)
+    assignment.assign_raters(study_env.db, study_env.admin, study_name="Big",
+                             rater_usernames=["rita", "ravi"], raters_per_pair=2, seed=1)
+    at = _assign_page(study_env, make_app)
+    at.selectbox(key="qc_study").set_value("Big").run()
+    at.number_input(key="qc_repeat_share").set_value(0.25)
+    _submit(at, "qc_rules")
+    assert not at.exception and not at.error
+    # 12 study pairs each: round(0.25 * 12) = 3 hidden repeats per rater, given at once.
+    assert at.success[0].value == ("Big: qualification 0 item(s) within 1, repeat share "
+                                   "0.25; 6 hidden repeats added to the raters' queues.")
+    assert len(calibration.repeat_pairs(study_env.db, study_env.admin, "Big")) == 6

@@ -11,6 +11,7 @@ from sqlalchemy import select
 from backend.analysis.data import load_ratings
 from backend.services import assignment, auth, calibration, rating, study_settings
 from backend.services.assignment import assign_raters
+from backend.services.errors import PermissionDenied
 from backend.services.types import Actor
 from db.models import Assignment, Pair
 from tests.helpers_adaptive import build_study, rater_actor
@@ -234,3 +235,25 @@ def test_training_gate_repeats_and_adaptive_order_together(any_db):
     # Only the 18 study pairs count for the study (no training item, no repeat).
     assert set(load_ratings(any_db, "S").opaque_ids) == {
         o for o, p in pairs.items() if p.kind == "study"}
+
+
+def test_a_share_set_after_assignment_adds_the_repeats_when_asked(any_db, make_study,
+                                                                  fast_password_hashing):
+    # The lead assigned first and set the share afterwards (the Assign page's order).
+    opaque, actors, summary = _setup(any_db, make_study, share=0.0)
+    assert summary.repeats_created == 0
+    with pytest.raises(PermissionDenied):
+        assignment.add_missing_repeats(any_db, actors["r1"], study_name="S")
+    study_settings.update_study_settings(any_db, SYSTEM, study_name="S", repeat_share=0.25)
+    assert assignment.add_missing_repeats(any_db, SYSTEM, study_name="S") == 9
+    for username, actor in actors.items():
+        queue, sources = _repeat_layout(any_db, actor)
+        assert len(sources) == 3
+        for repeat, source in sources.items():
+            assert queue.index(repeat) - queue.index(source) > assignment.repeat_gap(
+                summary.per_rater[username])
+    # Nothing more, now or from assigning again.
+    assert assignment.add_missing_repeats(any_db, SYSTEM, study_name="S") == 0
+    again = assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=list(RATERS),
+                          raters_per_pair=2, seed=4)
+    assert again.repeats_created == 0 and again.created == 0

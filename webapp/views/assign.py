@@ -204,15 +204,19 @@ with st.form("qc_rules"):
     share = c3.number_input(
         "Repeat share (hidden repeats per rater, 0-0.5)", min_value=0.0, max_value=0.5,
         value=float(values["repeat_share"]), step=0.05, key="qc_repeat_share",
-        help="Applied when raters are assigned (Assign above); re-assigning adds the "
-             "missing repeats.")
+        help="Saving gives the assigned raters their repeats now; raters assigned later "
+             "get theirs with the assignment.")
     save_rules = st.form_submit_button("Save quality-control settings")
 if save_rules:
     state.call(study_settings.update_study_settings, db, actor, study_name=qc_study,
                qualification_items=int(q_items), qualification_max_error=int(q_error),
                repeat_share=float(share))
+    # A share set after the raters were assigned would otherwise wait for another Assign
+    # (the form above this one): give the repeats now, placed as Assign would.
+    added = state.call(assignment.add_missing_repeats, db, actor, study_name=qc_study)
     _flash(("success", f"{qc_study}: qualification {int(q_items)} item(s) within "
-            f"{int(q_error)}, repeat share {float(share):g}."))
+            f"{int(q_error)}, repeat share {float(share):g}"
+            + (f"; {added} hidden repeats added to the raters' queues." if added else ".")))
 
 status = state.call(calibration.qualification_status, db, actor, study_name=qc_study)
 if status:
