@@ -194,3 +194,31 @@ out.sent = srv.sent.map((s) => [s.url, s.body]);
     assert out["first"] == ["This sentence is not marked as omitted.", 0]
     assert out["sent"] == [["/_rc/api/error-records/delete",
                             {"pair": "P1", "version": 4, "record": 8}]]
+
+
+def test_arrows_step_over_punctuation_and_a_span_starts_and_ends_on_words(tmp_path):
+    # A radiologist marks words: the cursor never rests on "," or ".", and a selection
+    # reaching punctuation (End, a drag) saves only its words; a lone "." saves nothing.
+    out = _run(tmp_path, r"""
+const srv = server();
+const m = marker(srv);
+press(m, "ArrowRight");           // "Small"
+press(m, "ArrowRight");           // "left"
+press(m, "ArrowRight");           // "effusion"
+press(m, "ArrowRight");           // "1.5", past ","
+out.cursor = m.cursor;
+press(m, "ArrowRight", true);     // "cm"
+press(m, "ArrowRight", true);     // "No", past "."
+out.range = m.range();
+press(m, "ArrowLeft");            // back to "cm", past "."
+out.back = m.cursor;
+press(m, "End");                  // the final "." alone
+press(m, "3");
+out.lone = m.payload();
+press(m, "Home");
+press(m, "End", true);            // everything, from "Small" to the final "."
+out.all = m.payload();
+""")
+    assert out["cursor"] == 4 and out["range"] == [4, 7] and out["back"] == 5
+    assert out["lone"] == {"error": "Select words, not only punctuation."}
+    assert (out["all"]["candidate_start"], out["all"]["candidate_end"]) == (0, 44)

@@ -13,7 +13,8 @@
 //   400 / 403 / 404 / 503 / network error    -> "Not saved" with the reason; nothing stored
 //
 // Keyboard first (the words box has the focus):
-//   Left/Right move the word cursor, Shift+Left/Right extend the selection, Home/End;
+//   Left/Right move the word cursor (word to word, past punctuation), Shift+Left/Right
+//   extend the selection, Home/End; a span saved starts and ends on words;
 //   1-6 pick the category, S toggles "clinically significant", Enter saves the error,
 //   Delete (or Backspace) removes the record under the cursor (or the focused list entry),
 //   O switches to omissions: Up/Down (or Left/Right) pick a sentence of the reference, Enter
@@ -42,6 +43,13 @@ export function tokenize(text) {
     tokens.push({ start: m.index, end: m.index + m[0].length, text: m[0] });
   }
   return tokens;
+}
+
+// A token holding a letter or digit: the arrows step from word to word, and a saved span
+// starts and ends on words (a lone "." or ":" is no error; the server refuses it too).
+const WORDISH = /[\p{L}\p{N}]/u;
+export function isWord(token) {
+  return Boolean(token) && WORDISH.test(token.text);
 }
 
 // Indexes of the tokens a record's candidate span covers (any overlap).
@@ -154,9 +162,18 @@ export class Marker {
       this.moveTo(this.sentencePicked ? this.sentence + delta : Math.max(this.sentence, 0));
       return;
     }
-    // The first arrow selects the word under the cursor; the next ones move.
+    // The first arrow selects the word under the cursor; the next ones move to the next
+    // word, past punctuation.
     if (this.anchor === null && !extend) this.moveTo(this.cursor);
-    else this.moveTo(this.cursor + delta, { extend });
+    else this.moveTo(this.nextWord(this.cursor, delta), { extend });
+  }
+
+  // The nearest word token from `index` in direction `delta` (`index` when there is none).
+  nextWord(index, delta) {
+    for (let i = index + delta; i >= 0 && i < this.tokens.length; i += delta) {
+      if (isWord(this.tokens[i])) return i;
+    }
+    return index;
   }
 
   clearSelection() {
@@ -195,8 +212,13 @@ export class Marker {
     }
     const r = this.range();
     if (!r) return { error: "Select the erroneous words first (arrows, Shift+arrows)." };
-    return { ...base, kind: "span", candidate_start: this.tokens[r[0]].start,
-             candidate_end: this.tokens[r[1]].end };
+    // Punctuation at either edge (a drag or Home/End over ", ") stays out of the span.
+    let [lo, hi] = r;
+    while (lo <= hi && !isWord(this.tokens[lo])) lo += 1;
+    while (hi >= lo && !isWord(this.tokens[hi])) hi -= 1;
+    if (lo > hi) return { error: "Select words, not only punctuation." };
+    return { ...base, kind: "span", candidate_start: this.tokens[lo].start,
+             candidate_end: this.tokens[hi].end };
   }
 
   // The record under the cursor (the latest one), for Delete: a span over the cursor's word,
