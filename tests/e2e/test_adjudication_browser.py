@@ -91,6 +91,12 @@ def test_an_adjudicator_records_consensus_and_a_reload_shows_it(server, browser)
            ).to_have_count(1)
     page.wait_for_function(
         f"() => new URL(location.href).searchParams.get('pair') === '{pair}'")
+    # All twelve cells of the raters' table are drawn at once (no scrolling inside a
+    # ten-row grid that hides category 6): header + 12 rows of 35 px.
+    table = page.get_by_test_id("stDataFrame").nth(1)  # the queue, then the raters
+    table.scroll_into_view_if_needed()
+    box = table.bounding_box()
+    assert box is not None and box["height"] >= 13 * 35, box
 
     significant_1 = page.get_by_label("1 significant", exact=True)
     expect(significant_1).to_have_value("1")  # the rounded mean of 2 and 0

@@ -69,7 +69,8 @@ def _raters_table(view: adjudication.AdjudicationView) -> None:
         row.update({r.label: r.counts[(category, significant)] for r in view.raters})
         row["Differs"] = "⚠ differs" if (category, significant) in view.disagreeing else ""
         rows.append(row)
-    st.dataframe(rows, hide_index=True, width="stretch", key="adj_raters")
+    # All twelve cells at once: the default height scrolls after ten rows and hides category 6.
+    st.dataframe(rows, hide_index=True, width="stretch", height="content", key="adj_raters")
 
 
 def _consensus_form(actor: Actor, study: str, view: adjudication.AdjudicationView) -> None:
