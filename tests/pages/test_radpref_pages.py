@@ -70,6 +70,26 @@ def test_a_bad_annotator_file_is_named_as_uploaded_and_nothing_is_written(study_
     assert _counts(study_env) == before
 
 
+def test_many_warnings_are_one_summary_with_the_list_folded(study_env, make_app):
+    """The published files give 18 warnings for one case: one line says how many and what
+    happens (kept), the list is folded under it instead of 18 boxes above the study."""
+    past = copy.deepcopy(USER_2)
+    errors = past["annotations"]["case-001"]["C2"]["finding_errors"]
+    for index in ("5", "6", "7", "8"):  # C2 of case-001 has two findings
+        errors[index] = {"error_type": "false", "clinical_significance": "urgent"}
+    at = _click(_page(study_env, make_app, users=[("user_1.json", USER_1),
+                                                  ("user_2.json", past)]),
+                "Dry run (write nothing)")
+    assert not at.exception and not at.error
+    (warning,) = at.warning
+    assert warning.value.startswith("4 warnings")
+    assert "kept" in warning.value
+    (folded,) = [e for e in at.expander if e.label.startswith("The 4 warnings")]
+    text = "\n".join(c.value for c in folded.code)
+    for index in ("5", "6", "7", "8"):
+        assert f"field 'C2.finding_errors.{index}': index {index} is out of range" in text
+
+
 def test_import_without_annotator_files_asks_for_them(study_env, make_app):
     at = _click(_page(study_env, make_app, users=()), "Import RadPref")
     assert [e.value for e in at.error] == [

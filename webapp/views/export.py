@@ -14,6 +14,7 @@ import streamlit as st
 from backend import config
 from backend.services import exports, radpref, studies
 from webapp import state
+from webapp.components.warning_list import show_warnings
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -94,8 +95,7 @@ if radpref_export is not None:
     st.success(f"**{radpref_export.study_name}** as RadPref: {radpref_export.n_cases} cases, "
                f"{radpref_export.n_annotators} annotators, {radpref_export.n_judgements} "
                "judgements.")
-    for warning in radpref_export.warnings:
-        st.warning(warning)
+    show_warnings(radpref_export.warnings, summary="each names something left out")
     radpref_slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", radpref_export.study_name).strip("-")
     st.download_button(
         "Download RadPref .zip", data=radpref_export.zip_bytes(),

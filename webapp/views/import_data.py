@@ -36,6 +36,7 @@ from webapp import state
 from webapp.components import job_ref
 from webapp.components.job_panel import job_panel
 from webapp.components.uploads import call_with_uploads
+from webapp.components.warning_list import show_warnings
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -255,8 +256,8 @@ def _show_radpref(summary: radpref.RadPrefImportSummary) -> None:
         if summary.new_raters:
             st.caption("New accounts have no usable password: nobody logs in as an "
                        "annotator unless you set one on the Accounts page.")
-        for warning in summary.warnings:
-            st.warning(warning)
+        show_warnings(summary.warnings,
+                      summary="each names something kept as it is in the files")
 
 
 with radpref_tab:
