@@ -196,6 +196,10 @@ class RaterStudy:
     # The qualification gate in words while it holds the rater back (training items to
     # finish, or not qualified); None when the study pairs are open to the rater.
     qualification: str | None = None
+    # While the gate holds: the rater's training items and how many are done (the pairs
+    # they can reach now); 0 when there is no gate or it is open.
+    training_total: int = 0
+    training_done: int = 0
 
 
 @dataclass(frozen=True)
@@ -623,6 +627,8 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
                     resume_opaque_id=resume,
                     active_seconds=float(seconds or 0.0),
                     qualification=gate.message(name),
+                    training_total=0 if gate.open else gate.training,
+                    training_done=0 if gate.open else gate.done,
                 )
             )
         return out

@@ -91,6 +91,8 @@ def test_gated_rater_sees_why_and_then_the_expert_counts(study_env, make_app, al
     assert not at.exception
     assert "Finish the training items of study 'Page test study' first (0 of 1 passed)." in (
         all_text(at))
+    # The progress bar counts what the gate lets the rater reach: the one training item.
+    assert [p.text for p in at.get("progress")] == ["0 of 1 training items done"]
 
     [item] = rating.rater_queue(study_env.db, study_env.rater, study_name=study_env.study)
     rating.set_count(study_env.db, study_env.rater, opaque_id=item.opaque_id, category=1,

@@ -118,6 +118,8 @@ def test_gate_blocks_study_pairs_until_enough_items_pass(any_db, make_study,
             call()
     [mine] = rating.rater_studies(any_db, r1)
     assert mine.qualification and "0 of 2 passed" in mine.qualification
+    # Held back: progress counts the training items the rater can reach.
+    assert (mine.training_done, mine.training_total) == (0, 3)
     assert mine.resume_opaque_id == queue[0].opaque_id
 
     expert_total = {opaque[0]: 2, opaque[1]: 0, opaque[2]: 4}
@@ -133,6 +135,7 @@ def test_gate_blocks_study_pairs_until_enough_items_pass(any_db, make_study,
     assert rating.get_pair(any_db, r1, opaque_id=study_pair).training is False
     [mine] = rating.rater_studies(any_db, r1)
     assert mine.qualification is None and mine.resume_opaque_id == queue[2].opaque_id
+    assert (mine.training_done, mine.training_total) == (0, 0)  # open: the whole study counts
     assert len(rating.rater_queue(any_db, r1, study_name="S")) == len(_held(any_db, "r1"))
     status = {r.rater: r for r in calibration.qualification_status(any_db, SYSTEM,
                                                                      study_name="S")}

@@ -42,8 +42,15 @@ for study in my_studies:
             st.markdown(f"**{study.name}**" + (" · closed" if study.status == "closed" else ""))
             if study.description:
                 st.caption(study.description)
-            st.progress(study.completed / study.total if study.total else 0.0,
-                        text=f"{study.completed} of {study.total} done")
+            if study.training_total:
+                # Held at the training items: progress over what the rater can reach, not
+                # over study pairs the gate keeps closed.
+                st.progress(study.training_done / study.training_total,
+                            text=f"{study.training_done} of {study.training_total} training "
+                                 "items done")
+            else:
+                st.progress(study.completed / study.total if study.total else 0.0,
+                            text=f"{study.completed} of {study.total} done")
             if study.qualification:
                 # The qualification gate holds the rater at the training items (or they
                 # did not qualify): say so here, not only on the rating screen.
