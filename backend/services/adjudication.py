@@ -3,7 +3,8 @@
 Who. An admin may adjudicate any study; any other active account adjudicates the studies
 where it holds a :class:`db.models.StudyRole` ``adjudicator`` row (set by an admin with
 :func:`set_adjudicator`). An adjudicator who is also a rater rates through the rating service
-only: nothing here writes a ``Rating`` row.
+only: nothing here writes a ``Rating`` row, and they adjudicate the study only once none of
+their own pairs there is open (else the queue would show them the others' answers first).
 
 Which raters' counts. As in the analysis (:func:`backend.analysis.data.load_ratings`): a
 rater's counts of a study pair count when the rater's assignment of the pair is completed
@@ -35,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from backend.analysis.adjudication import queue_reason
@@ -219,7 +220,26 @@ def _study_for(s: Session, actor: Actor, study_name: str) -> Study:
     if (study is None or study.status in HIDDEN_STATUSES
             or not _is_adjudicator(s, actor.user_id, study.id)):
         raise PermissionDenied(f"you are not an adjudicator of study {study_name!r}")
+    _require_own_ratings_done(s, actor, study)
     return study
+
+
+def _require_own_ratings_done(s: Session, actor: Actor, study: Study) -> None:
+    """Refuse an adjudicator who still has pairs of the study to rate.
+
+    The queue's reasons, the raters' counts and the consensus would tell them the other
+    raters' answers before they give their own (blinding). Every open assignment counts,
+    hidden repeats and training items too, and the message names no pair, so it says
+    nothing about which pair is shown twice.
+    """
+    left = int(s.scalar(select(func.count(Assignment.id)).where(
+        Assignment.study_id == study.id, Assignment.rater_id == actor.user_id,
+        Assignment.completed_at.is_(None))) or 0)
+    if left:
+        raise PermissionDenied(
+            f"you have {left} pair{'s' if left != 1 else ''} left to rate in study "
+            f"{study.name!r}: finish your own ratings first (adjudicating shows the other "
+            "raters' counts)")
 
 
 def adjudicated_studies(db: Database, actor: Actor) -> list[str]:

@@ -355,3 +355,51 @@ def test_cli_adjudicators(world, monkeypatch, capsys):
     assert "adjudicators: outsider" in capsys.readouterr().out
     assert main(["adjudicators", "--study", "Adj", "--add", "ghost"]) != 0
     assert "no account named 'ghost'" in capsys.readouterr().err
+
+
+def test_an_adjudicator_who_still_rates_the_study_sees_no_other_raters_counts(world):
+    """Blinding: an adjudicator who is also a rater of the study sees nothing of the others'
+    counts (queue reasons, counts, consensus) while any of their own pairs there is open,
+    hidden repeats included; once they are done, the queue opens. Nothing is written."""
+    db, a, opaque = world
+    adjudication.set_adjudicator(db, a["lead"], study_name="Adj", username="r3")
+    with db.begin() as s:
+        pairs = {p.opaque_id: p for p in s.scalars(select(Pair))}
+        p2 = pairs[opaque[1]]
+        # r3 has done pair 2; a hidden repeat of it is still to do (pairs 4, 5 are open too).
+        repeat = Pair(study_id=p2.study_id, case_id=p2.case_id, reference_id=p2.reference_id,
+                      candidate_id=p2.candidate_id, input_hash=p2.input_hash,
+                      source=p2.source, position=99, opaque_id="repeat-of-2",
+                      kind="repeat", repeat_of_id=p2.id)
+        s.add(repeat)
+        s.flush()
+        s.add(Assignment(study_id=p2.study_id, rater_id=a["r3"].user_id, pair_id=repeat.id,
+                         order_index=99, completed_at=None))
+    calls = (
+        lambda: adjudication.queue(db, a["r3"], study_name="Adj"),
+        lambda: adjudication.get_item(db, a["r3"], study_name="Adj", pair_number=2),
+        lambda: adjudication.record(db, a["r3"], study_name="Adj", opaque_id=opaque[1],
+                                    counts=CONSENSUS_P2, note="r3's view",
+                                    expected_version=0),
+    )
+    for call in calls:
+        with pytest.raises(PermissionDenied, match="3 pairs left to rate in study 'Adj'"):
+            call()
+    # The message names no pair and says nothing of a repeat.
+    with pytest.raises(PermissionDenied) as refused:
+        calls[0]()
+    assert "repeat" not in str(refused.value) and "pair 2" not in str(refused.value)
+    with db.read() as s:
+        assert s.scalar(select(func.count()).select_from(Adjudication)) == 0
+    # Other adjudicators and admins are not held back by r3's open pairs.
+    assert [e.pair_number for e in adjudication.queue(db, a["judge"], study_name="Adj")] == [
+        1, 2]
+    with db.begin() as s:
+        for row in s.scalars(select(Assignment).where(
+                Assignment.rater_id == a["r3"].user_id)):
+            row.completed_at = T0
+    # Done: the queue opens. r3's zeros (no ratings) join pair 4 (totals 1, 2, 0: range
+    # 0-2) and pair 5 (5 and 0): both queued now.
+    assert [e.pair_number for e in adjudication.queue(db, a["r3"], study_name="Adj")] == [
+        1, 2, 4, 5]
+    assert adjudication.get_item(db, a["r3"], study_name="Adj", pair_number=2).raters
