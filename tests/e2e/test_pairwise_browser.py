@@ -67,22 +67,26 @@ def _wait_for(data, opaque_id, check, timeout_s=30):
         time.sleep(0.2)
 
 
+def _open_compare(browser, url):
+    """Log the rater in at 1280x800; (context, page, opaque id of the comparison shown)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(url)
+    log_in(page, RATER, PASSWORD)
+    page.get_by_text("Candidate A", exact=True).wait_for()
+    page.wait_for_function("() => new URL(location.href).searchParams.get('comparison')")
+    first = page.evaluate("() => new URL(location.href).searchParams.get('comparison')")
+    return context, page, first
+
+
 def test_keyboard_preference_and_ratings_are_stored_and_shown_after_reload(browser,
                                                                           tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     with start_server(data) as (url, _):
         _set_up(data)
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
-        page = context.new_page()
-        page.set_default_timeout(60_000)
-        page.goto(url)
-        log_in(page, RATER, PASSWORD)
-        page.get_by_text("Candidate A", exact=True).wait_for()
-        page.wait_for_function(
-            "() => new URL(location.href).searchParams.get('comparison')")
-        first = page.evaluate(
-            "() => new URL(location.href).searchParams.get('comparison')")
+        context, page, first = _open_compare(browser, url)
         body = page.locator("body").inner_text()
         assert not any(secret in body for secret in SECRETS)
         # Everything the rater needs is on one 1280x800 screen.
@@ -126,16 +130,7 @@ def test_fast_typing_keeps_every_key_and_b_ratings_show_their_digit(browser, tmp
     data.mkdir()
     with start_server(data) as (url, _):
         _set_up(data)
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
-        page = context.new_page()
-        page.set_default_timeout(60_000)
-        page.goto(url)
-        log_in(page, RATER, PASSWORD)
-        page.get_by_text("Candidate A", exact=True).wait_for()
-        page.wait_for_function(
-            "() => new URL(location.href).searchParams.get('comparison')")
-        first = page.evaluate(
-            "() => new URL(location.href).searchParams.get('comparison')")
+        context, page, first = _open_compare(browser, url)
         # The digit of every B rating button is on screen beside its Shift+N hint.
         for value in range(1, 6):
             digit = page.locator(f".st-key-rate_b_{value} [data-testid='stMarkdownContainer']")
