@@ -31,11 +31,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
+from backend.services import rating
 from backend.services.errors import InvalidInput, NotFound
 from backend.services.rating import HIDDEN_STATUSES
 from backend.services.study_settings import effective
 from backend.services.types import Actor
-from db.models import ActivitySpan, Assignment, Study
+from db.models import PAIR_TRAINING, ActivitySpan, Assignment, Pair, Study
 from db.session import Database
 
 #: A gap between activity spans longer than this (seconds) is a pause that ends a stretch.
@@ -219,10 +220,16 @@ def rater_pace(db: Database, actor: Actor, *, study_name: str,
             select(Study.id, Study.settings)
             .where(Study.name == study_name, Study.status.not_in(HIDDEN_STATUSES))
         ).first()
-        rows = [] if study is None else s.execute(
-            select(Assignment.completed_at, Assignment.active_seconds)
-            .where(Assignment.rater_id == actor.user_id, Assignment.study_id == study.id)
-        ).all()
+        query = select(Assignment.completed_at, Assignment.active_seconds).where(
+            Assignment.rater_id == actor.user_id, Assignment.study_id == study.id
+        ) if study is not None else None
+        if study is not None and not rating.qualification(
+                s, actor.user_id, study.id, study.settings).open:
+            # While the gate holds the rater at the training items, only they are left:
+            # the study pairs behind it are neither "left" nor part of the time estimate.
+            query = query.join(Pair, Pair.id == Assignment.pair_id).where(
+                Pair.kind == PAIR_TRAINING)
+        rows = [] if query is None else s.execute(query).all()
         if not rows:
             raise NotFound(f"you have no pairs to rate in study {study_name!r}")
         spans: Sequence[tuple[dt.datetime, dt.datetime]] = s.execute(

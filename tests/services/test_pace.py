@@ -178,3 +178,26 @@ def test_rater_pace_of_a_study_not_theirs_is_not_found(any_db, make_study,
     for name in ("Other", "Nope"):
         with pytest.raises(NotFound, match=f"you have no pairs to rate in study '{name}'"):
             pace.rater_pace(any_db, a["r1"], study_name=name)
+
+
+def test_while_the_gate_holds_only_training_items_are_left(any_db, make_study,
+                                                            fast_password_hashing):
+    """A rater held at the training items has those left, not the study pairs behind the
+    gate; once qualified, everything they hold counts again."""
+    from backend.services import calibration, study_settings
+
+    make_study(any_db, "S", 5)
+    calibration.mark_training(any_db, SYSTEM, study_name="S",
+                              expert={4: {"1:1": 0}, 5: {"1:1": 0}}, source="panel")
+    study_settings.update_study_settings(any_db, SYSTEM, study_name="S",
+                                         qualification_items=2, qualification_max_error=0)
+    auth.create_user(any_db, SYSTEM, username="r1", password="r1-password", role="rater")
+    r1 = auth.authenticate(any_db, username="r1", password="r1-password")
+    assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=["r1"], raters_per_pair=1,
+                  seed=3)
+    held = pace.rater_pace(any_db, r1, study_name="S")
+    assert (held.total, held.done) == (2, 0)
+    for item in rating.rater_queue(any_db, r1, study_name="S"):
+        rating.complete_pair(any_db, r1, opaque_id=item.opaque_id, confirm_zero=True)
+    open_ = pace.rater_pace(any_db, r1, study_name="S")
+    assert (open_.total, open_.done) == (5, 2)
