@@ -58,6 +58,11 @@ def _assign(args: argparse.Namespace) -> int:
         f"{summary.study_name}: {summary.created} new assignments "
         f"({summary.n_pairs} pairs, k={summary.raters_per_pair}, seed={summary.seed})"
     )
+    if summary.training_created or summary.repeats_created:
+        # Included in the count above: the training items every rater does first and the
+        # hidden repeats of ``repeat_share``.
+        print(f"  of which {summary.training_created} training-item and "
+              f"{summary.repeats_created} hidden-repeat assignments")
     for username, n in summary.per_rater.items():
         print(f"  {username}: {n} pairs")
     return 0
@@ -119,6 +124,15 @@ def _settings(args: argparse.Namespace) -> int:
         if changes:
             now = study_settings.update_study_settings(db, Actor.system(),
                                                        study_name=args.study, **changes)
+            if "repeat_share" in changes:
+                # Raters already assigned get their hidden repeats now (as on the Assign
+                # page); raters assigned later get them with their assignment.
+                from backend.services import assignment
+
+                added = assignment.add_missing_repeats(db, Actor.system(),
+                                                       study_name=args.study)
+                if added:
+                    print(f"{added} hidden repeats given to the raters already assigned")
         else:
             now = study_settings.study_settings(db, Actor.system(), args.study)
     for key, value in now.values.items():

@@ -4,7 +4,7 @@ feedback, training rows apart from the study's ratings, the CLI."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from backend.analysis.data import load_ratings
 from backend.cli import main
@@ -411,3 +411,34 @@ def test_feedback_says_where_the_rater_stands_with_the_gate(any_db, make_study,
     _answer(any_db, r2, q2[0].opaque_id, 4)
     fb = calibration.training_feedback(any_db, r2, q2[0].opaque_id)
     assert fb.passed is False and fb.standing.startswith("You did not qualify for study 'S'")
+
+
+def test_assign_and_study_settings_commands_say_what_training_and_repeats_add(
+        tmp_path, monkeypatch, capsys, make_study, fast_password_hashing):
+    """``assign`` names its training-item and hidden-repeat assignments; a ``repeat_share``
+    set with ``study-settings`` after raters were assigned gives them their repeats at once."""
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("RADCONCORD_DATA_DIR", str(tmp_path))
+    db = Database(url)
+    try:
+        make_study(db, "S", 8)
+        calibration.mark_training(db, SYSTEM, study_name="S", expert={8: {"1:1": 1}},
+                                  source="panel")
+        for name in ("r1", "r2"):
+            auth.create_user(db, SYSTEM, username=name, password=f"{name}-password",
+                             role="rater")
+        assert main(["assign", "--study", "S", "--raters", "r1,r2", "--per-pair", "1",
+                     "--seed", "2"]) == 0
+        assert "of which 2 training-item and 0 hidden-repeat assignments" in (
+            capsys.readouterr().out)
+        assert main(["study-settings", "--study", "S", "--set", "repeat_share=0.5"]) == 0
+        out = capsys.readouterr().out
+        with db.read() as s:
+            n = s.scalar(select(func.count(Pair.id)).where(Pair.kind == "repeat"))
+        # (The placement rule may give a short queue fewer than the share asks.)
+        assert n > 0 and f"{n} hidden repeats given to the raters already assigned" in out
+        assert main(["study-settings", "--study", "S", "--set", "repeat_share=0.5"]) == 0
+        assert "hidden repeats given" not in capsys.readouterr().out
+    finally:
+        db.dispose()
