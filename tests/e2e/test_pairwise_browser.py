@@ -89,6 +89,13 @@ def test_keyboard_preference_and_ratings_are_stored_and_shown_after_reload(brows
         context, page, first = _open_compare(browser, url)
         body = page.locator("body").inner_text()
         assert not any(secret in body for secret in SECRETS)
+        # Nothing is under the top navigation bar: the title and the buttons beside it
+        # start below it.
+        bar = page.get_by_test_id("stHeader").bounding_box()
+        for item in (page.get_by_role("heading", name="Comparison 1 of 2"),
+                     page.get_by_role("button", name="Mark done")):
+            box = item.first.bounding_box()
+            assert box is not None and box["y"] >= bar["y"] + bar["height"], (box, bar)
         # Everything the rater needs is on one 1280x800 screen.
         for name in ("B is better", "Mark done"):
             box = page.get_by_role("button", name=name).first.bounding_box()

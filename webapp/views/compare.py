@@ -192,7 +192,9 @@ def _rating_row(view: pairwise.ComparisonView, side: str) -> None:
 
 actor = state.require_actor()
 db = state.get_db()
-st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 1.5rem;}" + _B_KEY_HINTS
+# Less blank space above the title than other pages, but enough that the 60 px top
+# navigation bar does not cover the title and the buttons beside it.
+st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;}" + _B_KEY_HINTS
         + "</style>")
 
 _run_pending()
