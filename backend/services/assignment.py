@@ -366,7 +366,10 @@ def add_repeats(s: Session, study: Study, *, seed: int | None = None) -> int:
         gap = repeat_gap(n_study)
         repeated = {p.repeat_of_id for _, p in rows if p.kind == PAIR_REPEAT}
         queue = [a for a, _ in rows]
-        length = len(queue)
+        # Room is judged against the study pairs alone: repeats already in the queue make it
+        # longer, and counting them would let a second run place repeats the first could
+        # not (running again must add nothing).
+        length = n_study
         eligible = sorted(
             (p for i, (_, p) in enumerate(rows)
              if p.kind == PAIR_STUDY and p.id not in repeated and i + gap + 1 <= length),
