@@ -167,3 +167,23 @@ def test_my_studies_lists_the_pairwise_study_and_resumes_on_compare(pw, make_app
     assert not at.exception
     assert at.query_params["comparison"] == items[0].opaque_id
     assert "Candidate A" in all_text(at)
+
+
+def test_next_and_previous_move_through_the_raters_order(pw, make_app, all_text):
+    env, pia = pw
+    first, second = (c.opaque_id for c in pairwise.rater_comparisons(env.db, pia, PW_STUDY))
+    at = make_app(pia)
+    assert _button(at, "prev").disabled
+    _button(at, "next").click().run()
+    assert not at.exception
+    assert at.query_params["comparison"] == second
+    assert "Comparison 2 of 2" in all_text(at)
+    assert _button(at, "next").disabled
+    # A rating typed with the move lands on the comparison it was typed on (the moves run
+    # after the saves of their run).
+    _button(at, "rate_a_5").click()
+    _button(at, "prev").click()
+    at.run()
+    assert at.query_params["comparison"] == first
+    assert pairwise.get_comparison(env.db, pia, second).rating_a == 5
+    assert pairwise.get_comparison(env.db, pia, first).rating_a is None
