@@ -65,6 +65,9 @@ who only did training items get the next indices):
 ``intra_rater_agreement.jsonl``
     Per rater and scope, agreement between a pair and its hidden repeat (exact agreement,
     ICC(2,1), quadratic-weighted kappa) when the study has repeats.
+``repeats.jsonl``
+    What that agreement is made of: per rater, repeated pair and cell, the counts of the
+    first showing and of the hidden repeat (``None`` while a showing is not done).
 
 Always ``manifest.json``: app version, schema version (Alembic head), export time, the
 study's provenance (with what its import recorded about de-identification), the
@@ -94,7 +97,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import aliased, selectinload
 
 from backend import config
 from backend.analysis.data import AnalysisInputError, load_metric_columns, load_ratings
@@ -107,6 +110,7 @@ from backend.services.repo import get_study
 from backend.services.types import CATEGORIES, Actor
 from backend.util import MANIFEST, SafeCsvWriter, free_output_dir, publish_dir
 from db.models import (
+    PAIR_REPEAT,
     PAIR_STUDY,
     ActivitySpan,
     Assignment,
@@ -584,7 +588,8 @@ def _quality_files(db: Database, actor: Actor, study_name: str,
     def anonymised(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
         for row in rows:
-            row = dict(row)
+            # The study files name a pair's opaque id ``pair_id``: the same name here.
+            row = {("pair_id" if k == "opaque_id" else k): v for k, v in row.items()}
             name = row.pop("rater", None)
             if name is not None:
                 uid = ids.get(name)
@@ -601,10 +606,60 @@ def _quality_files(db: Database, actor: Actor, study_name: str,
         "flags": anonymised([dataclasses.asdict(f)
                              for f in flags.study_flags(db, actor, study_name)]),
     }
-    repeats = anonymised(qc.intra_rater_rows(db, actor, study_name))
+    agreement = anonymised(qc.intra_rater_rows(db, actor, study_name))
     files["intra_rater_agreement"] = (
-        repeats if any(r.get("repeats_counted") for r in repeats) else [])
+        agreement if any(r.get("repeats_counted") for r in agreement) else [])
+    files["repeats"] = [{"rater_index": by_name.get(r.pop("rater_id")), **r}
+                        for r in _repeat_rows(db, study_id)]
     return {name: rows for name, rows in files.items() if rows}
+
+
+def _repeat_rows(db: Database, study_id: int) -> list[dict[str, Any]]:
+    """Both showings of every hidden repeat, per cell: what intra-rater agreement is made of.
+
+    One row per rater, repeated pair and cell: ``pair_number`` (of the study pair),
+    ``repeat_pair_id`` (the repeat's opaque id), ``category``, ``significant``, ``first`` and
+    ``repeat`` (the counts of the two showings; None while that showing is not done) and
+    ``both_done``. A showing done without a stored cell counts 0, as in the ratings file.
+    """
+    source = aliased(Pair)
+    with db.read() as s:
+        showings = s.execute(
+            select(Assignment.rater_id, Pair.id, Pair.opaque_id, source.id, source.position,
+                   Assignment.completed_at)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .join(source, source.id == Pair.repeat_of_id)
+            .where(Assignment.study_id == study_id, Pair.kind == PAIR_REPEAT)
+            .order_by(source.position, Assignment.rater_id)
+        ).all()
+        if not showings:
+            return []
+        done = {(a.rater_id, a.pair_id): a.completed_at is not None for a in s.execute(
+            select(Assignment.rater_id, Assignment.pair_id, Assignment.completed_at)
+            .where(Assignment.study_id == study_id))}
+        pair_ids = {row[1] for row in showings} | {row[3] for row in showings}
+        counts = {(r.rater_id, r.pair_id, r.category, bool(r.significant)): int(r.count)
+                  for r in s.execute(
+                      select(Rating.rater_id, Rating.pair_id, Rating.category,
+                             Rating.significant, Rating.count)
+                      .where(Rating.pair_id.in_(pair_ids)))}
+    rows = []
+    for rater_id, repeat_id, repeat_oid, source_id, position, _ in showings:
+        first_done = done.get((rater_id, source_id), False)
+        repeat_done = done.get((rater_id, repeat_id), False)
+        for category in CATEGORIES:
+            for significant in (True, False):
+                rows.append({
+                    "rater_id": rater_id, "pair_number": position + 1,
+                    "repeat_pair_id": repeat_oid, "category": category,
+                    "significant": significant,
+                    "first": counts.get((rater_id, source_id, category, significant), 0)
+                    if first_done else None,
+                    "repeat": counts.get((rater_id, repeat_id, category, significant), 0)
+                    if repeat_done else None,
+                    "both_done": first_done and repeat_done,
+                })
+    return rows
 
 
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:

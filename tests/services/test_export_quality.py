@@ -74,3 +74,45 @@ def test_quality_files_are_exported_apart_with_rater_indices(any_db, make_study,
     # Raters are indices, never names, in every quality file.
     text = "".join((out / e["file"]).read_text() for e in quality.values())
     assert "reader_one" not in text and "reader_two" not in text
+
+
+def test_repeats_are_exported_with_both_showings_so_agreement_can_be_recomputed(
+        any_db, make_study, tmp_path, fast_password_hashing):
+    """repeats.jsonl holds, per rater, repeated pair and cell, the counts of both showings;
+    the exact agreement of the export's intra-rater file follows from it alone."""
+    from backend.services import study_settings
+
+    db = any_db
+    make_study(db, "R", 12)
+    study_settings.update_study_settings(db, SYSTEM, study_name="R", repeat_share=0.25)
+    auth.create_user(db, SYSTEM, username="reader_one", password="reader-password-1",
+                     role="rater")
+    reader = auth.authenticate(db, username="reader_one", password="reader-password-1")
+    assign_raters(db, SYSTEM, study_name="R", rater_usernames=["reader_one"],
+                  raters_per_pair=1, seed=5)
+    for n, item in enumerate(rating.rater_queue(db, reader, study_name="R")):
+        # A count that differs between showings for some repeats, not for others.
+        saved = rating.set_count(db, reader, opaque_id=item.opaque_id, category=4,
+                                 significant=False, count=n % 3, expected_version=0)
+        rating.complete_pair(db, reader, opaque_id=item.opaque_id,
+                             expected_version=saved.version, confirm_zero=True)
+    out = tmp_path / "export"
+    export_study(db, SYSTEM, study_name="R", fmt="jsonl", out_dir=out)
+    rows = _lines(out / "repeats.jsonl")
+    assert rows and all(r["both_done"] and r["rater_index"] == 0 for r in rows)
+    assert "reader_one" not in (out / "repeats.jsonl").read_text()
+    by_pair: dict[int, list[tuple[int, int]]] = {}
+    for r in rows:
+        by_pair.setdefault(r["pair_number"], []).append((r["first"], r["repeat"]))
+    assert all(len(cells) == 12 for cells in by_pair.values())
+    # Exact agreement on all twelve cells, recomputed from the export, equals the study's.
+    exact = sum(all(a == b for a, b in cells) for cells in by_pair.values()) / len(by_pair)
+    (pooled,) = [r for r in _lines(out / "intra_rater_agreement.jsonl")
+                 if r["rater_index"] == 0 and r["scope"] == "total"]
+    assert pooled["repeats_counted"] == len(by_pair)
+    assert abs(pooled["exact_all_cells"] - exact) < 1e-12
+    # The first showing's counts are the study pair's own ratings.
+    ratings = {(r["pair_number"], r["category"], r["significant"]): r["count"]
+               for r in _lines(out / "ratings.jsonl")}
+    for r in rows:
+        assert ratings[(r["pair_number"], r["category"], r["significant"])] == r["first"]
