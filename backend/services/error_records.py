@@ -40,6 +40,10 @@ MODE = "error_records"
 SPAN = "span"
 OMISSION = "omission"
 KINDS = (SPAN, OMISSION)
+#: The ReXVal categories each kind can carry: an omission (2 finding, 6 comparison) marks a
+#: sentence of the reference; a false finding (1), a wrong location (3) or severity (4) or a
+#: comparison the reference lacks (5) is written in the candidate.
+KIND_CATEGORIES = {SPAN: (1, 3, 4, 5), OMISSION: (2, 6)}
 MAX_NOTE = 2000  # characters of a record's note
 
 # A sentence ends at ". ", "! ", "? " (or a line break): enough for radiology reports, whose
@@ -162,6 +166,11 @@ def _validate(kind: object, category: object, significant: object, note: object,
         raise InvalidInput(f"kind: must be 'span' or 'omission', got {kind!r:.40}")
     if not _is_int(category) or int(category) not in CATEGORIES:  # type: ignore[arg-type]
         raise InvalidInput(f"category: must be an integer 1-6, got {category!r:.40}")
+    if int(category) not in KIND_CATEGORIES[kind]:  # type: ignore[arg-type,index]
+        allowed = " or ".join(map(str, KIND_CATEGORIES[kind]))  # type: ignore[index]
+        where = ("an omission marks the reference" if kind == OMISSION
+                 else "an error span marks the candidate")
+        raise InvalidInput(f"category: {where}, so its category is {allowed}, got {category}")
     if not isinstance(significant, bool):
         raise InvalidInput(f"significant: must be true or false, got {significant!r:.40}")
     if not isinstance(note, str):

@@ -18,9 +18,9 @@ from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, log_in, wait_for_coo
 
 pytestmark = pytest.mark.browser
 
-OMISSION = "Omission of finding (clinically significant)"
+FALSE_PRED = "False prediction of finding (clinically significant)"
 SEVERITY = "Incorrect severity of finding (clinically insignificant)"
-FALSE_PRED = "False prediction of finding (clinically insignificant)"
+OMISSION = "Omission of finding (clinically insignificant)"
 SAVED = re.compile(r"^Saved \d\d:\d\d:\d\d$")
 
 
@@ -73,17 +73,17 @@ def test_marking_errors_derives_the_counts_shown_by_the_grid(server, browser):
     box = panel.bounding_box()
     assert box is not None and box["x"] + box["width"] <= 1280
 
-    # 1) Keyboard only: focus the words, select the first two, category 2, significant, Enter.
+    # 1) Keyboard only: focus the words, select the first two, category 1, significant, Enter.
     panel.locator(".rc-er-box").focus()
     page.keyboard.press("ArrowRight")
     page.keyboard.press("Shift+ArrowRight")
-    page.keyboard.press("2")
+    page.keyboard.press("1")
     page.keyboard.press("s")
     page.keyboard.press("Enter")
     expect(panel.locator(".rc-er-state")).to_have_text(SAVED)
     expect(panel.locator(".rc-er-item")).to_have_count(1)
     # The page reran: the grid shows the derived count.
-    expect(cell(page, OMISSION)).to_have_value("1")
+    expect(cell(page, FALSE_PRED)).to_have_value("1")
 
     # 2) Mouse: press on the fourth word, Shift+click the fifth, category 4, a note, Save.
     words.nth(3).click()
@@ -98,14 +98,14 @@ def test_marking_errors_derives_the_counts_shown_by_the_grid(server, browser):
     # the focus through the save and the page's rerun: no click needed.
     page.keyboard.press("o")
     page.keyboard.press("ArrowDown")
-    page.keyboard.press("1")
+    page.keyboard.press("2")
     page.keyboard.press("Enter")
     expect(panel.locator(".rc-er-item")).to_have_count(3)
-    expect(cell(page, FALSE_PRED)).to_have_value("1")
+    expect(cell(page, OMISSION)).to_have_value("1")
 
     stored = _stored(data, pair)
     spans = [r for r in stored.records if r.kind == "span"]
-    assert [(r.category, r.significant) for r in spans] == [(2, True), (4, False)]
+    assert [(r.category, r.significant) for r in spans] == [(1, True), (4, False)]
     first, second = spans
     assert first.candidate_text == candidate[first.candidate_start:first.candidate_end]
     # The arrows step from word to word (past punctuation): the first two words.
@@ -113,7 +113,7 @@ def test_marking_errors_derives_the_counts_shown_by_the_grid(server, browser):
     assert first.candidate_text.startswith(words_only[0])
     assert first.candidate_text.endswith(words_only[1])
     assert second.candidate_text.startswith(texts[3]) and second.note == "overstated"
-    assert stored.counts[(2, True)] == stored.counts[(4, False)] == stored.counts[(1, False)] == 1
+    assert stored.counts[(1, True)] == stored.counts[(4, False)] == stored.counts[(2, False)] == 1
 
     # After a reload the grid shows the derived counts and the panel the records.
     page.reload()
@@ -127,6 +127,6 @@ def test_marking_errors_derives_the_counts_shown_by_the_grid(server, browser):
     page.keyboard.press("ArrowRight")
     page.keyboard.press("Delete")
     expect(panel.locator(".rc-er-item")).to_have_count(2)
-    expect(cell(page, OMISSION)).to_have_value("0")
-    assert _stored(data, pair).counts[(2, True)] == 0
+    expect(cell(page, FALSE_PRED)).to_have_value("0")
+    assert _stored(data, pair).counts[(1, True)] == 0
     context.close()

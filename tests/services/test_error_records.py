@@ -68,7 +68,7 @@ def test_counts_are_the_tally_of_the_records(any_db, make_study, fast_password_h
     r1 = _setup(any_db, make_study)["r1"]
     pair = _first(any_db, r1)
     a, b = _span("Small left")
-    first = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=2,
+    first = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=1,
                                      significant=True, candidate_start=a, candidate_end=b,
                                      note="  laterality  ", expected_version=0)
     assert first.version == 1 and first.saved_at is not None
@@ -76,17 +76,17 @@ def test_counts_are_the_tally_of_the_records(any_db, make_study, fast_password_h
     assert (rec.kind, rec.candidate_text, rec.note, rec.reference_start) == (
         "span", "Small left", "laterality", None)
     a2, b2 = _span("Cardiomegaly")
-    second = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=2,
+    second = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=1,
                                       significant=True, candidate_start=a2, candidate_end=b2,
                                       expected_version=1)
     start, end = error_records.reference_sentences(REFERENCE)[1]
-    third = error_records.add_record(any_db, r1, opaque_id=pair, kind="omission", category=4,
+    third = error_records.add_record(any_db, r1, opaque_id=pair, kind="omission", category=2,
                                      significant=False, reference_start=start,
                                      reference_end=end, expected_version=second.version)
     assert third.version == 3
     assert third.records[-1].reference_text == "Normal heart size."
     assert third.records[-1].candidate_text is None
-    expected = dict.fromkeys(rating.CELLS, 0) | {(2, True): 2, (4, False): 1}
+    expected = dict.fromkeys(rating.CELLS, 0) | {(1, True): 2, (2, False): 1}
     assert third.counts == expected
     # The rating view (and so every analysis) reads the same counts.
     view = rating.get_pair(any_db, r1, opaque_id=pair)
@@ -97,8 +97,8 @@ def test_counts_are_the_tally_of_the_records(any_db, make_study, fast_password_h
                                   RatingEvent.old_count, RatingEvent.new_count)
                            .where(RatingEvent.rater_id == r1.user_id)
                            .order_by(RatingEvent.id)).all()
-    assert [tuple(e) for e in events] == [(2, True, None, 1), (2, True, 1, 2),
-                                          (4, False, None, 1)]
+    assert [tuple(e) for e in events] == [(1, True, None, 1), (1, True, 1, 2),
+                                          (2, False, None, 1)]
 
     # Deleting one record derives the counts again.
     after = error_records.delete_record(any_db, r1, opaque_id=pair,
@@ -106,7 +106,7 @@ def test_counts_are_the_tally_of_the_records(any_db, make_study, fast_password_h
                                         expected_version=3)
     assert after.version == 4
     assert [r.candidate_text for r in after.records] == ["Cardiomegaly", None]
-    assert after.counts == expected | {(2, True): 1}
+    assert after.counts == expected | {(1, True): 1}
     assert error_records.list_records(any_db, r1, opaque_id=pair) == dataclasses.replace(
         after, saved_at=None)
 
@@ -138,14 +138,15 @@ def test_a_stale_version_is_refused_and_nothing_is_written(any_db, make_study,
     ({"candidate_start": 5, "candidate_end": 6}, "only white space"),
     # A full stop on its own (the word cursor rests on punctuation too) is no error.
     ({"candidate_start": 19, "candidate_end": 21}, "19-21 holds no word"),
-    ({"kind": "omission", "reference_start": 40, "reference_end": 42}, "40-42 holds no word"),
+    ({"kind": "omission", "category": 2, "reference_start": 40, "reference_end": 42},
+     "40-42 holds no word"),
     ({"candidate_start": "0", "candidate_end": 3}, "candidate_start: must be a whole number"),
     ({"candidate_start": 0}, "candidate_end: required for a span record"),
     ({"candidate_start": 0, "candidate_end": 3, "reference_start": 0, "reference_end": 3},
      "reference_start: not allowed for a span record"),
-    ({"kind": "omission", "reference_start": 0, "reference_end": len(REFERENCE) + 2},
-     "reference_start/reference_end"),
-    ({"kind": "omission", "candidate_start": 0, "candidate_end": 3},
+    ({"kind": "omission", "category": 6, "reference_start": 0,
+      "reference_end": len(REFERENCE) + 2}, "reference_start/reference_end"),
+    ({"kind": "omission", "category": 2, "candidate_start": 0, "candidate_end": 3},
      "reference_start: required for an omission record"),
     ({"kind": "typo", "candidate_start": 0, "candidate_end": 3}, "kind: must be"),
     ({"category": 7, "candidate_start": 0, "candidate_end": 3}, "category: must be"),
@@ -166,6 +167,47 @@ def test_bad_values_are_refused_naming_the_field(any_db, make_study, fast_passwo
     assert _stored(any_db) == before
 
 
+def test_a_kind_takes_only_its_own_categories(any_db, make_study, fast_password_hashing):
+    """An omission marks a reference sentence (2 finding, 6 comparison); a span of the
+    candidate is a false finding (1), a wrong location (3) or severity (4) or a comparison the
+    reference lacks (5). Any other pair is refused, naming the field and what is allowed,
+    and writes nothing; every allowed pair is stored."""
+    assert error_records.KIND_CATEGORIES == {"span": (1, 3, 4, 5), "omission": (2, 6)}
+    r1 = _setup(any_db, make_study, raters=("r1",))["r1"]
+    pair = _first(any_db, r1)
+    a, b = _span("Cardiomegaly")
+    start, end = error_records.reference_sentences(REFERENCE)[1]
+    where = {"span": {"candidate_start": a, "candidate_end": b},
+             "omission": {"reference_start": start, "reference_end": end}}
+    refused = [("span", 2, "an error span marks the candidate, so its category is 1 or 3 or 4 "
+                           "or 5, got 2"),
+               ("span", 6, "so its category is 1 or 3 or 4 or 5, got 6"),
+               ("omission", 1, "an omission marks the reference, so its category is 2 or 6, "
+                               "got 1"),
+               ("omission", 3, "so its category is 2 or 6, got 3"),
+               ("omission", 4, "so its category is 2 or 6, got 4"),
+               ("omission", 5, "so its category is 2 or 6, got 5")]
+    before = _stored(any_db)
+    for kind, category, message in refused:
+        with pytest.raises(InvalidInput) as caught:
+            error_records.add_record(any_db, r1, opaque_id=pair, kind=kind, category=category,
+                                     significant=True, expected_version=0, **where[kind])
+        assert str(caught.value).startswith("category: "), str(caught.value)
+        assert message in str(caught.value)
+        assert _stored(any_db) == before
+    version = 0
+    for kind, categories in error_records.KIND_CATEGORIES.items():
+        for category in categories:
+            saved = error_records.add_record(any_db, r1, opaque_id=pair, kind=kind,
+                                             category=category, significant=False,
+                                             expected_version=version, **where[kind])
+            version = saved.version
+    assert [(r.kind, r.category) for r in saved.records] == [
+        ("span", 1), ("span", 3), ("span", 4), ("span", 5), ("omission", 2), ("omission", 6)]
+    assert saved.counts == dict.fromkeys(rating.CELLS, 0) | {
+        (c, False): 1 for c in range(1, 7)}
+
+
 def test_the_same_record_twice_and_bad_record_ids_are_refused(any_db, make_study,
                                                               fast_password_hashing):
     r1 = _setup(any_db, make_study, raters=("r1",))["r1"]
@@ -183,9 +225,9 @@ def test_the_same_record_twice_and_bad_record_ids_are_refused(any_db, make_study
         error_records.delete_record(any_db, r1, opaque_id=pair, record_id=10_000)
     assert _stored(any_db) == before
     # The same words under another category are a second error, recorded.
-    again = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=6,
+    again = error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=4,
                                      significant=True, candidate_start=a, candidate_end=b)
-    assert again.counts[(5, True)] == again.counts[(6, True)] == 1
+    assert again.counts[(5, True)] == again.counts[(4, True)] == 1
 
 
 def test_a_counts_study_refuses_records(any_db, make_study, fast_password_hashing):
@@ -208,7 +250,7 @@ def test_a_closed_study_refuses_records(any_db, make_study, fast_password_hashin
         s.execute(update(Study).values(status="closed"))
     before = _stored(any_db)
     with pytest.raises(PermissionDenied, match="closed"):
-        error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=2,
+        error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=3,
                                  significant=True, candidate_start=0, candidate_end=5)
     with pytest.raises(PermissionDenied, match="closed"):
         error_records.delete_record(any_db, r1, opaque_id=pair,
@@ -258,10 +300,10 @@ def test_export_rows_are_the_study_pairs_records_for_admins(any_db, make_study,
     r1, r2 = actors["r1"], actors["r2"]
     pair = _first(any_db, r1)
     a, b = _span("Cardiomegaly")
-    error_records.add_record(any_db, r2, opaque_id=pair, kind="span", category=2,
+    error_records.add_record(any_db, r2, opaque_id=pair, kind="span", category=3,
                              significant=False, candidate_start=a, candidate_end=b, note="n")
     start, end = error_records.reference_sentences(REFERENCE)[0]
-    error_records.add_record(any_db, r1, opaque_id=pair, kind="omission", category=1,
+    error_records.add_record(any_db, r1, opaque_id=pair, kind="omission", category=2,
                              significant=True, reference_start=start, reference_end=end)
     # A record on a training item stays out of the study export.
     other = rating.rater_queue(any_db, r1, study_name="S")[1].opaque_id
@@ -280,7 +322,7 @@ def test_export_rows_are_the_study_pairs_records_for_admins(any_db, make_study,
         (number, pair, "r1", "omission"), (number, pair, "r2", "span")]
     assert rows[0] | {"created_at": None} == {
         "pair_number": number, "opaque_id": pair, "rater": "r1", "kind": "omission",
-        "category": 1, "significant": True, "candidate_start": None, "candidate_end": None,
+        "category": 2, "significant": True, "candidate_start": None, "candidate_end": None,
         "candidate_text": None, "reference_start": start, "reference_end": end,
         "reference_text": "Large right effusion.", "note": "", "details": None,
         "created_at": None}

@@ -64,7 +64,7 @@ def _written(db) -> tuple[int, int]:
 
 def _span(pair, version=0, **extra):
     # make_study's candidates read "Candidate <i>: small left effusion."
-    return {"pair": pair, "version": version, "kind": "span", "category": 2,
+    return {"pair": pair, "version": version, "kind": "span", "category": 1,
             "significant": True, "candidate_start": 19, "candidate_end": 32} | extra
 
 
@@ -76,7 +76,7 @@ def test_add_list_and_delete_answer_records_counts_and_version(env):
     reply = client.post(ADD, headers=HEADERS, json=_span(pair, note="side"))
     assert reply.status_code == 200, reply.text
     body = reply.json()
-    assert body["version"] == 1 and body["counts"]["2s"] == 1
+    assert body["version"] == 1 and body["counts"]["1s"] == 1
     assert body["saved_at"].endswith("+00:00")
     assert reply.headers["cache-control"] == "no-store"
     (record,) = body["records"]
@@ -84,19 +84,19 @@ def test_add_list_and_delete_answer_records_counts_and_version(env):
         "span", "left effusion", "side")
     # An omission against the reference, then the GET shows both.
     reply = client.post(ADD, headers=HEADERS, json={
-        "pair": pair, "version": 1, "kind": "omission", "category": 1, "significant": False,
+        "pair": pair, "version": 1, "kind": "omission", "category": 2, "significant": False,
         "reference_start": 0, "reference_end": 12})
     assert reply.status_code == 200, reply.text
     listed = client.get(URL, params={"pair": pair})
     assert listed.status_code == 200
     assert listed.json()["version"] == 2 and listed.json()["saved_at"] is None
     assert [r["kind"] for r in listed.json()["records"]] == ["span", "omission"]
-    assert listed.json()["counts"]["1i"] == 1
+    assert listed.json()["counts"]["2i"] == 1
     reply = client.post(DELETE, headers=HEADERS,
                         json={"pair": pair, "version": 2, "record": record["id"]})
     assert reply.status_code == 200
-    assert reply.json()["counts"]["2s"] == 0 and reply.json()["version"] == 3
-    assert rating.get_pair(db, r1, opaque_id=pair).counts[(2, True)] == 0
+    assert reply.json()["counts"]["1s"] == 0 and reply.json()["version"] == 3
+    assert rating.get_pair(db, r1, opaque_id=pair).counts[(1, True)] == 0
 
 
 def test_a_stale_version_is_409_with_what_is_stored_and_nothing_written(env):
@@ -109,7 +109,7 @@ def test_a_stale_version_is_409_with_what_is_stored_and_nothing_written(env):
     reply = client.post(ADD, headers=HEADERS, json=_span(pair, category=3))
     assert reply.status_code == 409
     body = reply.json()
-    assert body["reason"] == "stale" and body["version"] == 1 and body["counts"]["2s"] == 1
+    assert body["reason"] == "stale" and body["version"] == 1 and body["counts"]["1s"] == 1
     assert [r["id"] for r in body["records"]] == [first["id"]]
     reply = client.post(DELETE, headers=HEADERS,
                         json={"pair": pair, "version": 0, "record": first["id"]})
@@ -182,6 +182,27 @@ def test_a_bad_body_is_400_naming_the_field(env, body, message):
     assert reply.status_code == 400 and "record: must be a record id" in reply.text
     assert client.get(URL).status_code == 400
     assert _written(db) == (0, 0)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"category": 2}, "category: an error span marks the candidate, so its category is 1 or 3 "
+                      "or 4 or 5, got 2"),
+    ({"category": 6}, "so its category is 1 or 3 or 4 or 5, got 6"),
+    ({"kind": "omission", "category": 1, "candidate_start": None, "candidate_end": None,
+      "reference_start": 0, "reference_end": 12},
+     "category: an omission marks the reference, so its category is 2 or 6, got 1"),
+    ({"kind": "omission", "category": 4, "candidate_start": None, "candidate_end": None,
+      "reference_start": 0, "reference_end": 12}, "so its category is 2 or 6, got 4"),
+])
+def test_a_category_the_kind_cannot_carry_is_400_with_the_rule(env, body, message):
+    db, actors, client = env
+    pair = _first(db, actors["r1"])
+    client.cookies.set(SESSION_COOKIE, _login(db, actors["r1"]))
+    reply = client.post(ADD, headers=HEADERS, json=_span(pair) | body)
+    assert reply.status_code == 400 and reply.json()["reason"] == "bad_request"
+    assert message in reply.json()["message"]
+    assert _written(db) == (0, 0)
+    assert client.get(URL, params={"pair": pair}).json()["version"] == 0
 
 
 def test_a_closed_study_is_403_read_only(env):

@@ -57,8 +57,8 @@ def test_words_keep_inner_dots_and_hyphens_and_punctuation_is_its_own_token(tmp_
     out = _run(tmp_path, r"""
 out.tokens = tokenize("T11-T12 fracture, 1.5 cm; don't.").map((t) => [t.start, t.end, t.text]);
 out.marks = tokenMarks(tokenize(CAND), [
-  { kind: "span", candidate_start: 6, candidate_end: 19, category: 2 },
-  { kind: "omission", reference_start: 0, reference_end: 5, category: 4 },
+  { kind: "span", candidate_start: 6, candidate_end: 19, category: 1 },
+  { kind: "omission", reference_start: 0, reference_end: 5, category: 2 },
   { kind: "span", candidate_start: 11, candidate_end: 12, category: 3 },
 ]).map((hits) => hits.map((r) => r.category));
 """)
@@ -66,7 +66,7 @@ out.marks = tokenMarks(tokenize(CAND), [
                              [18, 21, "1.5"], [22, 24, "cm"], [24, 25, ";"],
                              [26, 31, "don't"], [31, 32, "."]]
     # Small | left | effusion | , | 1.5 | cm | . | No | pneumothorax | .
-    assert out["marks"][:4] == [[], [2], [2, 3], []]
+    assert out["marks"][:4] == [[], [1], [1, 3], []]
 
 
 def test_keyboard_selection_category_significance_and_save_payload(tmp_path):
@@ -80,7 +80,7 @@ out.range = m.range();
 await m.save();                   // no category yet: a hint, nothing sent
 out.hint = m.status;
 out.sentBefore = srv.sent.length;
-out.handled = [press(m, "2"), press(m, "s"), press(m, "x")];
+out.handled = [press(m, "1"), press(m, "s"), press(m, "x")];
 m.note = "  side  ";
 press(m, "Enter");
 out.busy = m.busy;
@@ -89,7 +89,7 @@ out.sent = srv.sent;
 const saved = [];
 m.onSaved = (answer) => saved.push(answer.version);
 await srv.answer(200, { version: 5, saved_at: "2026-01-01T10:00:00+00:00", records: [
-  { id: 9, kind: "span", category: 2, significant: true, candidate_start: 6,
+  { id: 9, kind: "span", category: 1, significant: true, candidate_start: 6,
     candidate_end: 19, candidate_text: "left effusion", note: "side" }] });
 out.after = { version: m.version, records: m.records.length, status: m.status.kind,
               category: m.category, significant: m.significant, range: m.range(),
@@ -101,7 +101,7 @@ out.after = { version: m.version, records: m.records.length, status: m.status.ki
     assert out["handled"] == [True, True, False]
     assert out["busy"] is True
     assert out["sent"] == [{"url": "/_rc/api/error-records/add", "body": {
-        "pair": "P1", "version": 4, "category": 2, "significant": True, "note": "side",
+        "pair": "P1", "version": 4, "category": 1, "significant": True, "note": "side",
         "kind": "span", "candidate_start": 6, "candidate_end": 19}}]
     assert out["after"] == {"version": 5, "records": 1, "status": "saved", "category": None,
                             "significant": False, "range": None, "note": "", "saved": [5]}
@@ -113,7 +113,7 @@ const srv = server();
 const m = marker(srv);
 press(m, "o");
 out.mode = m.mode;
-press(m, "1");
+press(m, "2");
 press(m, "Enter");                // no sentence picked yet
 out.hint = m.status.text;
 press(m, "ArrowDown");            // picks the first sentence
@@ -126,7 +126,7 @@ out.back = m.mode;
 """)
     assert out["mode"] == "omission"
     assert "omitted sentence" in out["hint"]
-    assert out["sent"] == [{"pair": "P1", "version": 4, "category": 1, "significant": False,
+    assert out["sent"] == [{"pair": "P1", "version": 4, "category": 2, "significant": False,
                             "note": "", "kind": "omission", "reference_start": 13,
                             "reference_end": 30}]
     assert out["back"] == "span"
@@ -144,7 +144,7 @@ press(m, "ArrowRight"); press(m, "ArrowRight");
 press(m, "Delete");
 out.sent = srv.sent.map((s) => [s.url, s.body]);
 await srv.answer(409, { reason: "stale", version: 7, records: [...records, { id: 4,
-  kind: "omission", category: 4, significant: true, reference_start: 0, reference_end: 12 }] });
+  kind: "omission", category: 2, significant: true, reference_start: 0, reference_end: 12 }] });
 out.stale = { status: m.status, version: m.version, records: m.records.map((r) => r.id) };
 // Errors keep the panel's state and say why.
 press(m, "3"); press(m, "Enter");
@@ -222,3 +222,51 @@ out.all = m.payload();
     assert out["cursor"] == 4 and out["range"] == [4, 7] and out["back"] == 5
     assert out["lone"] == {"error": "Select words, not only punctuation."}
     assert (out["all"]["candidate_start"], out["all"]["candidate_end"]) == (0, 44)
+
+
+def test_a_category_the_mode_cannot_carry_is_a_hint_and_nothing_is_sent(tmp_path):
+    # The service's rule (KIND_CATEGORIES), said before a round trip: an omission is 2 or 6,
+    # a span of the candidate 1, 3, 4 or 5.
+    out = _run(tmp_path, r"""
+import { HINT_SPAN, HINT_OMISSION } from "./error_records.mjs";
+const srv = server();
+const m = marker(srv);
+press(m, "ArrowRight");           // "Small" selected
+out.span = {};
+for (const key of ["1", "2", "3", "4", "5", "6"]) {
+  press(m, key);
+  out.span[key] = m.payload();
+}
+press(m, "2");
+press(m, "Enter");                // refused at once, with the way to an omission
+out.spanHint = [m.status.kind, m.status.text, srv.sent.length, m.range()];
+press(m, "o");                    // the category is kept: 2 is right for an omission
+press(m, "ArrowDown");
+out.omission = {};
+for (const key of ["1", "2", "3", "4", "5", "6"]) {
+  press(m, key);
+  out.omission[key] = m.payload();
+}
+press(m, "1");
+press(m, "Enter");
+out.omissionHint = [m.status.kind, m.status.text, srv.sent.length, m.sentencePicked];
+out.hints = [HINT_SPAN, HINT_OMISSION];
+""")
+    refused_span = ("Categories 2 and 6 are omissions: press O to mark the reference sentence "
+                    "the candidate leaves out.")
+    refused_omission = "An omission is category 2 (finding) or 6 (comparison)."
+    assert out["span"]["2"] == out["span"]["6"] == {"error": refused_span}
+    for key in ("1", "3", "4", "5"):
+        assert out["span"][key]["kind"] == "span"
+        assert out["span"][key]["category"] == int(key)
+        assert "error" not in out["span"][key]
+    assert out["spanHint"] == ["hint", refused_span, 0, [0, 0]]
+    for key in ("1", "3", "4", "5"):
+        assert out["omission"][key] == {"error": refused_omission}
+    for key in ("2", "6"):
+        assert out["omission"][key]["kind"] == "omission"
+        assert out["omission"][key]["category"] == int(key)
+        assert (out["omission"][key]["reference_start"],
+                out["omission"][key]["reference_end"]) == (0, 12)
+    assert out["omissionHint"] == ["hint", refused_omission, 0, True]
+    assert "1, 3, 4 or 5" in out["hints"][0] and "2 or 6" in out["hints"][1]

@@ -15,7 +15,8 @@
 // Keyboard first (the words box has the focus):
 //   Left/Right move the word cursor (word to word, past punctuation), Shift+Left/Right
 //   extend the selection, Home/End; a span saved starts and ends on words;
-//   1-6 pick the category, S toggles "clinically significant", Enter saves the error,
+//   1-6 pick the category (a span of the candidate is 1, 3, 4 or 5; an omission 2 or 6, as
+//   the service's KIND_CATEGORIES), S toggles "clinically significant", Enter saves the error,
 //   Delete (or Backspace) removes the record under the cursor (or the focused list entry),
 //   O switches to omissions: Up/Down (or Left/Right) pick a sentence of the reference, Enter
 //   saves it; O or Escape goes back to the candidate's words. Escape clears the selection.
@@ -25,10 +26,10 @@
 // tests/unit/test_error_records_js.py runs it in node. `Panel` draws it.
 
 export const CATEGORY_KEYS = ["1", "2", "3", "4", "5", "6"];
-const HINT_SPAN = "Arrows move, Shift+arrows select · 1-6 category · S significance · "
-  + "Enter save · Del remove · O omission";
-const HINT_OMISSION = "Up/Down pick the reference sentence the candidate leaves out · 1-6 · S "
-  + "· Enter save · O back";
+export const HINT_SPAN = "Arrows move, Shift+arrows select · 1, 3, 4 or 5 category · "
+  + "S significance · Enter save · Del remove · O omission (2 or 6)";
+export const HINT_OMISSION = "Up/Down pick the reference sentence the candidate leaves out · "
+  + "2 or 6 category · S · Enter save · O back";
 const STALE_TEXT = "Not saved: changed in another window, reloaded. Check and save again.";
 
 const instances = new WeakMap();
@@ -203,6 +204,14 @@ export class Marker {
   // The record to send for the current selection, or a reason why there is none.
   payload() {
     if (this.category === null) return { error: "Pick a category first (keys 1-6)." };
+    // The service's rule (backend/services/error_records.py KIND_CATEGORIES), said at once.
+    if (this.mode === "omission" && ![2, 6].includes(this.category)) {
+      return { error: "An omission is category 2 (finding) or 6 (comparison)." };
+    }
+    if (this.mode !== "omission" && [2, 6].includes(this.category)) {
+      return { error: "Categories 2 and 6 are omissions: press O to mark the reference "
+                      + "sentence the candidate leaves out." };
+    }
     const base = { pair: this.pair, version: this.version, category: this.category,
                    significant: this.significant, note: this.note.trim() };
     if (this.mode === "omission") {
