@@ -53,6 +53,7 @@ import logging
 import random
 import secrets
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -97,10 +98,71 @@ class AssignmentSummary:
     repeats_created: int = 0
 
 
-def _rng(seed: int, *parts: object) -> random.Random:
+def seeded_rng(seed: int, *parts: object) -> random.Random:
     """A generator seeded from the study seed and a label (stable across Python versions)."""
     text = "\x1f".join([str(seed), *(str(p) for p in parts)])
     return random.Random(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big"))
+
+
+def active_raters(s: Session, names: Sequence[str]) -> dict[str, User]:
+    """The accounts of ``names`` (username -> User), all existing active raters, or
+    :class:`InvalidInput` naming those that are not."""
+    by_name = {u.username: u for u in s.scalars(select(User).where(User.username.in_(names)))}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise InvalidInput(f"raters: no account named {', '.join(map(repr, missing))}")
+    bad = [n for n in names if by_name[n].role != "rater" or not by_name[n].active]
+    if bad:
+        raise InvalidInput(f"raters: not an active rater account: {', '.join(bad)}")
+    return by_name
+
+
+def balanced_new_items(position_of: Mapping[int, int], on: dict[int, set[int]],
+                       load: dict[int, int], rater_ids: Sequence[int], k: int, seed: int, *,
+                       labels: tuple[str, str] = ("pairs", "pair")) -> dict[int, list[int]]:
+    """Step 1 of the module docstring's algorithm, for any items (pairs, comparisons).
+
+    Args:
+        position_of: item id -> its position (seeds come from positions, never ids, so the
+            same content, raters and seed give the same result in any database).
+        on: item id -> raters already on it (updated in place).
+        load: rater id -> items held (updated in place).
+        rater_ids: the raters to draw from.
+        k: raters wanted per item.
+        seed: the assignment seed.
+        labels: the seed labels of the visit order and of each item's tie-break draw.
+
+    Returns:
+        rater id -> the items newly given to them, in visit order.
+    """
+    visit = list(position_of)
+    seeded_rng(seed, labels[0]).shuffle(visit)
+    new_for: dict[int, list[int]] = defaultdict(list)
+    for item in visit:
+        need = k - len(on[item])
+        if need <= 0:
+            continue
+        free = [r for r in rater_ids if r not in on[item]]
+        tiebreak = seeded_rng(seed, labels[1], position_of[item])
+        draw = {r: tiebreak.random() for r in free}
+        free.sort(key=lambda r: (load[r], draw[r]))
+        # k <= len(raters), so there are always enough free raters.
+        for r in free[:need]:
+            on[item].add(r)
+            load[r] += 1
+            new_for[r].append(item)
+    return new_for
+
+
+def seeded_batch(items: Sequence[int], position_of: Mapping[int, int], seed: int,
+                 username: str, start: int) -> list[int]:
+    """Step 2: a rater's new items in their own seeded order, appended at ``start``.
+
+    The offset is part of the label so that each extension gets its own shuffle.
+    """
+    batch = sorted(items, key=position_of.__getitem__)
+    seeded_rng(seed, "order", username, start).shuffle(batch)
+    return batch
 
 
 def assign_raters(
@@ -146,14 +208,7 @@ def assign_raters(
         if study.status == "archived":
             # Raters cannot see an archived study: assignments would be silent dead weight.
             raise InvalidInput(f"study '{study_name}' is archived: unarchive it first")
-        users = s.scalars(select(User).where(User.username.in_(names))).all()
-        by_name = {u.username: u for u in users}
-        missing = [n for n in names if n not in by_name]
-        if missing:
-            raise InvalidInput(f"raters: no account named {', '.join(map(repr, missing))}")
-        bad = [n for n in names if by_name[n].role != "rater" or not by_name[n].active]
-        if bad:
-            raise InvalidInput(f"raters: not an active rater account: {', '.join(bad)}")
+        by_name = active_raters(s, names)
 
         # Seeds are derived from positions and usernames, never database ids, so the same
         # study content, raters and seed give the same assignment in any database.
@@ -178,22 +233,8 @@ def assign_raters(
             load[rater_id] += 1
 
         rater_ids = [by_name[n].id for n in names]
-        visit = list(pair_ids)
-        _rng(seed, "pairs").shuffle(visit)
-        new_for: dict[int, list[int]] = defaultdict(list)
-        for pair_id in visit:
-            need = raters_per_pair - len(on_pair[pair_id])
-            if need <= 0:
-                continue
-            free = [r for r in rater_ids if r not in on_pair[pair_id]]
-            tiebreak = _rng(seed, "pair", position_of[pair_id])
-            draw = {r: tiebreak.random() for r in free}
-            free.sort(key=lambda r: (load[r], draw[r]))
-            # k <= len(raters), so there are always enough free raters.
-            for r in free[:need]:
-                on_pair[pair_id].add(r)
-                load[r] += 1
-                new_for[r].append(pair_id)
+        new_for = balanced_new_items(position_of, on_pair, load, rater_ids, raters_per_pair,
+                                     seed)
 
         created = 0
         next_index = dict(
@@ -205,10 +246,8 @@ def assign_raters(
         )
         for username in names:
             rater_id = by_name[username].id
-            batch = sorted(new_for.get(rater_id, []), key=position_of.__getitem__)
             start = next_index.get(rater_id, -1) + 1
-            # The offset is part of the label so that each extension gets its own shuffle.
-            _rng(seed, "order", username, start).shuffle(batch)
+            batch = seeded_batch(new_for.get(rater_id, []), position_of, seed, username, start)
             for offset, pair_id in enumerate(batch):
                 s.add(
                     Assignment(
@@ -303,7 +342,7 @@ def sync_training(s: Session, study: Study, *, seed: int | None = None) -> int:
             )
         }
         order = [pid for pid, _ in training]
-        _rng(seed, "training", username).shuffle(order)
+        seeded_rng(seed, "training", username).shuffle(order)
         for offset, pair_id in enumerate(order):
             index = offset - len(order)
             a = held.get(pair_id)
@@ -375,7 +414,7 @@ def add_repeats(s: Session, study: Study, *, seed: int | None = None) -> int:
              if p.kind == PAIR_STUDY and p.id not in repeated and i + gap + 1 <= length),
             key=lambda p: p.position,
         )
-        rng = _rng(seed, "repeats", username, have)
+        rng = seeded_rng(seed, "repeats", username, have)
         chosen = rng.sample(eligible, min(need, len(eligible)))
         for source in sorted(chosen, key=lambda p: p.position):
             src_index = next(i for i, a in enumerate(queue) if a.pair_id == source.id)

@@ -31,10 +31,8 @@ Statistics (:func:`study_preference_stats`) count *completed* judgements only; s
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import itertools
 import logging
-import random
 import secrets
 from collections import defaultdict
 from collections.abc import Sequence
@@ -47,6 +45,12 @@ from sqlalchemy.orm import Session, aliased
 
 from backend.analysis import preference as pref
 from backend.analysis.data import AnalysisInputError, metric_direction
+from backend.services.assignment import (
+    active_raters,
+    balanced_new_items,
+    seeded_batch,
+    seeded_rng,
+)
 from backend.services.errors import (
     InvalidInput,
     NotFound,
@@ -85,12 +89,6 @@ PAIRWISE = "pairwise"
 PREFERENCES = ("A", "B", "tie")
 RATING_RANGE = (1, 5)
 STALE_MESSAGE = "Not saved: changed in another window, reloaded"
-
-
-def _rng(seed: int, *parts: object) -> random.Random:
-    """A generator seeded from the seed and a label (as in :mod:`backend.services.assignment`)."""
-    text = "\x1f".join([str(seed), *(str(p) for p in parts)])
-    return random.Random(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big"))
 
 
 def _utcnow() -> dt.datetime:
@@ -173,7 +171,8 @@ def make_comparisons(db: Database, actor: Actor, study_name: str, *, seed: int =
                 if frozenset((id1, id2)) in existing:
                     continue
                 # Seeded by positions, never database ids: the same study gives the same sides.
-                a, b = (id2, id1) if _rng(seed, "side", pos1, pos2).random() < 0.5 else (id1, id2)
+                swap = seeded_rng(seed, "side", pos1, pos2).random() < 0.5
+                a, b = (id2, id1) if swap else (id1, id2)
                 s.add(Comparison(study_id=study.id, pair_a_id=a, pair_b_id=b,
                                  position=next_pos, opaque_id=secrets.token_hex(8), meta={}))
                 existing.add(frozenset((a, b)))
@@ -234,14 +233,7 @@ def assign_judgements(db: Database, actor: Actor, study_name: str,
         _require_pairwise(study)
         if study.status == "archived":
             raise InvalidInput(f"study {study_name!r} is archived: unarchive it first")
-        users = {u.username: u for u in
-                 s.scalars(select(User).where(User.username.in_(names)))}
-        missing = [n for n in names if n not in users]
-        if missing:
-            raise InvalidInput(f"raters: no account named {', '.join(map(repr, missing))}")
-        bad = [n for n in names if users[n].role != "rater" or not users[n].active]
-        if bad:
-            raise InvalidInput(f"raters: not an active rater account: {', '.join(bad)}")
+        users = active_raters(s, names)
         position_of = dict(s.execute(
             select(Comparison.id, Comparison.position)
             .where(Comparison.study_id == study.id).order_by(Comparison.position)).all())
@@ -258,28 +250,14 @@ def assign_judgements(db: Database, actor: Actor, study_name: str,
             on[cid].add(rid)
             load[rid] += 1
             next_index[rid] = max(next_index.get(rid, -1), order)
-        rater_ids = [users[n].id for n in names]
-        visit = list(position_of)
-        _rng(seed, "comparisons").shuffle(visit)
-        new_for: dict[int, list[int]] = defaultdict(list)
-        for cid in visit:
-            need = k - len(on[cid])
-            if need <= 0:
-                continue
-            free = [r for r in rater_ids if r not in on[cid]]
-            tiebreak = _rng(seed, "comparison", position_of[cid])
-            draw = {r: tiebreak.random() for r in free}
-            free.sort(key=lambda r: (load[r], draw[r]))
-            for r in free[:need]:
-                on[cid].add(r)
-                load[r] += 1
-                new_for[r].append(cid)
+        # The algorithm of backend/services/assignment.py, with comparisons for pairs.
+        new_for = balanced_new_items(position_of, on, load, [users[n].id for n in names], k,
+                                     seed, labels=("comparisons", "comparison"))
         created = 0
         for name in names:
             rid = users[name].id
-            batch = sorted(new_for.get(rid, []), key=position_of.__getitem__)
             start = next_index.get(rid, -1) + 1
-            _rng(seed, "order", name, start).shuffle(batch)
+            batch = seeded_batch(new_for.get(rid, []), position_of, seed, name, start)
             for offset, cid in enumerate(batch):
                 s.add(Judgement(rater_id=rid, comparison_id=cid, order_index=start + offset))
             created += len(batch)

@@ -284,7 +284,7 @@ def test_random_order_is_the_one_assign_raters_always_gave(db, make_study,
                   seed=3)
     _, order = _layout(db, "P")
     expected = list(range(8))
-    _assignment._rng(3, "order", "pa", 0).shuffle(expected)
+    _assignment.seeded_rng(3, "order", "pa", 0).shuffle(expected)
     assert order["pa"] == expected
 
 
