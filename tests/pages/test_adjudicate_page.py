@@ -61,6 +61,9 @@ def test_adjudicator_sees_queue_anonymised_counts_and_saves(disputed, make_app, 
     assert at.number_input(key=f"{key}_1_1").value == 1
     at.button(key="FormSubmitter:" + f"{key}_form-Save consensus").click().run()
     assert "note: required" in all_text(at)
+    # Said above the form; the page stays, with the way on through the queue.
+    assert any("Not saved: note: required" in w.value for w in at.warning)
+    assert not at.error
     assert adjudication.get_item(env.db, env.admin, study_name=env.study,
                                  opaque_id=first).consensus is None
 

@@ -111,7 +111,10 @@ def _save(actor: Actor, study: str, view: adjudication.AdjudicationView,
         st.session_state[SAVED_KEY] = (view.opaque_id, str(exc))
         st.rerun()
     except ServiceError as exc:
-        state.stop_with_error(exc)
+        # Said above the form, which keeps what was typed; the page (and Previous/Next)
+        # stays.
+        st.session_state[SAVED_KEY] = (view.opaque_id, f"Not saved: {exc}")
+        st.rerun()
     st.session_state[SAVED_KEY] = (view.opaque_id,
                                    f"Consensus saved (version {result.version}).")
     st.rerun()
@@ -146,9 +149,12 @@ st.caption(f"{len(entries)} pair(s) in the queue, {n_done} adjudicated.")
 if not entries:
     st.info("No pair needs adjudication under the current rule.")
     st.stop()
-st.dataframe([{"Pair": e.pair_number, "Reason": e.reason,
-               "Done": "✓" if e.adjudicated else ""} for e in entries],
-             hide_index=True, width="stretch", key="adj_queue")
+# Folded: at 1280x800 the whole queue would push the film and the counts below the fold; the
+# Pair list below names each pair's reason too.
+with st.expander(f"Queue: {len(entries)} pair(s)", expanded=False):
+    st.dataframe([{"Pair": e.pair_number, "Reason": e.reason,
+                   "Done": "✓" if e.adjudicated else ""} for e in entries],
+                 hide_index=True, width="stretch", key="adj_queue")
 
 by_id = {e.opaque_id: e for e in entries}
 current = st.query_params.get(PAIR_PARAM)
