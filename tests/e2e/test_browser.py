@@ -9,6 +9,7 @@ dashboard refreshing every second (``RADCONCORD_DASHBOARD_REFRESH_S=1``).
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -204,6 +205,9 @@ def test_next_shortcut_moves_to_the_next_pair(server, browser):
     expect(page.get_by_role("button", name="Next")).to_be_enabled()
     page.keyboard.press("n")
     page.get_by_text("Pair 2 of").wait_for()
+    # The new pair's header is drawn before the rest of the run: Previous (disabled on
+    # pair 1) takes its shortcut once it is enabled again.
+    expect(page.get_by_role("button", name=re.compile(r"^Previous"))).to_be_enabled()
     page.keyboard.press("p")
     page.get_by_text("Pair 1 of").wait_for()
     page.close()
