@@ -115,6 +115,8 @@ from db.models import (
     ActivitySpan,
     Assignment,
     Case,
+    Comparison,
+    Judgement,
     MetricScore,
     Pair,
     Rating,
@@ -581,6 +583,12 @@ def _quality_files(db: Database, actor: Actor, study_name: str,
             select(User.username, User.id)
             .join(Assignment, Assignment.rater_id == User.id)
             .where(Assignment.study_id == study_id).distinct()).all())
+        # A pairwise judge holds Judgement rows, not assignments.
+        ids.update(s.execute(
+            select(User.username, User.id)
+            .join(Judgement, Judgement.rater_id == User.id)
+            .join(Comparison, Comparison.id == Judgement.comparison_id)
+            .where(Comparison.study_id == study_id).distinct()).all())
     by_name = dict(index)
     for uid in sorted(set(ids.values()) - set(by_name)):
         by_name[uid] = max(by_name.values(), default=-1) + 1
