@@ -158,8 +158,9 @@ def make_comparisons(db: Database, actor: Actor, study_name: str, *, seed: int =
             for a, b in s.execute(select(Comparison.pair_a_id, Comparison.pair_b_id)
                                   .where(Comparison.study_id == study.id))
         }
-        next_pos = (s.scalar(select(func.max(Comparison.position))
-                             .where(Comparison.study_id == study.id)) or -1) + 1
+        last_pos = s.scalar(select(func.max(Comparison.position))
+                            .where(Comparison.study_id == study.id))
+        next_pos = 0 if last_pos is None else int(last_pos) + 1
         created = 0
         references = 0
         # Groups in the order of their first pair, so positions follow the study's order.
