@@ -310,10 +310,10 @@ class Qualification:
     def failed(self) -> bool:
         """Even passing every remaining training item cannot reach ``required``.
 
-        A rater who holds no training item yet has not failed: the lead set the rule before
-        marking the items, and the rater waits for them.
+        A rater who holds fewer training items than ``required`` has not failed: the lead
+        set the rule before marking (all) the items, and the rater waits for them.
         """
-        return (not self.open and self.training > 0
+        return (not self.open and self.training >= self.required
                 and self.passed + (self.training - self.done) < self.required)
 
     def message(self, study_name: str) -> str | None:
@@ -327,6 +327,10 @@ class Qualification:
             return (f"You did not qualify for study {study_name!r}: {self.passed} of the "
                     f"{self.required} training items needed were within {self.max_error} "
                     "of the expert's total. Your study lead can see this and will contact you.")
+        if self.done == self.training:
+            return (f"Study {study_name!r}: {self.passed} of the {self.required} training "
+                    "items needed passed; the others are not ready yet: your study lead "
+                    "will let you know.")
         return (f"Finish the training items of study {study_name!r} first "
                 f"({self.passed} of {self.required} passed).")
 
