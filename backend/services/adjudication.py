@@ -313,10 +313,14 @@ def adjudicators(db: Database, actor: Actor, *, study_name: str) -> tuple[str, .
 
 # --- data -----------------------------------------------------------------------------------
 
-def _study_pairs(s: Session, study_id: int) -> list[tuple[int, str]]:
-    """(pair id, opaque id) of the study pairs in study order (index + 1 = pair number)."""
-    return [(int(p), str(o)) for p, o in s.execute(
-        select(Pair.id, Pair.opaque_id)
+def _study_pairs(s: Session, study_id: int) -> list[tuple[int, str, int]]:
+    """(pair id, opaque id, pair number) of the study pairs in study order.
+
+    The number is ``position + 1`` as on every other page and in every export (a pair
+    marked as a training item leaves a gap, it does not renumber the pairs after it).
+    """
+    return [(int(p), str(o), int(pos) + 1) for p, o, pos in s.execute(
+        select(Pair.id, Pair.opaque_id, Pair.position)
         .where(Pair.study_id == study_id, Pair.kind == PAIR_STUDY)
         .order_by(Pair.position))]
 
@@ -373,7 +377,7 @@ def _queue(s: Session, study: Study) -> list[QueueEntry]:
         .join(Pair, Pair.id == Adjudication.pair_id)
         .where(Pair.study_id == study.id)).all())
     out = []
-    for number, (pid, oid) in enumerate(pairs, start=1):
+    for pid, oid, number in pairs:
         reason = _reason(study, counted.get(pid, {}))
         if reason is None and pid in done:
             reason = done[pid] or NOT_QUEUED
@@ -419,13 +423,13 @@ def _pair_row(s: Session, study: Study, *, pair_number: int | None,
         raise InvalidInput("give exactly one of pair_number and opaque_id")
     pairs = _study_pairs(s, study.id)
     if pair_number is not None:
-        if isinstance(pair_number, bool) or not isinstance(pair_number, int) \
-                or not 1 <= pair_number <= len(pairs):
+        found = [(pid, oid) for pid, oid, number in pairs if number == pair_number]
+        if isinstance(pair_number, bool) or not isinstance(pair_number, int) or not found:
             raise NotFound(f"study {study.name!r} has no pair number {pair_number!r}"
-                           f" (1-{len(pairs)})")
-        pid, oid = pairs[pair_number - 1]
+                           f" (1-{pairs[-1][2] if pairs else 0})")
+        pid, oid = found[0]
         return pid, pair_number, oid
-    for number, (pid, oid) in enumerate(pairs, start=1):
+    for pid, oid, number in pairs:
         if oid == opaque_id:
             return pid, number, oid
     raise NotFound(f"study {study.name!r} has no pair {opaque_id!r}")
@@ -593,7 +597,7 @@ def export_rows(db: Database, actor: Actor, *, study_name: str) -> list[dict[str
     require_admin(actor)
     with db.read() as s:
         study = get_study(s, study_name)
-        number = {pid: i for i, (pid, _) in enumerate(_study_pairs(s, study.id), start=1)}
+        number = {pid: n for pid, _, n in _study_pairs(s, study.id)}
         rows = s.execute(
             select(Adjudication, Pair.opaque_id, User.username)
             .join(Pair, Pair.id == Adjudication.pair_id)
