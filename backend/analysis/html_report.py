@@ -171,7 +171,7 @@ def _design(report: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
 def _counts_text(report: Mapping[str, Any]) -> str:
     """Which per-pair counts the correlations used: the raters' mean or adjudicated."""
     if report.get("counts") == "adjudicated":
-        return _e(f"adjudicated: the consensus on {report.get('n_adjudicated')} pairs, the"
+        return _e(f"adjudicated: the consensus on {report.get('n_adjudicated')} pair(s), the"
                   " raters' mean elsewhere (agreement between raters on their own counts)")
     return _e("raw: the mean of the raters' counts")
 

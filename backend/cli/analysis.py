@@ -123,8 +123,17 @@ def run_correlate(args: argparse.Namespace) -> int:
     m = result["metrics"]
     adjudicated = (f", {result.get('n_adjudicated', 0)} adjudicated"
                    if args.counts == "adjudicated" else "")
-    print(f"{result['study']}: {result['n_pairs']} pairs{adjudicated}, {len(m)} metric keys,"
-          f" target {result['target']}, counts {result['counts']} -> {output}")
+    if result.get("counts_analysis", "").startswith("not run"):
+        # A pairwise study judged without counts: its preference block is the result.
+        head = f"{result['study']}: no count ratings"
+    else:
+        head = (f"{result['study']}: {result['n_pairs']} pairs{adjudicated}, {len(m)} metric "
+                f"keys, target {result['target']}, counts {result['counts']}")
+    pref = result.get("preference")
+    if pref:
+        head += (f"; pairwise: {pref['n_comparisons']} comparisons, "
+                 f"{len(pref['metrics'])} metric keys ({pref['preference_source']})")
+    print(f"{head} -> {output}")
     return 0
 
 

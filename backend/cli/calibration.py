@@ -78,6 +78,10 @@ def _qualification(args: argparse.Namespace) -> int:
 
     with database() as db, service_errors():
         rows = calibration.qualification_status(db, Actor.system(), study_name=args.study)
+    if not any(r.training for r in rows):
+        print(f"{args.study}: no rater holds training items (mark them with training-items, "
+              "then assign)")
+        return 0
     for r in rows:
         print(f"{r.rater}: {r.done} of {r.training} training item(s) done, {r.passed} passed "
               f"(needs {r.required}): {r.status}")

@@ -59,9 +59,9 @@ def _assign(args: argparse.Namespace) -> int:
         f"({summary.n_pairs} pairs, k={summary.raters_per_pair}, seed={summary.seed})"
     )
     if summary.training_created or summary.repeats_created:
-        # Included in the count above: the training items every rater does first and the
-        # hidden repeats of ``repeat_share``.
-        print(f"  of which {summary.training_created} training-item and "
+        # Beside the study-pair assignments counted above: the training items every rater
+        # does first and the hidden repeats of ``repeat_share``.
+        print(f"  plus {summary.training_created} training-item and "
               f"{summary.repeats_created} hidden-repeat assignments")
     for username, n in summary.per_rater.items():
         print(f"  {username}: {n} pairs")

@@ -338,6 +338,8 @@ def test_training_items_cli(tmp_path, monkeypatch, capsys, make_study, fast_pass
     db = Database(url)
     try:
         opaque, _ = _setup(db, make_study)
+        assert main(["qualification", "--study", "S"]) == 0
+        assert "S: no rater holds training items" in capsys.readouterr().out
         csv_file = tmp_path / "expert.csv"
         csv_file.write_text(_csv((1, 2), (2, 0), (6, 1)), encoding="utf-8")
         assert main(["training-items", "--study", "S", "--csv", str(csv_file),
@@ -430,7 +432,7 @@ def test_assign_and_study_settings_commands_say_what_training_and_repeats_add(
                              role="rater")
         assert main(["assign", "--study", "S", "--raters", "r1,r2", "--per-pair", "1",
                      "--seed", "2"]) == 0
-        assert "of which 2 training-item and 0 hidden-repeat assignments" in (
+        assert "plus 2 training-item and 0 hidden-repeat assignments" in (
             capsys.readouterr().out)
         assert main(["study-settings", "--study", "S", "--set", "repeat_share=0.5"]) == 0
         out = capsys.readouterr().out

@@ -424,11 +424,15 @@ def test_pairwise_cli_make_assign_export(sqlite_world, tmp_path, capsys):
     assert "must end in .csv or .json" in capsys.readouterr().err
 
 
-def test_correlate_writes_the_pairwise_block(sqlite_world, tmp_path):
+def test_correlate_writes_the_pairwise_block(sqlite_world, tmp_path, capsys):
     db, _, answers, sides, bleu = _judged(*sqlite_world)
     out = tmp_path / "corr.json"
     assert main(["correlate", "--study", "PW", "--output", str(out), "--database-url", db.url,
                  "--bootstrap", "100", "--seed", "1"]) == 0
+    # The summary line names what was computed, not "0 pairs, target None".
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("PW: no count ratings; pairwise: 6 comparisons, ")
+    assert "(mean_rating)" in line and "target None" not in line
     res = json.loads(out.read_text())
     block = res["preference"]
     assert block["preference_source"] == "mean_rating" and block["n_comparisons"] == 6

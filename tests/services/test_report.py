@@ -224,7 +224,7 @@ def test_the_report_says_which_counts_and_uses_the_consensus(study, monkeypatch)
                         counts={cell: 9 for cell in rating.CELLS}, note="consensus: all wrong")
     bundle = reports.render_report(db, ADMIN, study_name="s1", resamples=0,
                                    counts="adjudicated")
-    assert "adjudicated: the consensus on 1 pairs" in bundle.html
+    assert "adjudicated: the consensus on 1 pair(s)" in bundle.html
     corr = study_correlation(db, ADMIN, study_name="s1", resamples=0, counts="adjudicated")
     before = study_correlation(db, ADMIN, study_name="s1", resamples=0)
     assert corr.n_adjudicated == 1
