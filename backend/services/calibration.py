@@ -48,6 +48,7 @@ from db.models import (
     PAIR_TRAINING,
     Adjudication,
     Assignment,
+    ErrorRecord,
     Pair,
     Rating,
     Study,
@@ -402,8 +403,10 @@ def unmark_training(db: Database, actor: Actor, *, study_name: str,
                                    "stays a training item")
         removed = 0
         for pair in pairs.values():
-            # Unfinished counts would otherwise count as imported ratings without assignment.
+            # Unfinished counts would otherwise count as imported ratings without assignment;
+            # the error records they derive from go with them.
             s.execute(delete(Rating).where(Rating.pair_id == pair.id))
+            s.execute(delete(ErrorRecord).where(ErrorRecord.pair_id == pair.id))
             removed += s.execute(delete(Assignment).where(Assignment.pair_id == pair.id)
                                  ).rowcount or 0
             pair.kind = PAIR_STUDY
