@@ -454,8 +454,10 @@ def add_missing_repeats(db: Database, actor: Actor, *, study_name: str) -> int:
     require_admin(actor)
     with db.begin() as s:
         study = get_study(s, study_name, for_update=True)
-        if study.status == "archived":
-            return 0  # raters cannot see it; assigning again after unarchiving adds them
+        if study.status in ("archived", "closed"):
+            # Raters cannot see an archived study, nor rate a closed one: repeats there
+            # would be items nobody can ever do.
+            return 0
         created = add_repeats(s, study)
     if created:
         log.info("study %s: %d hidden repeat(s) added for repeat_share", study_name, created)

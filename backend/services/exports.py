@@ -56,7 +56,8 @@ who only did training items get the next indices):
     reference span offsets and text, note); the ratings file holds the counts derived from
     them.
 ``adjudications.jsonl``
-    Consensus counts per pair and cell with the adjudicator, note and the queue reason.
+    Consensus counts per pair and cell with the adjudicator (``adjudicator_index``), note
+    and the queue reason.
 ``judgements.jsonl``
     Pairwise mode: per comparison and rater, the preference (A, B, tie) and the 1-5
     ratings, with the pair numbers and sources of A and B.
@@ -608,7 +609,8 @@ def _quality_files(db: Database, actor: Actor, study_name: str,
     files = {
         "training_ratings": anonymised(calibration.training_rows(db, actor, study_name)),
         "error_records": anonymised(error_records.export_rows(db, actor, study_name)),
-        "adjudications": adjudication.export_rows(db, actor, study_name=study_name),
+        "adjudications": _adjudicators_indexed(
+            adjudication.export_rows(db, actor, study_name=study_name)),
         "judgements": [r for r in anonymised(pairwise.export_rows(db, actor, study_name))
                        if r.get("rater_index") is not None or r.get("preference")],
         "flags": anonymised([dataclasses.asdict(f)
@@ -668,6 +670,17 @@ def _repeat_rows(db: Database, study_id: int) -> list[dict[str, Any]]:
                     "both_done": first_done and repeat_done,
                 })
     return rows
+
+
+def _adjudicators_indexed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consensus rows with the adjudicator as ``adjudicator_index`` (0.. by name), never a
+    username: an adjudicator may also be one of the raters the files keep anonymous."""
+    index = {name: i for i, name in enumerate(sorted({r["adjudicator"] for r in rows}))}
+    out = []
+    for row in rows:
+        row = {("pair_id" if k == "opaque_id" else k): v for k, v in row.items()}
+        out.append({"adjudicator_index": index[row.pop("adjudicator")], **row})
+    return out
 
 
 def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:

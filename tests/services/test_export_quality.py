@@ -71,6 +71,8 @@ def test_quality_files_are_exported_apart_with_rater_indices(any_db, make_study,
     assert flag["note"] == "unsure of side" and flag["rater_index"] == 1
     consensus = _lines(out / "adjudications.jsonl")
     assert len(consensus) == 12 and consensus[0]["note"] == "one false finding"
+    assert {r["adjudicator_index"] for r in consensus} == {0}
+    assert "lead" not in (out / "adjudications.jsonl").read_text()
     # Raters are indices, never names, in every quality file.
     text = "".join((out / e["file"]).read_text() for e in quality.values())
     assert "reader_one" not in text and "reader_two" not in text

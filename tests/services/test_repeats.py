@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 
 from backend.analysis.data import load_ratings
 from backend.services import assignment, auth, calibration, rating, study_settings
 from backend.services.assignment import assign_raters
 from backend.services.errors import PermissionDenied
 from backend.services.types import Actor
-from db.models import Assignment, Pair
+from db.models import Assignment, Pair, Study
 from tests.helpers_adaptive import build_study, rater_actor
 
 SYSTEM = Actor.system()
@@ -257,3 +257,14 @@ def test_a_share_set_after_assignment_adds_the_repeats_when_asked(any_db, make_s
     again = assign_raters(any_db, SYSTEM, study_name="S", rater_usernames=list(RATERS),
                           raters_per_pair=2, seed=4)
     assert again.repeats_created == 0 and again.created == 0
+
+
+def test_a_closed_study_gets_no_repeats_nobody_could_do(any_db, make_study,
+                                                        fast_password_hashing):
+    _setup(any_db, make_study, share=0.0)
+    with any_db.begin() as s:
+        s.execute(update(Study).where(Study.name == "S").values(status="closed"))
+    study_settings.update_study_settings(any_db, SYSTEM, study_name="S", repeat_share=0.25)
+    assert assignment.add_missing_repeats(any_db, SYSTEM, study_name="S") == 0
+    with any_db.read() as s:
+        assert s.scalar(select(func.count(Pair.id)).where(Pair.kind == "repeat")) == 0
