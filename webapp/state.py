@@ -127,13 +127,22 @@ def route_url(route: str) -> str:
     return f"/{base}/{route}" if base else f"/{route}"
 
 
+#: Window event the cookie script sends once the server has answered (new cookie set).
+SESSION_EVENT = "radconcord:session"
+
+
 def _post_script(route: str, body: str = "") -> str:
     # json.dumps quotes the values for JavaScript; the ticket is URL-safe base64 anyway.
     return (
         "<script>(function () {"
         f"fetch({json.dumps(route_url(route))}, {{method: 'POST', credentials: 'same-origin',"
         f" headers: {{'Content-Type': 'text/plain', {json.dumps(CSRF_HEADER)}: '1'}},"
-        f" body: {json.dumps(body)}}}).catch(function () {{}});"
+        f" body: {json.dumps(body)}}})"
+        # A component that found the session gone (a save refused with 401 while this
+        # request was still setting the new cookie) tries again on this event.
+        ".then(function (r) { if (r.ok) window.dispatchEvent("
+        f"new Event({json.dumps(SESSION_EVENT)})); }})"
+        ".catch(function () {});"
         "})();</script>"
     )
 

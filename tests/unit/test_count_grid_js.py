@@ -178,6 +178,31 @@ out.after = [again.status.kind, store.dump()];
     assert out["after"] == ["saved", {}]
 
 
+def test_a_401_right_after_login_is_sent_again_when_the_new_cookie_is_set(tmp_path):
+    """The grid mounts after a login before the page's cookie request has set the new
+    cookie: its resend gets 401. The cookie script's session event retries it at once;
+    without a 401 the event does nothing."""
+    out = _run(tmp_path, r"""
+const srv = server(), store = new Store(), tm = timers();
+store.setItem("radconcord.grid.unsaved:P1:T1",
+              JSON.stringify({ cells: { "2s": 1 }, version: 7 }));
+const s = saver(srv, store, tm, { version: 7 });
+s.restoreKept();
+await srv.answer(401, { reason: "login", message: "Not saved: your session has ended." });
+out.blocked = s.status.kind;
+s.retryAfterLogin();               // the cookie is set now
+out.resent = srv.sent.length;
+await srv.answer(200, { version: 8, counts: { ...ZERO, "2s": 1 },
+                        saved_at: "2026-01-02T10:00:00+00:00" });
+out.after = [s.status.kind, store.dump()];
+s.retryAfterLogin();               // nothing blocked: nothing sent
+out.quiet = srv.sent.length;
+""")
+    assert out["blocked"] == "login" and out["resent"] == 2
+    assert out["after"] == ["saved", {}]
+    assert out["quiet"] == 2
+
+
 def test_busy_and_unreachable_retry_with_backoff(tmp_path):
     out = _run(tmp_path, r"""
 const srv = server(), store = new Store(), tm = timers();

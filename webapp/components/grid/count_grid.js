@@ -30,6 +30,8 @@ export const RETRY_FIRST_MS = 1000;
 export const RETRY_MAX_MS = 30000;
 const MAX_COUNT = 99;
 const MESSAGE_KINDS = ["stale", "busy", "login", "error"];
+// The window event of webapp/state.py SESSION_EVENT.
+export const SESSION_EVENT = "radconcord:session";
 
 const instances = new WeakMap();
 
@@ -333,6 +335,14 @@ export class Saver {
     for (const resolve of waiters) resolve(ok);
   }
 
+  // A new session exists (the page's cookie script says so): a save that was blocked by a
+  // 401 is tried again; nothing happens otherwise.
+  retryAfterLogin() {
+    if (this.blocked !== "login") return;
+    this.blocked = null;
+    this.flush();
+  }
+
   destroy() {
     if (this.retryTimer) this.clearTimer(this.retryTimer);
     this.retryTimer = null;
@@ -360,8 +370,16 @@ class Grid {
     });
     this.onDocumentClick = this.onDocumentClick.bind(this);
     this.onWindowKey = this.onWindowKey.bind(this);
+    this.onSession = this.onSession.bind(this);
     document.addEventListener("click", this.onDocumentClick, true);
     window.addEventListener("keydown", this.onWindowKey, true);
+    // Sent by the page's cookie script (webapp/state.py SESSION_EVENT) once a login has set
+    // the new cookie: a kept change refused with 401 just before it is sent again.
+    window.addEventListener(SESSION_EVENT, this.onSession);
+  }
+
+  onSession() {
+    this.saver.retryAfterLogin();
   }
 
   update(data) {
@@ -611,6 +629,7 @@ class Grid {
   destroy() {
     document.removeEventListener("click", this.onDocumentClick, true);
     window.removeEventListener("keydown", this.onWindowKey, true);
+    window.removeEventListener(SESSION_EVENT, this.onSession);
     this.saver.destroy();
   }
 }
