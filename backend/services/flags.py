@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied, require_admin
 from backend.services.rating import HIDDEN_STATUSES, READ_ONLY_STATUSES, as_utc, write_retrying
+from backend.services.repo import get_study
 from backend.services.types import Actor
 from db.models import Assignment, Pair, Study, User
 from db.session import Database
@@ -195,9 +196,7 @@ def study_flags(db: Database, actor: Actor, study_name: str) -> list[StudyFlag]:
     """
     require_admin(actor)
     with db.read() as s:
-        study_id = s.scalar(select(Study.id).where(Study.name == study_name))
-        if study_id is None:
-            raise NotFound(f"no study named {study_name!r}")
+        study_id = get_study(s, study_name).id
         rows = s.execute(
             select(Pair.position, Pair.opaque_id, Pair.kind, User.username,
                    Assignment.flag_note, Assignment.flagged_at, Assignment.completed_at)

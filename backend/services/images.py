@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from PIL import Image as PILImage
-from sqlalchemy import exists, select
+from sqlalchemy import exists, or_, select
 
 from backend import config
 from backend.imaging.load import ImageLoadError, LoadedImage, load_image
@@ -78,46 +78,21 @@ def clear_caches() -> None:
 def _check_access(s: Any, actor: Actor, case_id: int) -> None:
     if actor.is_admin:
         return
-    allowed = s.scalar(
-        select(
-            exists().where(
-                Assignment.rater_id == actor.user_id,
-                Assignment.pair_id == Pair.id,
-                Pair.case_id == case_id,
-                Study.id == Pair.study_id,
-                # Draft and still-importing studies are not the rater's yet.
-                Study.status.not_in(HIDDEN_STATUSES),
-            )
-        )
-    )
-    if not allowed:
-        # An adjudicator of the study sees the film of its pairs (backend/services/adjudication.py).
-        allowed = s.scalar(
-            select(
-                exists().where(
-                    StudyRole.user_id == actor.user_id,
-                    StudyRole.role == "adjudicator",
-                    StudyRole.study_id == Pair.study_id,
-                    Pair.case_id == case_id,
-                    Study.id == Pair.study_id,
-                    Study.status.not_in(HIDDEN_STATUSES),
-                )
-            )
-        )
-    if not allowed:
-        # A pairwise judge sees the film of the comparisons given to them.
-        allowed = s.scalar(
-            select(
-                exists().where(
-                    Judgement.rater_id == actor.user_id,
-                    Judgement.comparison_id == Comparison.id,
-                    Comparison.pair_a_id == Pair.id,
-                    Pair.case_id == case_id,
-                    Study.id == Pair.study_id,
-                    Study.status.not_in(HIDDEN_STATUSES),
-                )
-            )
-        )
+    # Draft and still-importing studies are not the rater's yet.
+    visible = (Pair.case_id == case_id, Study.id == Pair.study_id,
+               Study.status.not_in(HIDDEN_STATUSES))
+    allowed = s.scalar(select(or_(
+        # A pair assigned to the rater,
+        exists().where(Assignment.rater_id == actor.user_id, Assignment.pair_id == Pair.id,
+                       *visible),
+        # the study's film for its adjudicator (backend/services/adjudication.py),
+        exists().where(StudyRole.user_id == actor.user_id, StudyRole.role == "adjudicator",
+                       StudyRole.study_id == Pair.study_id, *visible),
+        # or a comparison given to a pairwise judge.
+        exists().where(Judgement.rater_id == actor.user_id,
+                       Judgement.comparison_id == Comparison.id,
+                       Comparison.pair_a_id == Pair.id, *visible),
+    )))
     if not allowed:
         raise PermissionDenied("this image belongs to no pair assigned to you")
 
