@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import streamlit as st
@@ -350,3 +350,13 @@ def show_unexpected_error(exc: BaseException) -> str:
              "please try again, and if it happens again give this reference to the study "
              "lead.", icon=":material/error:")
     return reference
+
+
+def study_to_open(studies: Sequence[T], wanted: str | None) -> T | None:
+    """Where a rater's screen starts: the study asked for, else the first one not finished,
+    else the first (rating and pairwise studies alike: ``name``, ``resume_opaque_id``)."""
+    if not studies:
+        return None
+    chosen = [s for s in studies if getattr(s, "name", None) == wanted]
+    unfinished = [s for s in studies if getattr(s, "resume_opaque_id", None) is not None]
+    return (chosen or unfinished or list(studies))[0]

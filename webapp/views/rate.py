@@ -74,12 +74,10 @@ def _go_to(opaque_id: str) -> None:
 
 def _first_open_pair(actor: Actor, study_name: str | None) -> str | None:
     """Where to start: the first pair not done of the requested (or first unfinished) study."""
-    studies = state.call(rating.rater_studies, state.get_db(), actor)
-    if not studies:
+    study = state.study_to_open(state.call(rating.rater_studies, state.get_db(), actor),
+                                study_name)
+    if study is None:
         return None
-    chosen = [s for s in studies if s.name == study_name]
-    unfinished = [s for s in studies if s.resume_opaque_id is not None]
-    study = (chosen or unfinished or studies)[0]
     if study.resume_opaque_id is not None:
         return study.resume_opaque_id
     queue = state.call(rating.rater_queue, state.get_db(), actor, study_name=study.name)
