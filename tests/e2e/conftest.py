@@ -140,20 +140,31 @@ def wait_for_metric(metric, expected: int, timeout_s: float = 30) -> int:
         time.sleep(0.25)
 
 
+def live_grid(page):
+    """The count grid of the pair in the address bar (any grid if none is named there).
+
+    While a rerun draws the next pair, Streamlit keeps the previous pair's grid on screen
+    (stale) beside the new one, so a bare cell label could match two cells; the address
+    names the new pair as soon as the rerun starts.
+    """
+    pair = page.evaluate("() => new URL(location.href).searchParams.get('pair')")
+    return page.locator(f'.rc-grid[data-pair="{pair}"]' if pair else ".rc-grid")
+
+
 def cell(page, label: str):
     """The count grid's cell named ``label``, e.g. "Omission of finding (clinically
     significant)": a text input (``fill`` types a count, ``to_have_value`` reads it)."""
-    return page.get_by_label(label, exact=True)
+    return live_grid(page).get_by_label(label, exact=True)
 
 
 def step_up(page, label: str) -> None:
     """Click the "+" of the grid cell ``label``."""
-    page.get_by_role("button", name=f"Increase {label}", exact=True).click()
+    live_grid(page).get_by_role("button", name=f"Increase {label}", exact=True).click()
 
 
 def step_down(page, label: str) -> None:
     """Click the "-" of the grid cell ``label``."""
-    page.get_by_role("button", name=f"Decrease {label}", exact=True).click()
+    live_grid(page).get_by_role("button", name=f"Decrease {label}", exact=True).click()
 
 
 def grid_of(page, pair: str):
