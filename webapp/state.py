@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from backend import config
 from backend.services import sessions
@@ -197,8 +198,9 @@ def _restore_from_cookie() -> Actor | None:
         return None
     live = sessions.resolve_token(get_db(), token)
     if live is None:
-        # Revoked, expired or unknown: drop the dead cookie.
+        # Revoked, expired or unknown: drop the dead cookie, and say why nobody is logged in.
         st.session_state[COOKIE_SCRIPT_KEY] = _post_script(LOGOUT_ROUTE)
+        st.session_state[NOTICE_KEY] = SESSION_ENDED
         return None
     # Set the cookie again so its lifetime follows the server-side sliding expiry.
     st.session_state[COOKIE_SCRIPT_KEY] = _post_script(REFRESH_ROUTE)
@@ -285,17 +287,56 @@ def require_actor() -> Actor:
     return actor
 
 
+def in_fragment_run() -> bool:
+    """Whether this is the body of a run of fragments only (a fragment's timer or one of its
+    widgets), not a widget callback, where nothing can be drawn."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    if ctx is None or not ctx.fragment_ids_this_run:
+        return False
+    try:  # Streamlit's own record of where the code runs (not public API: guarded)
+        from streamlit.runtime.scriptrunner_utils.script_run_context import (
+            RunLocation,
+            ThreadState,
+        )
+
+        return ThreadState.get().run_location is not RunLocation.CALLBACK
+    except (ImportError, AttributeError, RuntimeError):
+        return False  # st.rerun then, as in a callback: correct, only open to the race
+
+
+def _reload_page() -> NoReturn:
+    """End a fragment run whose session is gone by reloading the page in the browser.
+
+    Not ``st.rerun``: the full run that draws the login page removes the page's fragments,
+    and a timer tick of another fragment sent meanwhile makes Streamlit (1.67) finish an
+    empty fragment run after it, which blanks the login page in the browser. A reload
+    starts a new session on the login page (the dead cookie says why, and is cleared).
+    """
+    # To the app's root: a logged-out session knows no other page ("Page not found"). The
+    # query (e.g. the pair on screen) is kept for the return after the login.
+    root = json.dumps(route_url("").rstrip("/") + "/")
+    st.html(f"<script>window.location.replace({root} + window.location.search);</script>",
+            unsafe_allow_javascript=True)
+    st.stop()
+    raise AssertionError("unreachable")  # st.stop raises
+
+
 def require_live_session() -> Actor:
     """Re-check this browser session before an action; a dead one goes to the login page.
 
-    Works in the page body, in fragments (``st.rerun`` reruns the whole app) and in widget
+    Works in the page body (``st.rerun`` reruns the whole app on the login page), in
+    fragment runs (the browser reloads the page: :func:`_reload_page`) and in widget
     callbacks (``st.rerun`` ends the callback; the run that follows shows the login page).
     """
     if not isinstance(st.session_state.get(ACTOR_KEY), Actor):
+        if in_fragment_run():
+            _reload_page()
         st.error("Please log in first.")
         st.stop()
     actor = _recheck()
     if actor is None:
+        if in_fragment_run():
+            _reload_page()
         st.rerun()
         # st.rerun raises inside a script run; outside one, refuse all the same.
         raise ServiceError(SESSION_ENDED)

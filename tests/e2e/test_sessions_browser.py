@@ -23,10 +23,12 @@ from backend.services.types import Actor
 from db.models import AuthSession, LoginThrottle
 from db.session import Database
 from tests.e2e.conftest import RATER, RATER_PASSWORD, REPO, log_in, log_out, start_server
+from webapp.state import REFRESH_ROUTE
 
 pytestmark = pytest.mark.browser
 
 COOKIE = "radconcord_session"
+REFRESH = REFRESH_ROUTE
 ADMIN, ADMIN_PASSWORD = "admin", "radconcord-admin"
 REFERENCE = re.compile(r"Something went wrong \(reference ([0-9A-F]{8})\)")
 
@@ -137,7 +139,11 @@ def test_a_deactivated_admin_loses_the_open_dashboard_on_the_next_action(browser
             auth.create_user(db, Actor.system(), username="lead3", password="lead3-password-7",
                              role="admin")
             assert _cookie(context) is not None
-            page.goto(f"{url}/dashboard")
+            # A new page restores the session from the cookie and sets the cookie again;
+            # wait for that, or a refresh landing after the deactivation clears the cookie
+            # (and the login page could not say why).
+            with page.expect_response(lambda r: REFRESH in r.url):
+                page.goto(f"{url}/dashboard")
             page.get_by_test_id("stMetric").filter(has_text="Ratings").wait_for()
             page.get_by_text("Live", exact=True).click()  # the toggle: off
             expect(page.get_by_role("switch", name="Live")).not_to_be_checked()
@@ -146,7 +152,8 @@ def test_a_deactivated_admin_loses_the_open_dashboard_on_the_next_action(browser
             log_in(live_page, "lead2", "lead2-password-7")
             live_page.get_by_text("Studies & progress").first.wait_for()
             assert _cookie(live_ctx) is not None
-            live_page.goto(f"{url}/dashboard")
+            with live_page.expect_response(lambda r: REFRESH in r.url):
+                live_page.goto(f"{url}/dashboard")
             live_page.get_by_test_id("stMetric").filter(has_text="Ratings").wait_for()
 
             auth.set_active(db, Actor.system(), username=ADMIN, active=False)

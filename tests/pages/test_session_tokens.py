@@ -80,6 +80,11 @@ def test_a_deactivated_account_loses_its_open_tab_on_the_next_action(study_env, 
     assert at.title[0].value == "RadConcord"
     assert SESSION_ENDED in all_text(at)
     assert "Studies & progress" not in all_text(at)
+    # The notice stays on the login page until the next login (a rerun keeps it).
+    at.run()
+    assert SESSION_ENDED in all_text(at)
+    _log_in(at, "boss2", "boss2-password-9")
+    assert SESSION_ENDED not in all_text(at)
 
 
 def test_a_session_revoked_elsewhere_ends_the_tab_even_if_the_account_is_fine(study_env,
@@ -171,3 +176,35 @@ def test_the_cookie_script_follows_the_base_url_path(study_env, make_app):
     [script] = _scripts(at)
     assert 'fetch("/radconcord/_rc/session"' in script
     assert "credentials: 'same-origin'" in script and '"X-RadConcord": \'1\'' in script
+
+
+def test_a_fragment_run_that_finds_the_session_gone_reloads_the_page(study_env, make_app,
+                                                                     monkeypatch):
+    """In a fragment run a dead session reloads the page to the app's root instead of
+    rerunning the app: Streamlit can blank the login page that a full rerun draws when
+    another fragment's timer fires meanwhile (seen in chromium under load)."""
+    from webapp import state
+
+    at = _log_in(make_app(), "rita", study_env.passwords["rita"])
+    session_id = at.session_state[SESSION_ID_KEY]
+    real_call = state.call
+    calls = []
+
+    def call(fn, *args, **kwargs):
+        # The session dies after the router's check, before the page's first service call
+        # (in a fragment run the router does not run at all).
+        if not calls:
+            sessions.revoke_session(study_env.db, session_id)
+        calls.append(fn)
+        return real_call(fn, *args, **kwargs)
+
+    monkeypatch.setattr(state, "call", call)
+    monkeypatch.setattr(state, "in_fragment_run", lambda: True)
+    at.run()
+    assert not at.exception
+    assert ACTOR_KEY not in at.session_state
+    assert len(calls) == 1
+    reload = [s for s in _scripts(at) if "location.replace" in s]
+    assert reload == ['<script>window.location.replace("/" + window.location.search);</script>']
+    # The run stopped there: no login form in this session; the reload brings it.
+    assert not any(w.key == "login_username" for w in at.text_input)

@@ -18,7 +18,8 @@ _, middle, _ = st.columns([1, 1.2, 1])
 with middle:
     st.title("RadConcord")
     st.caption("Rate radiology report pairs. Please log in with the account you were given.")
-    notice = st.session_state.pop(state.NOTICE_KEY, None)
+    # Kept until the next login (state.login drops it): a rerun of this page keeps it.
+    notice = st.session_state.get(state.NOTICE_KEY)
     if notice:
         st.info(notice, icon=":material/logout:")
     if not sessions.any_account(db):
