@@ -78,7 +78,14 @@ def test_scripted_rater_gets_its_true_times(tmp_path):
 
 WIRING = r"""
 import tracker from "./activity.mjs";
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// The page's clock moves only in sleep(): on a loaded machine real time would also pass
+// between a mount and its send, and cut spans where the script expects none.
+let fakeNow = 1000;
+performance.now = () => fakeNow;
+const sleep = async (ms) => {
+  fakeNow += ms;
+  await new Promise((r) => setTimeout(r, 0));
+};
 globalThis.window = new EventTarget();
 globalThis.document = new EventTarget();
 document.visibilityState = "visible";
