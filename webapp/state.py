@@ -314,7 +314,7 @@ def _reload_page() -> NoReturn:
     """
     # To the app's root: a logged-out session knows no other page ("Page not found"). The
     # query (e.g. the pair on screen) is kept for the return after the login.
-    root = json.dumps(route_url("").rstrip("/") + "/")
+    root = json.dumps(route_url(""))  # "/" or "/<baseUrlPath>/"
     st.html(f"<script>window.location.replace({root} + window.location.search);</script>",
             unsafe_allow_javascript=True)
     st.stop()

@@ -97,6 +97,7 @@ def run_correlate(args: argparse.Namespace) -> int:
         raise UserError(f"{output}: is a folder, expected a file name")
     with (database(args.database_url) as db, user_errors(AnalysisInputError),
           progress_bar("correlate", unit="section") as progress):
+        counts_ran = True
         try:
             result = correlate_study(
                 db,
@@ -117,13 +118,14 @@ def run_correlate(args: argparse.Namespace) -> int:
         except AnalysisInputError as exc:
             # A pairwise study may have no count ratings: its preference block alone.
             result = preference_only(db, args, exc)
+            counts_ran = False
         add_preference(db, args, result)
     result.setdefault("counts", args.counts)
     write_json_atomic(output, result)
     m = result["metrics"]
     adjudicated = (f", {result.get('n_adjudicated', 0)} adjudicated"
                    if args.counts == "adjudicated" else "")
-    if result.get("counts_analysis", "").startswith("not run"):
+    if not counts_ran:
         # A pairwise study judged without counts: its preference block is the result.
         head = f"{result['study']}: no count ratings"
     else:
