@@ -126,6 +126,19 @@ def log_out(page) -> None:
     page.get_by_role("button", name="Log out").click()
 
 
+def wait_for_idle(page) -> None:
+    """Wait until the app's run has ended and the browser has run what it drew.
+
+    Streamlit binds a button's keyboard shortcut in an effect that React runs after the
+    button is painted: a key pressed the moment a button shows as enabled can come before
+    its handler (seen under load in CI). The app's root says when no run is going on; two
+    animation frames and a task later, the effects of that paint have run.
+    """
+    page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
+    page.evaluate("() => new Promise((done) => requestAnimationFrame("
+                  "() => requestAnimationFrame(() => setTimeout(done, 50))))")
+
+
 def metric_value(metric) -> int:
     return int(metric.get_by_test_id("stMetricValue").inner_text().strip())
 

@@ -21,6 +21,7 @@ from tests.e2e.conftest import (
     log_in,
     log_out,
     wait_for_cookie,
+    wait_for_idle,
 )
 from tests.e2e.conftest import (
     cell as _cell,
@@ -204,13 +205,15 @@ def test_next_shortcut_moves_to_the_next_pair(server, browser):
     page.goto(url)
     log_in(page, "rater2", "radconcord-rater2")
     page.get_by_text("Pair 1 of").wait_for()
-    # Shortcuts are bound once the buttons are drawn (and work while no input has focus).
+    # Shortcuts work while no input has focus, once the buttons are drawn and their key
+    # handlers bound (after the run, in an effect: ``wait_for_idle``).
     expect(page.get_by_role("button", name="Next")).to_be_enabled()
+    wait_for_idle(page)
     page.keyboard.press("n")
     page.get_by_text("Pair 2 of").wait_for()
-    # The new pair's header is drawn before the rest of the run: Previous (disabled on
-    # pair 1) takes its shortcut once it is enabled again.
+    # Previous (disabled on pair 1) takes its shortcut once it is enabled again.
     expect(page.get_by_role("button", name=re.compile(r"^Previous"))).to_be_enabled()
+    wait_for_idle(page)
     page.keyboard.press("p")
     page.get_by_text("Pair 1 of").wait_for()
     page.close()

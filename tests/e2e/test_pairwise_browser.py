@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from backend.services import auth, imports, pairwise, study_settings
 from backend.services.types import Actor, CandidateInput, CaseInput
 from db.session import Database
-from tests.e2e.conftest import log_in, start_server
+from tests.e2e.conftest import log_in, start_server, wait_for_idle
 
 pytestmark = pytest.mark.browser
 
@@ -102,6 +102,7 @@ def test_keyboard_preference_and_ratings_are_stored_and_shown_after_reload(brows
             assert box is not None and box["y"] + box["height"] <= 800, (name, box)
 
         page.get_by_text("Reference report").click()  # focus on no button or field
+        wait_for_idle(page)  # the buttons' key handlers are bound
         page.keyboard.press("b")
         view = _wait_for(data, first, lambda v: v.preference == "B")
         assert view.preference == "B"
@@ -121,6 +122,7 @@ def test_keyboard_preference_and_ratings_are_stored_and_shown_after_reload(brows
             "() => new URL(location.href).searchParams.get('comparison')") == first
 
         page.get_by_text("Reference report").click()  # focus on no button or field
+        wait_for_idle(page)  # the buttons' key handlers are bound
         page.keyboard.press("Control+Enter")
         done = _wait_for(data, first, lambda v: v.completed_at is not None)
         assert (done.preference, done.rating_a, done.rating_b) == ("B", 4, 2)
@@ -146,6 +148,7 @@ def test_fast_typing_keeps_every_key_and_b_ratings_show_their_digit(browser, tmp
             assert digit.inner_text().strip() == str(value)
 
         page.get_by_text("Reference report").click()  # focus on no button or field
+        wait_for_idle(page)  # the buttons' key handlers are bound
         for key in ("b", "4", "Shift+2", "Control+Enter"):
             page.keyboard.press(key)
             time.sleep(0.2)
