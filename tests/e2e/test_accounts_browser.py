@@ -58,6 +58,8 @@ def test_one_time_password_first_login_then_deactivation_ends_the_open_tab(runni
     admin.get_by_label("Display name", exact=True).fill("Dr Rosa")
     admin.get_by_role("button", name="Create with a one-time password").click()
     admin.get_by_text("Created rater rosa.").wait_for()
+    # The password's code block is the next element of the run: it can land a moment later.
+    expect(admin.get_by_test_id("stCode")).to_have_count(1)
     password = admin.get_by_test_id("stCode").inner_text().strip()
     assert OTP.fullmatch(password), password
 

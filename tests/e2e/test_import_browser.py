@@ -7,6 +7,7 @@ The server starts empty but for one admin (no demo study).
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 from sqlalchemy import func, select
 
 from backend.services import auth
@@ -77,12 +78,13 @@ def test_dry_run_then_import_in_the_browser(running, browser, tmp_path):
     form.locator("input[type=file]").first.set_input_files(str(upload))
     page.get_by_text("study cases.csv").first.wait_for()
     form.get_by_role("button", name="Dry run (write nothing)").click()
+    # The preview's box is drawn first and filled element by element as the run goes on.
     preview = page.locator(".st-key-import_preview")
-    preview.wait_for()
-    assert "Dry run of study cases.csv for study Browser import: nothing was written." \
-        in preview.inner_text()
-    assert "Layout: long (detected: it has a 'candidate' column)" in preview.inner_text()
+    expect(preview).to_contain_text(
+        "Dry run of study cases.csv for study Browser import: nothing was written.")
+    expect(preview).to_contain_text("Layout: long (detected: it has a 'candidate' column)")
     preview.get_by_text("Ready to import.").wait_for()
+    expect(preview.get_by_test_id("stMetric")).to_have_count(4)
     metrics = {m.get_by_test_id("stMetricLabel").inner_text().strip():
                m.get_by_test_id("stMetricValue").inner_text().strip()
                for m in preview.get_by_test_id("stMetric").all()}

@@ -11,6 +11,7 @@ import io
 import zipfile
 
 import pytest
+from playwright.sync_api import expect
 from sqlalchemy import func, select
 
 from backend.services import auth
@@ -75,10 +76,10 @@ def test_import_radpref_then_download_it_back(running, browser, tmp_path):
     form.get_by_text("user_2.json").wait_for()
 
     form.get_by_role("button", name="Dry run (write nothing)").click()
+    # The result's box is drawn first and filled as the run goes on.
     result = page.locator(".st-key-radpref_result")
-    result.wait_for()
-    assert "Dry run for study RadPref in the browser: nothing was written." \
-        in result.inner_text()
+    expect(result).to_contain_text(
+        "Dry run for study RadPref in the browser: nothing was written.")
     assert _counts(data) == (0, 0)
 
     form.get_by_role("button", name="Import RadPref").click()
