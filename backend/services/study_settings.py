@@ -16,7 +16,8 @@ in the order the changes were made. Known keys:
     How raters answer: ``counts`` (the ReXVal 6x2 grid), ``error_records`` (select each
     erroneous span of the candidate or an omitted reference sentence; the counts are derived
     from the records), ``pairwise`` (two candidates of one reference side by side: which is
-    better, with tie, and a 1-5 rating of each).
+    better, with tie, and a 1-5 rating of each). Fixed once a rater has answered anything
+    in the study: the answers of one mode do not carry over to another.
 
 ``repeat_share`` (float in [0, 0.5], default 0)
     Share of each rater's study pairs shown to them a second time (hidden, later in their
@@ -48,9 +49,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.types import Actor
+from db.models import Assignment, Comparison, ErrorRecord, Judgement, Pair, Rating
 from db.session import Database
 
 #: Key of the change log inside ``Study.settings``.
@@ -247,6 +252,22 @@ def _checked(changes: Mapping[str, Any]) -> dict[str, Any]:
     return {key: SETTINGS[key].check(value) for key, value in changes.items()}
 
 
+def _answers_stored(s: Session, study_id: int) -> int:
+    """How many answers raters have stored in a study, in any annotation mode."""
+    pair_ids = select(Pair.id).where(Pair.study_id == study_id)
+    answers = (
+        select(func.count()).select_from(Rating).where(Rating.pair_id.in_(pair_ids)),
+        select(func.count()).select_from(ErrorRecord).where(ErrorRecord.pair_id.in_(pair_ids)),
+        select(func.count()).select_from(Assignment).where(
+            Assignment.study_id == study_id, Assignment.completed_at.is_not(None)),
+        select(func.count()).select_from(Judgement).join(Comparison).where(
+            Comparison.study_id == study_id,
+            or_(Judgement.preference.is_not(None), Judgement.rating_a.is_not(None),
+                Judgement.rating_b.is_not(None), Judgement.completed_at.is_not(None))),
+    )
+    return sum(int(s.scalar(query) or 0) for query in answers)
+
+
 def update_study_settings(db: Database, actor: Actor, *, study_name: str,
                           **changes: Any) -> StudySettings:  # noqa: ANN401 - typed per key
     """Change some of a study's settings (admin only); each change is recorded.
@@ -265,7 +286,8 @@ def update_study_settings(db: Database, actor: Actor, *, study_name: str,
     Raises:
         PermissionDenied: the actor is not an admin.
         NotFound: no such study.
-        InvalidInput: an unknown key or a value of the wrong type (nothing is changed).
+        InvalidInput: an unknown key or a value of the wrong type, or a new
+            ``annotation_mode`` once raters have answered (nothing is changed).
     """
     require_admin(actor)
     wanted = _checked(changes)
@@ -274,6 +296,16 @@ def update_study_settings(db: Database, actor: Actor, *, study_name: str,
         study = get_study(s, study_name, for_update=True)
         raw = copy.deepcopy(dict(study.settings or {}))
         current = effective(raw)
+        mode = wanted.get("annotation_mode", current["annotation_mode"])
+        if mode != current["annotation_mode"]:
+            # Counts, error records and judgements are different answers: switching would
+            # hide what was stored (or, counts to records, let records overwrite counts).
+            stored = _answers_stored(s, study.id)
+            if stored:
+                raise InvalidInput(
+                    f"study {study.name!r}: annotation_mode stays "
+                    f"{current['annotation_mode']!r}: raters have already stored {stored} "
+                    f"answer(s) in this mode; start a new study to rate in {mode!r}")
         history = list(raw.get(HISTORY_KEY, []))
         for key, value in wanted.items():
             if current[key] == value and key in raw:

@@ -132,6 +132,23 @@ def test_a_refused_change_says_which_setting_and_why(study_env, make_app):
                             "minutes (0: off): ") and study_env.study in e for e in errors), errors
 
 
+def test_the_annotation_mode_is_refused_once_a_rater_has_answered(study_env, make_app):
+    with study_env.db.begin() as s:
+        pair = s.scalars(select(Pair).order_by(Pair.position)).first()
+        s.add(Rating(rater_id=study_env.rater.user_id, pair_id=pair.id, category=1,
+                     significant=True, count=1))
+    at = _studies_page(study_env, make_app)
+    at.selectbox(key=_setting(study_env, "annotation_mode")).set_value("pairwise").run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("Not saved: ") and "annotation_mode stays 'counts'" in e
+               and "start a new study" in e for e in errors), errors
+    # The widget shows the mode in force again, and nothing was recorded.
+    assert at.selectbox(key=_setting(study_env, "annotation_mode")).value == "counts"
+    now = study_settings.study_settings(study_env.db, study_env.admin, study_env.study)
+    assert now.annotation_mode == "counts" and now.history == ()
+
+
 def test_other_pages_do_not_offer_an_archived_study(study_env, make_app, tmp_path):
     from backend.services import imports
     from backend.types import CandidateInput, CaseInput

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 
 from backend.cli import main
 from backend.scoring.hashing import input_hash
-from backend.services import auth, pairwise
+from backend.services import auth, pairwise, study_settings
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from backend.services.types import Actor
 from db.models import (
@@ -254,6 +254,25 @@ def test_save_fields_alone_stale_refused_complete_requires_all(world):
     assert (view.preference, view.rating_a, view.rating_b, view.version) == ("B", 4, 2, 4)
     assert pairwise.rater_comparisons(db, r1, "PW")[0].completed
     assert pairwise.rater_studies(db, r1)[0].completed == 1
+
+
+def test_the_mode_stays_once_a_judgement_is_answered(world):
+    """Assigned but unanswered judgements do not fix the mode; one answer does."""
+    db, _, actors = world
+    pairwise.make_comparisons(db, SYSTEM, "PW")
+    pairwise.assign_judgements(db, SYSTEM, "PW", ["r1"], 1, 0)
+    study_settings.update_study_settings(db, SYSTEM, study_name="PW", annotation_mode="counts")
+    study_settings.update_study_settings(db, SYSTEM, study_name="PW", annotation_mode="pairwise")
+    first = pairwise.rater_comparisons(db, actors["r1"], "PW")[0].opaque_id
+    pairwise.save_judgement(db, actors["r1"], first, rating_b=3)
+    with pytest.raises(InvalidInput, match=r"annotation_mode stays 'pairwise': raters have "
+                                           r"already stored 1 answer\(s\)"):
+        study_settings.update_study_settings(db, SYSTEM, study_name="PW",
+                                             annotation_mode="counts", repeat_share=0.1)
+    now = study_settings.study_settings(db, SYSTEM, "PW")
+    # Nothing of the refused call was written, the other key included.
+    assert now.annotation_mode == "pairwise" and now.values["repeat_share"] == 0.0
+    assert len(now.history) == 2
 
 
 def test_mode_check_and_closed_study(world):

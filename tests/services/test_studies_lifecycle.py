@@ -270,6 +270,29 @@ def test_study_settings_refuse_values_out_of_their_rule(env, changes, message):
     assert study_settings.study_settings(db, ADMIN, "Keep").history == ()
 
 
+def test_the_annotation_mode_stays_once_a_rater_has_answered(env):
+    """Counts are not error records nor judgements: a stored answer fixes the mode (the
+    same mode again, or the other settings, are still accepted)."""
+    db, rita = env
+    _rate(db, rita, "Keep")
+    with pytest.raises(InvalidInput, match=r"study 'Keep': annotation_mode stays 'counts': "
+                                           r"raters have already stored 1 answer\(s\) in "
+                                           r"this mode; start a new study to rate in "
+                                           r"'error_records'"):
+        study_settings.update_study_settings(db, ADMIN, study_name="Keep",
+                                             annotation_mode="error_records")
+    now = study_settings.update_study_settings(db, ADMIN, study_name="Keep",
+                                               annotation_mode="counts", repeat_share=0.1)
+    assert now.annotation_mode == "counts" and now.values["repeat_share"] == 0.1
+    # A pair marked done with no count stored is an answer too.
+    with db.begin() as s:
+        done = s.scalars(select(Assignment).join(Study).where(Study.name == "Old")).first()
+        done.completed_at = dt.datetime.now(dt.UTC)
+    with pytest.raises(InvalidInput, match="already stored 1 answer"):
+        study_settings.update_study_settings(db, ADMIN, study_name="Old",
+                                             annotation_mode="pairwise")
+
+
 def test_an_int_is_stored_as_float_for_a_share(env):
     db, _ = env
     now = study_settings.update_study_settings(db, ADMIN, study_name="Keep", repeat_share=0)
