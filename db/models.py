@@ -270,6 +270,10 @@ class Assignment(Base):
     flag_note: Mapped[str | None] = mapped_column(Text, default=None)
 
 
+#: ``StudyRole.role`` of a senior reader who records consensus counts.
+ROLE_ADJUDICATOR = "adjudicator"
+
+
 class StudyRole(Base):
     """A per-study role of an account beyond rating: ``adjudicator`` (a senior reader).
 

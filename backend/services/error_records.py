@@ -320,7 +320,7 @@ def add_record(
     def work(s: Session) -> PairRecords:
         now = rating.utcnow()
         t = rating._target(s, actor, opaque_id, lock=True)
-        rating._writable(t)
+        rating._writable(s, t)
         _require_mode(s, t)
         rating._check_version(s, actor, t, expected_version)
         ref_text, cand_text = _texts(s, t)
@@ -386,7 +386,7 @@ def delete_record(
     def work(s: Session) -> PairRecords:
         now = rating.utcnow()
         t = rating._target(s, actor, opaque_id, lock=True)
-        rating._writable(t)
+        rating._writable(s, t)
         _require_mode(s, t)
         rating._check_version(s, actor, t, expected_version)
         record = s.scalar(select(ErrorRecord).where(

@@ -54,6 +54,7 @@ from backend.services.study_settings import effective
 from backend.services.types import CATEGORIES, Actor
 from db.models import (
     PAIR_TRAINING,
+    ROLE_ADJUDICATOR,
     STUDY_STAGING,
     Assignment,
     Image,
@@ -62,6 +63,7 @@ from db.models import (
     RatingEvent,
     Report,
     Study,
+    StudyRole,
 )
 from db.session import Database, DatabaseBusy, is_busy_error
 
@@ -231,8 +233,11 @@ class RaterPairView:
     version: int = 0
     # The study lead's choice (``Study.settings["highlight_differences"]``), off by default.
     highlight_differences: bool = False
-    # The study is closed: counts are shown, not editable.
+    # The study is closed, or the pair is final: counts are shown, not editable.
     read_only: bool = False
+    # The rater adjudicates the study and has rated all their pairs of it: their counts are
+    # final (see :func:`final_for_adjudicator`).
+    final_for_adjudicator: bool = False
     # The study's ``annotation_mode`` setting: ``counts`` (grid) or ``error_records`` (the
     # counts derive from the rater's error records). Pairwise studies use their own screen.
     annotation_mode: str = "counts"
@@ -426,9 +431,30 @@ def _target(s: Session, actor: Actor, opaque_id: str, *, lock: bool = False) -> 
     return target
 
 
-def _writable(target: _Target, *, counts: bool = True) -> None:
+def final_for_adjudicator(s: Session, rater_id: int, study_id: int) -> bool:
+    """Whether the rater adjudicates the study and has rated all of their pairs of it.
+
+    Adjudication opens to them at that moment and shows the other raters' counts, so their
+    own become final: a change made after would no longer be an independent reading.
+    """
+    adjudicates = s.scalar(select(StudyRole.id).where(
+        StudyRole.study_id == study_id, StudyRole.user_id == rater_id,
+        StudyRole.role == ROLE_ADJUDICATOR)) is not None
+    if not adjudicates:
+        return False
+    return s.scalar(select(Assignment.id).where(
+        Assignment.study_id == study_id, Assignment.rater_id == rater_id,
+        Assignment.completed_at.is_(None)).limit(1)) is None
+
+
+def _writable(s: Session, target: _Target, *, counts: bool = True) -> None:
     if target.study_status in READ_ONLY_STATUSES:
         raise PermissionDenied(f"study {target.study_name!r} is closed; ratings can't change")
+    if final_for_adjudicator(s, target.assignment.rater_id, target.study_id):
+        raise PermissionDenied(
+            f"your ratings of study {target.study_name!r} are final: as its adjudicator you "
+            "can see the other raters' counts now that yours are done (an admin can take "
+            "the adjudicator role away for a correction)")
     if counts and target.kind == PAIR_TRAINING and target.assignment.completed_at is not None:
         # The expert's counts are shown once the item is done: a later change would be
         # copied from them, not a judgement.
@@ -685,6 +711,7 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
         counts = _counts(s, actor, t.pair_id)
         ids = [oid for oid, _ in _queue(s, actor, t.study_id)]
         settings = effective(s.scalar(select(Study.settings).where(Study.id == t.study_id)))
+        final = final_for_adjudicator(s, actor.user_id, t.study_id)
     pos = ids.index(str(opaque_id))
     training = t.kind == PAIR_TRAINING
     return RaterPairView(
@@ -703,7 +730,8 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
         highlight_differences=bool(settings["highlight_differences"]),
         # A done training item is final: its feedback shows the expert's counts.
         read_only=t.study_status in READ_ONLY_STATUSES
-        or (training and t.assignment.completed_at is not None),
+        or (training and t.assignment.completed_at is not None) or final,
+        final_for_adjudicator=final,
         annotation_mode=str(settings["annotation_mode"]),
         training=training,
     )
@@ -755,7 +783,7 @@ def set_count(
         t = _target(s, actor, opaque_id, lock=True)
         # A pair marked done stays editable (a rater going back to fix a count must never
         # lose the edit); the change is audited like any other.
-        _writable(t)
+        _writable(s, t)
         _grid_editable(s, t)
         _check_version(s, actor, t, expected_version)
         changed = _set_cell(s, actor, t, category, significant, count, now)
@@ -809,7 +837,7 @@ def set_counts(
     def work(s: Session) -> CountsSaved:
         now = utcnow()
         t = _target(s, actor, opaque_id, lock=True)
-        _writable(t)
+        _writable(s, t)
         _grid_editable(s, t)
         _check_version(s, actor, t, expected_version)
         changed = []
@@ -854,7 +882,7 @@ def complete_pair(
     def work(s: Session) -> CompletionStatus:
         now = utcnow()
         t = _target(s, actor, opaque_id, lock=True)
-        _writable(t, counts=False)
+        _writable(s, t, counts=False)
         _check_version(s, actor, t, expected_version)
         if t.assignment.completed_at is None:
             counts = _counts(s, actor, t.pair_id)
@@ -912,7 +940,7 @@ def reopen_pair(db: Database, actor: Actor, *, opaque_id: str) -> CompletionStat
     def work(s: Session) -> CompletionStatus:
         now = utcnow()
         t = _target(s, actor, opaque_id, lock=True)
-        _writable(t, counts=False)
+        _writable(s, t, counts=False)
         if t.kind == PAIR_TRAINING and t.assignment.completed_at is not None:
             raise PermissionDenied("a done training item can't be reopened: you have seen "
                                    "the expert's counts")

@@ -15,11 +15,11 @@ from sqlalchemy import exists, select
 
 from backend.services.rating import HIDDEN_STATUSES
 from backend.services.types import Actor
-from db.models import Assignment, Comparison, Judgement, Study, StudyRole
+from db.models import ROLE_ADJUDICATOR, Assignment, Comparison, Judgement, Study, StudyRole
 from db.session import Database
 
 #: ``StudyRole.role`` of a senior reader who records consensus counts.
-ADJUDICATOR = "adjudicator"
+ADJUDICATOR = ROLE_ADJUDICATOR
 
 
 @dataclass(frozen=True)

@@ -403,3 +403,45 @@ def test_an_adjudicator_who_still_rates_the_study_sees_no_other_raters_counts(wo
     assert [e.pair_number for e in adjudication.queue(db, a["r3"], study_name="Adj")] == [
         1, 2, 4, 5]
     assert adjudication.get_item(db, a["r3"], study_name="Adj", pair_number=2).raters
+
+
+def test_a_rater_who_adjudicates_has_final_counts_once_adjudication_opens(world):
+    """Blinding, the other way: once r3's own pairs are done the adjudication view shows
+    them the other raters' counts, so their own can no longer change (no edit of a done
+    pair, no reopen: the one check error records go through too); the view says so. A
+    rater who does not adjudicate keeps editing done pairs; taking the role away lets r3
+    correct again."""
+    db, a, opaque = world
+    adjudication.set_adjudicator(db, a["lead"], study_name="Adj", username="r3")
+    # r3 has pairs 4 and 5 open: still an independent reader, edits are taken.
+    pair_1 = rating.get_pair(db, a["r3"], opaque_id=opaque[0])
+    assert not pair_1.read_only and not pair_1.final_for_adjudicator
+    rating.set_count(db, a["r3"], opaque_id=opaque[0], category=5, significant=False,
+                     count=1)
+    for number in (4, 5):
+        rating.complete_pair(db, a["r3"], opaque_id=opaque[number - 1], confirm_zero=True)
+    view = rating.get_pair(db, a["r3"], opaque_id=opaque[0])
+    assert view.read_only and view.final_for_adjudicator
+    with db.read() as s:
+        before = sorted(s.execute(select(Rating.pair_id, Rating.category, Rating.significant,
+                                         Rating.count)
+                                  .where(Rating.rater_id == a["r3"].user_id)).all())
+    final = r"your ratings of study 'Adj' are final: as its adjudicator"
+    with pytest.raises(PermissionDenied, match=final):
+        rating.set_count(db, a["r3"], opaque_id=opaque[0], category=5, significant=False,
+                         count=2)
+    with pytest.raises(PermissionDenied, match=final):
+        rating.reopen_pair(db, a["r3"], opaque_id=opaque[1])
+    with db.read() as s:
+        assert sorted(s.execute(select(Rating.pair_id, Rating.category, Rating.significant,
+                                       Rating.count)
+                                .where(Rating.rater_id == a["r3"].user_id)).all()) == before
+        assert s.scalar(select(func.count()).select_from(Assignment).where(
+            Assignment.rater_id == a["r3"].user_id, Assignment.completed_at.is_(None))) == 0
+    # r1 adjudicates nothing: a done pair stays editable.
+    rating.set_count(db, a["r1"], opaque_id=opaque[0], category=5, significant=False, count=1)
+    # Without the role r3 may correct (an admin's decision, recorded by the role change).
+    adjudication.set_adjudicator(db, a["lead"], study_name="Adj", username="r3", on=False)
+    assert not rating.get_pair(db, a["r3"], opaque_id=opaque[0]).read_only
+    rating.set_count(db, a["r3"], opaque_id=opaque[0], category=5, significant=False,
+                     count=2)

@@ -358,7 +358,8 @@ def test_adaptive_reorders_only_open_pairs_and_keeps_assignments(any_db):
     assert set(vars(view)) == {
         "opaque_id", "study_name", "index", "total", "reference_text", "candidate_text",
         "images", "counts", "completed_at", "prev_opaque_id", "next_opaque_id", "version",
-        "highlight_differences", "read_only", "annotation_mode", "training"}
+        "highlight_differences", "read_only", "final_for_adjudicator", "annotation_mode",
+        "training"}
 
 
 def _play(db, name: str, seed: int) -> dict[str, list[tuple[int, bool]]]:

@@ -61,7 +61,8 @@ def test_pair_view_fields_are_exactly_the_blinded_ones():
     assert names == [
         "opaque_id", "study_name", "index", "total", "reference_text", "candidate_text",
         "images", "counts", "completed_at", "prev_opaque_id", "next_opaque_id", "version",
-        "highlight_differences", "read_only", "annotation_mode", "training",
+        "highlight_differences", "read_only", "final_for_adjudicator", "annotation_mode",
+        "training",
     ]
     assert rating.ImageRef._fields == ("image_id", "view", "format")
     for cls in (rating.RaterStudy, rating.QueueItem, rating.SaveResult,

@@ -330,6 +330,8 @@ def _grid() -> None:
     derived = view.annotation_mode == "error_records"
     if view.training and view.completed_at is not None:
         note = "Training item done: final"
+    elif view.final_for_adjudicator:
+        note = "Final: you adjudicate this study"
     elif view.read_only:
         note = "Study closed: read only"
     elif view.completed_at is not None:
