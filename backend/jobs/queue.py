@@ -216,6 +216,7 @@ def enqueue(
     study_id: int | None = None,
     device: str | None = None,
     created_by: str = "",
+    reuse_unfinished: bool = False,
 ) -> int:
     """Queue a job of ``kind`` with JSON ``params``; returns its id.
 
@@ -227,6 +228,9 @@ def enqueue(
         device: ``cuda`` to run on a GPU worker only, ``cpu``/``cuda:N`` for that device
             only, ``None`` for any worker.
         created_by: Who queued it (shown on the Metrics page).
+        reuse_unfinished: With ``study_id``: when a job of the same kind and study is still
+            queued or running, return its id and queue nothing. The check and the insert
+            hold the study's row lock, so two clicks at once queue one job.
 
     Raises:
         InvalidInput: unknown kind or device, params that are not a JSON object.
@@ -239,8 +243,18 @@ def enqueue(
     clean = _json_object(params, f"job {kind!r} params")
     check_device(device)
     with db.begin() as s:
-        if study_id is not None and s.get(Study, study_id) is None:
+        found = select(Study.id).where(Study.id == study_id)
+        if reuse_unfinished:
+            # Only here: a plain enqueue must not wait on a caller's own lock of the study.
+            found = found.with_for_update()
+        if study_id is not None and s.scalar(found) is None:
             raise NotFound(f"no study with id {study_id}")
+        if reuse_unfinished and study_id is not None:
+            pending = s.scalar(select(Job.id).where(
+                Job.kind == kind, Job.study_id == study_id,
+                Job.status.in_((QUEUED, RUNNING))).order_by(Job.id).limit(1))
+            if pending is not None:
+                return int(pending)
         job = Job(
             kind=kind,
             study_id=study_id,

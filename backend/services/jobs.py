@@ -45,8 +45,12 @@ def enqueue_job(
     params: dict[str, Any],
     study_name: str | None = None,
     device: str | None = None,
+    reuse_unfinished: bool = False,
 ) -> JobView:
     """Queue a job of ``kind`` (admin only); the kind's own service validates ``params``.
+
+    With ``reuse_unfinished`` a job of the same kind and study still queued or running is
+    returned instead of a new one (atomically: see :func:`backend.jobs.queue.enqueue`).
 
     Raises:
         PermissionDenied: the actor is not an admin.
@@ -56,7 +60,8 @@ def enqueue_job(
     require_admin(actor)
     sid = study_id(db, study_name) if study_name is not None else None
     job_id = jobs.enqueue(
-        db, kind, params, study_id=sid, device=device, created_by=actor.username
+        db, kind, params, study_id=sid, device=device, created_by=actor.username,
+        reuse_unfinished=reuse_unfinished,
     )
     info = jobs.get(db, job_id)
     if info is None:  # deleted with its study between the two statements

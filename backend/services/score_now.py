@@ -154,7 +154,9 @@ def score_now(db: Database, actor: Actor, study_name: str, *,
     if not families:
         raise InvalidInput("no metric family can run on this machine without a model: see "
                            "the Metrics page for why each one is unavailable")
-    return enqueue_scoring(db, actor, study_name, families)
+    # The check above spares the catalog work on a double click; this one is atomic (two
+    # admins clicking at once both pass the first).
+    return enqueue_scoring(db, actor, study_name, families, reuse_unfinished=True)
 
 
 def queue_first_scoring(db: Database, study_name: str) -> JobView | None:

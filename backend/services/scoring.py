@@ -111,8 +111,13 @@ def enqueue_scoring(
     study_name: str,
     metrics: Sequence[str],
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    reuse_unfinished: bool = False,
 ) -> JobView:
     """Queue a job scoring ``study_name`` with ``metrics`` (admin only; kind ``score``).
+
+    ``reuse_unfinished``: hand back a score job of the study still queued or running
+    instead of queuing another (see :func:`backend.services.jobs.enqueue_job`).
 
     Options are checked against each family's known options now, so a typo fails here and
     not later in the worker.
@@ -140,7 +145,7 @@ def enqueue_scoring(
             pass  # the worker reports the family as unavailable, with its reason
     return enqueue_job(
         db, actor, kind="score", params={"metrics": names, "options": opts},
-        study_name=study_name,
+        study_name=study_name, reuse_unfinished=reuse_unfinished,
     )
 
 

@@ -92,6 +92,23 @@ def test_score_now_queues_once_and_the_worker_scores(demo_db):
     assert after.pending is None and after.last is not None and after.last.id == job.id
 
 
+def test_two_clicks_at_once_queue_one_job(demo_db, monkeypatch):
+    """Both clicks pass the quick look for a pending job before either has queued (as two
+    admins at once do): the check made with the insert still hands back one job."""
+    admin = Actor.system()
+    bleu_only = [describe_family("bleu")]
+    monkeypatch.setattr(score_now.queue, "list_jobs", lambda *args, **kwargs: [])
+    first = score_now.score_now(demo_db, admin, seed.DEMO_STUDY, catalog=bleu_only)
+    second = score_now.score_now(demo_db, admin, seed.DEMO_STUDY, catalog=bleu_only)
+    assert second.id == first.id
+    monkeypatch.undo()
+    assert [j.id for j in queue.list_jobs(demo_db, kind="score")] == [first.id]
+    # Once it has run, the next click queues a new one.
+    assert Worker(demo_db).run_once().id == first.id
+    third = score_now.score_now(demo_db, admin, seed.DEMO_STUDY, catalog=bleu_only)
+    assert third.id != first.id and third.status == "queued"
+
+
 def test_score_now_refuses_a_rater_an_unknown_study_and_no_runnable_metric(demo_db):
     with pytest.raises(PermissionDenied):
         score_now.score_now(demo_db, RATER, seed.DEMO_STUDY)
