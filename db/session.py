@@ -151,6 +151,8 @@ class Database:
         # which gives 20 concurrent raters a long latency tail. Writers of this process queue
         # on a lock instead (other processes, e.g. the worker, still use the busy timeout).
         self._write_gate = threading.RLock() if self.engine.dialect.name == "sqlite" else None
+        # The session every read() of a thread uses while it is inside snapshot().
+        self._pinned = threading.local()
 
     @contextlib.contextmanager
     def begin(self, *, busy_timeout: float | None = None) -> Iterator[Session]:
@@ -196,8 +198,36 @@ class Database:
         """A session for reads only: on SQLite it neither takes nor waits for the write lock.
 
         Writing through it is a bug; on SQLite the write would fail or wait at commit.
+        Inside :meth:`snapshot` (same thread) it is the snapshot's session.
         """
+        pinned = getattr(self._pinned, "session", None)
+        if pinned is not None:
+            return contextlib.nullcontext(pinned)
         return self._read_sessions.begin()
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Make every :meth:`read` of this thread inside the block one read transaction.
+
+        What is read inside sees the database as it was at the first read, whatever is
+        written meanwhile: the files of one export agree with each other. SQLite (WAL) keeps
+        a deferred read transaction's snapshot from its first read and never blocks a writer;
+        PostgreSQL gets ``REPEATABLE READ``. Writes (:meth:`begin`) are not affected. Nested
+        blocks share the outer snapshot.
+        """
+        if getattr(self._pinned, "session", None) is not None:
+            yield
+            return
+        options: dict[str, object] = {"readonly": True}
+        if self.engine.dialect.name == "postgresql":
+            options["isolation_level"] = "REPEATABLE READ"
+        with Session(self.engine.execution_options(**options), expire_on_commit=False) as s, \
+                s.begin():
+            self._pinned.session = s
+            try:
+                yield
+            finally:
+                self._pinned.session = None
 
     def session(self) -> Session:
         """A plain session (read-only use)."""

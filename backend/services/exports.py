@@ -205,7 +205,7 @@ def _rater_indices(users: dict[int, str]) -> dict[int, int]:
 def _load(db: Database, study_name: str
           ) -> tuple[dict[str, Any], list[_PairData], list[_Cell], dict[int, int], int]:
     """The study, its pairs, its rating cells, user id -> rater index, counted ratings."""
-    with db.begin() as s:
+    with db.read() as s:
         study = get_study(s, study_name)
         info = {
             "name": study.name,
@@ -731,9 +731,13 @@ def export_study(
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown export format {fmt!r}; choose rexval or jsonl")
     out_dir = free_output_dir(out_dir)
-    info, pairs, cells, index, n_counted = _load(db, study_name)
-    extras = _load_extras(db, study_name, pairs, index, scores=with_scores, timing=with_timing)
-    quality = _quality_files(db, actor, study_name, index)
+    # One read snapshot: raters saving during the export cannot make its files disagree
+    # (a pair done in the ratings file but not in the assignments file, say).
+    with db.snapshot():
+        info, pairs, cells, index, n_counted = _load(db, study_name)
+        extras = _load_extras(db, study_name, pairs, index, scores=with_scores,
+                              timing=with_timing)
+        quality = _quality_files(db, actor, study_name, index)
     written: list[str] = []
     n_rows = 0
 

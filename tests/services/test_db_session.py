@@ -7,6 +7,7 @@ import time
 
 from sqlalchemy import text
 
+from db.models import User
 from db.session import Database
 
 
@@ -61,3 +62,34 @@ def test_second_writer_waits_for_the_first(tmp_path):
         order.append("second-wrote")
     th.join()
     assert order == ["first-commit", "second-wrote"]
+
+
+def _n_users(db: Database) -> int:
+    with db.read() as s:
+        return int(s.execute(text("SELECT count(*) FROM users")).scalar())
+
+
+def test_reads_inside_a_snapshot_see_the_database_as_at_the_first(any_db):
+    """Database.snapshot: a write committed meanwhile (another connection) is invisible to
+    every read of the block, nested blocks included, and visible once the block ends; other
+    threads read as usual. On SQLite (WAL) and PostgreSQL (REPEATABLE READ)."""
+    db = any_db
+    before = _n_users(db)
+
+    def add_user(name: str) -> None:
+        with db.begin() as s:
+            s.add(User(username=name, role="rater", password_hash="x"))
+
+    seen_elsewhere = []
+    with db.snapshot():
+        assert _n_users(db) == before
+        add_user("during")
+        assert _n_users(db) == before
+        with db.snapshot():
+            assert _n_users(db) == before
+        other = threading.Thread(target=lambda: seen_elsewhere.append(_n_users(db)))
+        other.start()
+        other.join()
+        assert _n_users(db) == before
+    assert seen_elsewhere == [before + 1]
+    assert _n_users(db) == before + 1

@@ -320,3 +320,47 @@ def test_manifest_records_how_raters_saw_the_pairs(db, tmp_path):
     settings = json.loads((after.out_dir / "manifest.json").read_text())["study"]["settings"]
     assert settings["values"]["highlight_differences"] is True
     assert [h["key"] for h in settings["history"]] == ["highlight_differences"]
+
+
+def test_the_files_of_one_export_agree_while_a_rater_saves(any_db, tmp_path, monkeypatch):
+    """A rater completes pair 2 while the export runs (after the ratings are read, before
+    the assignments are): the files are one snapshot, so neither shows it, instead of an
+    assignment marked done whose ratings are missing. On SQLite and PostgreSQL."""
+    db = any_db
+    import_cases(db, ADMIN, study_name="app", cases=[
+        CaseInput(f"c{i}", f"Ref {i}.", [CandidateInput(f"A{i}.", "gen-A")]) for i in range(2)])
+    with db.begin() as s:
+        doc = User(username="doc", role="rater", password_hash="x")
+        s.add(doc)
+        s.flush()
+        pairs = s.scalars(select(Pair).order_by(Pair.position)).all()
+        for i, pair in enumerate(pairs):
+            s.add(Assignment(study_id=pair.study_id, rater_id=doc.id, pair_id=pair.id,
+                             order_index=i,
+                             completed_at=dt.datetime.now(dt.UTC) if i == 0 else None))
+        second, doc_id = pairs[1].id, doc.id
+    load_extras = exports._load_extras
+
+    def save_meanwhile(*args, **kwargs):
+        with db.begin() as s:
+            s.add(Rating(rater_id=doc_id, pair_id=second, category=2, significant=True,
+                         count=1))
+            done = s.scalar(select(Assignment).where(Assignment.pair_id == second))
+            done.completed_at = dt.datetime.now(dt.UTC)
+        return load_extras(*args, **kwargs)
+
+    monkeypatch.setattr(exports, "_load_extras", save_meanwhile)
+    out = tmp_path / "out"
+    export_study(db, ADMIN, study_name="app", fmt="jsonl", out_dir=out, with_timing=True)
+    ratings = [json.loads(line) for line in (out / "ratings.jsonl").read_text().splitlines()]
+    assigned = [json.loads(line)
+                for line in (out / "assignments.jsonl").read_text().splitlines()]
+    assert {r["pair_number"] for r in ratings} == {1} and len(ratings) == 12
+    assert [(a["pair_number"], a["completed_at"] is not None) for a in assigned] == [
+        (1, True), (2, False)]
+    # The save itself is kept: the next export has it.
+    monkeypatch.undo()
+    export_study(db, ADMIN, study_name="app", fmt="jsonl", out_dir=tmp_path / "again",
+                 with_timing=True)
+    again = (tmp_path / "again" / "assignments.jsonl").read_text().splitlines()
+    assert [json.loads(line)["completed_at"] is not None for line in again] == [True, True]
