@@ -414,6 +414,7 @@ def _derived_entry(record: ErrorRecord, findings: list[str], ground_truth: list[
             return None
         entry = {"clinical_significance": _SIGNIFICANCE_OUT[record.significant]}
         section, index = "missing_findings", str(ground_truth.index(text))
+        label, back = "missing finding", radpref.CATEGORY_MISSING
     else:
         text = record.candidate_text or ""
         if text not in findings:
@@ -422,12 +423,19 @@ def _derived_entry(record: ErrorRecord, findings: list[str], ground_truth: list[
             return None
         section, index = "finding_errors", str(findings.index(text))
         if record.category in _ATTRIBUTE_OUT:
+            attribute = _ATTRIBUTE_OUT[record.category]
             entry = {"error_type": "attribute", "attributes": {
-                _ATTRIBUTE_OUT[record.category]:
-                    "significant" if record.significant else "negligible"}}
+                attribute: "significant" if record.significant else "negligible"}}
+            label, back = f"{attribute} attribute", radpref.ATTRIBUTE_CATEGORY[attribute]
         else:
             entry = {"error_type": "false",
                      "clinical_significance": _SIGNIFICANCE_OUT[record.significant]}
+            label, back = "false finding", radpref.CATEGORY_FALSE
+    if back != record.category:
+        # The format has no type for it (an omitted comparison, say): say what it becomes.
+        warnings.append(f"{where}: a category {record.category} {record.kind} "
+                        f"{text[:60]!r} is written as a RadPref {label}, which reads back as "
+                        f"category {back}")
     if record.note:
         entry["explanation"] = record.note
     return section, index, entry

@@ -234,6 +234,13 @@ def test_ratings_entered_in_the_app_export_in_the_radpref_layout(any_db):
                         reference_text="Left lower lobe atelectasis"),
             ErrorRecord(rater_id=rita.user_id, pair_id=first.pair_b_id, kind="span",
                         category=1, significant=False, candidate_text="tip in"),
+            # RadPref has no omitted comparison: written as the nearest type, with a warning.
+            ErrorRecord(rater_id=rita.user_id, pair_id=first.pair_a_id, kind="omission",
+                        category=6, significant=True,
+                        reference_text="Right IJ catheter tip in the lower SVC"),
+            ErrorRecord(rater_id=rita.user_id, pair_id=first.pair_a_id, kind="span",
+                        category=6, significant=False,
+                        candidate_text="Central venous catheter with tip in the mid SVC"),
         ])
     export = radpref.export_radpref(any_db, ADMIN, study_name="RP")
     assert list(export.files)[-1] == "radiologist_annotations/user_rita.json"
@@ -241,8 +248,11 @@ def test_ratings_entered_in_the_app_export_in_the_radpref_layout(any_db):
     assert rita_file == {"user_id": "rita", "annotations": {"case-001": {
         "C1": {"finding_errors": {"1": {"error_type": "false",
                                         "clinical_significance": "actionable_not_urgent",
-                                        "explanation": "not on a chest film"}},
-               "missing_findings": {}, "rating": 4},
+                                        "explanation": "not on a chest film"},
+                                  "0": {"error_type": "attribute",
+                                        "attributes": {"temporal": "negligible"}}},
+               "missing_findings": {"0": {"clinical_significance": "actionable_not_urgent"}},
+               "rating": 4},
         "C2": {"finding_errors": {"0": {"error_type": "attribute", "attributes": {
                    "location": "significant", "severity": "negligible"}}},
                "missing_findings": {"1": {"clinical_significance":
@@ -250,6 +260,10 @@ def test_ratings_entered_in_the_app_export_in_the_radpref_layout(any_db):
                "rating": 2},
     }}}
     assert export.warnings == (
+        "rita, case 'case-001', C1: a category 6 omission 'Right IJ catheter tip in the lower "
+        "SVC' is written as a RadPref missing finding, which reads back as category 2",
+        "rita, case 'case-001', C1: a category 6 span 'Central venous catheter with tip in the "
+        "mid SVC' is written as a RadPref temporal attribute, which reads back as category 5",
         "rita, case 'case-001', C2: error span 'tip in' matches no finding of the candidate; "
         "left out",
         "rita, case 'case-003': not rated on both candidates yet; left out",
