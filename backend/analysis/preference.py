@@ -19,8 +19,12 @@ Pairwise agreement of a metric. Over the comparisons where the raters prefer one
 each comparison scores 1 when the metric (oriented so that higher is better) is higher for the
 candidate the raters prefer, 0 when it is lower, and 0.5 when the metric gives both candidates
 the same value (a metric tie is a coin flip, so a constant metric scores 0.5, not 0 or 1).
-The agreement is the mean score; its interval is the seeded percentile bootstrap over
-comparisons of :mod:`backend.analysis.bootstrap` (the same draws for every metric).
+The agreement is the mean score; its interval is the seeded percentile bootstrap of
+:mod:`backend.analysis.bootstrap` (the same draws for every metric). Comparisons of one
+reference share candidates (with three candidates, A-B, A-C and B-C), so they are not
+independent: given ``clusters`` (the reference of each comparison) the references are drawn
+with replacement, and a replicate is the mean score over the comparisons drawn (a ratio
+estimator). With one comparison per reference it is the bootstrap over comparisons.
 
 Kendall tau-b against the ratings. ``scipy.stats.kendalltau(variant="b")`` between the
 oriented metric and the mean 1-5 rating of each candidate (one point per candidate, i.e. per
@@ -104,6 +108,8 @@ class PairwiseAgreement:
         n_ties_excluded: Comparisons left out because the raters' preference is a tie.
         n_missing: Comparisons left out for a missing preference or metric value.
         n_metric_ties: Scored comparisons where the metric tied (each scored 0.5).
+        n_clusters: Resampling units among the scored comparisons (their references when
+            clustered; else ``n_comparisons``).
         resamples: Bootstrap resamples ``B``.
         seed: Seed of the resampling.
         level: Interval coverage.
@@ -116,6 +122,7 @@ class PairwiseAgreement:
     n_ties_excluded: int
     n_missing: int
     n_metric_ties: int
+    n_clusters: int
     resamples: int
     seed: int
     level: float
@@ -154,6 +161,7 @@ def pairwise_agreement(
     resamples: int = 1000,
     seed: int = 0,
     level: float = DEFAULT_LEVEL,
+    clusters: ArrayLike | None = None,
 ) -> PairwiseAgreement:
     """Share of comparisons where the metric prefers the candidate the raters prefer.
 
@@ -166,6 +174,8 @@ def pairwise_agreement(
         resamples: Bootstrap resamples over the scored comparisons (0: no interval).
         seed: Seed of ``numpy.random.default_rng`` for the resamples.
         level: Interval coverage.
+        clusters: ``(n,)`` label of each comparison's reference: the bootstrap draws
+            references, not comparisons (see the module docstring). ``None``: comparisons.
 
     Returns:
         The agreement, its interval and what was left out.
@@ -175,18 +185,27 @@ def pairwise_agreement(
     scores = agreement_scores(metric_a, metric_b, preference, higher_is_better=higher_is_better)
     p = np.asarray(preference, dtype=np.float64)
     ties = int(np.sum(p == TIE))
-    kept = scores[np.isfinite(scores)]
+    scored = np.isfinite(scores)
+    kept = scores[scored]
     n = int(kept.size)
+    labels = None
+    if clusters is not None:
+        labels = np.asarray(clusters)
+        if labels.shape != scores.shape:
+            raise ValueError(f"clusters must have shape {scores.shape}, got {labels.shape}")
+        labels = labels[scored]
+    n_clusters = int(np.unique(labels).size) if labels is not None else n
     value = float(kept.mean()) if n else float("nan")
     lo = hi = float("nan")
     if n and resamples:
-        res = draw_resamples(n, resamples, seed)
-        replicates = res.weights @ kept / n
+        res = draw_resamples(n, resamples, seed, clusters=labels)
+        # Clustered, a replicate holds as many comparisons as its drawn references have.
+        replicates = res.weights @ kept / res.weights.sum(axis=1)
         lo, hi = (float(v) for v in percentile_interval(replicates, level)[0])
     return PairwiseAgreement(
         value=value, ci_low=lo, ci_high=hi, n_comparisons=n, n_ties_excluded=ties,
         n_missing=int(scores.size) - n - ties, n_metric_ties=int(np.sum(kept == 0.5)),
-        resamples=int(resamples), seed=int(seed), level=float(level),
+        n_clusters=n_clusters, resamples=int(resamples), seed=int(seed), level=float(level),
     )
 
 

@@ -683,7 +683,7 @@ class MetricPreference:
                 "pairwise_agreement": _num(a.value), "ci_low": _num(a.ci_low),
                 "ci_high": _num(a.ci_high), "n_comparisons": a.n_comparisons,
                 "n_ties_excluded": a.n_ties_excluded, "n_missing": a.n_missing,
-                "n_metric_ties": a.n_metric_ties,
+                "n_metric_ties": a.n_metric_ties, "n_references": a.n_clusters,
                 "kendall_tau_b_rating": _num(self.kendall_tau_b_rating), "n": self.n}
 
 
@@ -706,6 +706,9 @@ class PreferenceStats:
                 "n_comparisons": self.n_comparisons, "n_candidates": self.n_candidates,
                 "resamples": self.resamples, "seed": self.seed, "level": self.level,
                 "ties": "raters' ties excluded; a metric tie scores 0.5",
+                "resampling": "references with replacement (their comparisons share "
+                              "candidates); a replicate is the mean over the comparisons "
+                              "drawn",
                 "metrics": {m.key: m.as_dict() for m in self.metrics}}
 
 
@@ -784,6 +787,10 @@ def study_preference_stats(
             .join(pb, pb.id == Comparison.pair_b_id)
             .where(Comparison.study_id == study.id)
             .order_by(Comparison.position)).all()
+        # Both sides of a comparison are candidates of one reference: its case.
+        case_of = dict(s.execute(
+            select(Comparison.id, pa.case_id).join(pa, pa.id == Comparison.pair_a_id)
+            .where(Comparison.study_id == study.id)).all())
         if not comps:
             raise InvalidInput(f"study {study_name!r} has no comparisons")
         done = s.execute(
@@ -837,7 +844,8 @@ def study_preference_stats(
             raise InvalidInput(str(exc)) from None
         agreement = pref.pairwise_agreement(
             [by_pair[a] for _, a, _, _, _ in comps], [by_pair[b] for _, _, b, _, _ in comps],
-            prefs, higher_is_better=hib, resamples=resamples, seed=seed, level=level)
+            prefs, higher_is_better=hib, resamples=resamples, seed=seed, level=level,
+            clusters=[case_of[cid] for cid in cids])
         tau, n = pref.kendall_tau_b_rating([by_pair[p] for p in pair_ids], mean_rating,
                                            higher_is_better=hib)
         out.append(MetricPreference(key, hib, signature, agreement, tau, n))

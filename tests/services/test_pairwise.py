@@ -11,6 +11,7 @@ import dataclasses
 import json
 from itertools import combinations
 
+import numpy as np
 import pytest
 from sqlalchemy import func, select
 
@@ -347,7 +348,7 @@ def _judged(db, ids, actors):
 
 def _expected(answers, sides, bleu, source):
     """Hand computation: raters' preference per comparison, agreement of bleu4, tau inputs."""
-    scores, ties = [], 0
+    scores, ties, scored = [], 0, []
     ratings_of_pair = {}
     for pos, (pa, pb) in enumerate(sides):
         given = [by[pos] for by in answers.values() if pos in by]
@@ -368,7 +369,8 @@ def _expected(answers, sides, bleu, source):
             continue
         metric = "A" if bleu[pa] > bleu[pb] else "B" if bleu[pb] > bleu[pa] else "tie"
         scores.append(0.5 if metric == "tie" else float(metric == raters))
-    return sum(scores) / len(scores), len(scores), ties, ratings_of_pair
+        scored.append(pa)
+    return sum(scores) / len(scores), len(scores), ties, ratings_of_pair, scored
 
 
 @pytest.mark.parametrize("source", ["mean_rating", "votes"])
@@ -376,7 +378,7 @@ def test_preference_stats_by_hand(judged, source):
     from scipy import stats
 
     db, actors, answers, sides, bleu = judged
-    value, n, ties, ratings_of_pair = _expected(answers, sides, bleu, source)
+    value, n, ties, ratings_of_pair, scored = _expected(answers, sides, bleu, source)
     got = pairwise.study_preference_stats(db, SYSTEM, "PW", source=source, resamples=200,
                                           seed=4)
     assert (got.preference_source, got.n_comparisons) == (source, 6)
@@ -387,6 +389,12 @@ def test_preference_stats_by_hand(judged, source):
     assert b.agreement.value == pytest.approx(value)
     assert (b.agreement.n_comparisons, b.agreement.n_ties_excluded) == (n, ties)
     assert b.agreement.ci_low <= b.agreement.value <= b.agreement.ci_high
+    # The bootstrap draws references: case 3's three comparisons are one unit.
+    with db.read() as s:
+        cases = {s.scalar(select(Pair.case_id).where(Pair.id == pa)) for pa in scored}
+    assert b.agreement.n_clusters == len(cases) <= n
+    assert b.as_dict()["n_references"] == len(cases)
+    assert "references with replacement" in got.as_dict()["resampling"]
     # radcliq_v1 = 1 - bleu4 and lower is better: the very same preferences.
     assert by_key["radcliq_v1"].agreement.value == pytest.approx(value)
     pids = sorted(ratings_of_pair)
@@ -402,6 +410,36 @@ def test_preference_stats_by_hand(judged, source):
         pairwise.study_preference_stats(db, SYSTEM, "PW", source="median")
     with pytest.raises(InvalidInput, match="no scores for meteor"):
         pairwise.study_preference_stats(db, SYSTEM, "PW", metrics=["meteor"])
+
+
+def test_the_interval_draws_references_not_comparisons(world):
+    """Case 3 has three candidates, so three comparisons: with every comparison decided,
+    six comparisons are four resampling units, and the interval is the plain loop over
+    the drawn cases (np.unique order of the case ids)."""
+    db, ids, actors = world
+    pairwise.make_comparisons(db, SYSTEM, "PW", seed=1)
+    pairwise.assign_judgements(db, SYSTEM, "PW", ["r1"], 1, 0)
+    _judge(db, actors, {"r1": {pos: ("A", 4, 2) for pos in range(6)}})
+    bleu = {pid: 0.1 * (i + 1) for i, pid in enumerate(sorted(ids.values()))}
+    _score(db, "bleu4", bleu)
+    got = pairwise.study_preference_stats(db, SYSTEM, "PW", source="votes", resamples=300,
+                                          seed=3)
+    (b,) = got.metrics
+    assert (b.agreement.n_comparisons, b.agreement.n_clusters) == (6, 4)
+    with db.read() as s:
+        sides = s.execute(select(Comparison.pair_a_id, Comparison.pair_b_id)
+                          .order_by(Comparison.position)).all()
+        case_of = dict(s.execute(select(Pair.id, Pair.case_id)).all())
+    scores = [float(bleu[a] > bleu[b]) + 0.5 * (bleu[a] == bleu[b]) for a, b in sides]
+    units = sorted({case_of[a] for a, _ in sides})
+    by_unit = {u: [x for (a, _), x in zip(sides, scores, strict=True) if case_of[a] == u]
+               for u in units}
+    assert sorted(len(v) for v in by_unit.values()) == [1, 1, 1, 3]
+    idx = np.random.default_rng(3).integers(0, 4, size=(300, 4))
+    means = [np.mean([x for u in row for x in by_unit[units[u]]]) for row in idx]
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    assert (b.agreement.ci_low, b.agreement.ci_high) == (pytest.approx(lo, abs=1e-12),
+                                                         pytest.approx(hi, abs=1e-12))
 
 
 def test_results_and_export_rows_for_the_lead_only(judged):
@@ -455,7 +493,7 @@ def test_correlate_writes_the_pairwise_block(sqlite_world, tmp_path, capsys):
     res = json.loads(out.read_text())
     block = res["preference"]
     assert block["preference_source"] == "mean_rating" and block["n_comparisons"] == 6
-    value, n, ties, _ = _expected(answers, sides, bleu, "mean_rating")
+    value, n, ties, _, _ = _expected(answers, sides, bleu, "mean_rating")
     entry = block["metrics"]["bleu4"]
     assert entry["pairwise_agreement"] == pytest.approx(value)
     assert (entry["n_comparisons"], entry["n_ties_excluded"], entry["n"]) == (n, ties, 9)

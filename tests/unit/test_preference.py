@@ -64,6 +64,51 @@ def test_pairwise_agreement_interval_matches_a_plain_loop():
     assert (res.resamples, res.seed, res.level) == (300, 7, 0.95)
 
 
+# References of the six comparisons above: the scored ones (0, 1, 2, 4) belong to "r1",
+# "r1", "r2", "r3"; comparison 3 (raters' tie) and 5 (missing) are dropped with their labels.
+CLUSTERS = ["r1", "r1", "r2", "r2", "r3", "r3"]
+
+
+def test_clustered_interval_matches_a_plain_loop_over_references():
+    """The references are drawn with replacement (np.unique order: r1, r2, r3), and a
+    replicate is the mean score over the comparisons of the drawn references."""
+    res = pref.pairwise_agreement(A_VALUES, B_VALUES, PREFS, resamples=300, seed=7,
+                                  clusters=CLUSTERS)
+    assert res.value == pytest.approx(1.5 / 4) and res.n_clusters == 3
+    scores = {0: [1.0, 0.0], 1: [0.5], 2: [0.0]}  # r1, r2, r3
+    idx = np.random.default_rng(7).integers(0, 3, size=(300, 3))
+    means = [np.mean([x for u in row for x in scores[u]]) for row in idx]
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    assert (res.ci_low, res.ci_high) == (pytest.approx(lo, abs=1e-12),
+                                         pytest.approx(hi, abs=1e-12))
+
+
+def test_one_comparison_per_reference_is_the_plain_bootstrap():
+    plain = pref.pairwise_agreement(A_VALUES, B_VALUES, PREFS, resamples=300, seed=7)
+    own = pref.pairwise_agreement(A_VALUES, B_VALUES, PREFS, resamples=300, seed=7,
+                                  clusters=list(range(6)))
+    assert (own.ci_low, own.ci_high, own.value) == (plain.ci_low, plain.ci_high, plain.value)
+    assert plain.n_clusters == own.n_clusters == 4
+
+
+def test_comparisons_that_share_a_reference_widen_the_interval():
+    """Ten references, three comparisons each, scored alike within a reference (the three
+    comparisons of one reference's candidates tend to agree): drawing comparisons as if
+    independent gives an interval too narrow; drawing references does not."""
+    rng = np.random.default_rng(0)
+    per_ref = rng.integers(0, 2, size=10).astype(float)  # 1: the metric agrees on it
+    prefs = np.ones(30)
+    a = np.repeat(np.where(per_ref == 1, 1.0, 0.0), 3)
+    b = np.full(30, 0.5)
+    refs = np.repeat(np.arange(10), 3)
+    naive = pref.pairwise_agreement(a, b, prefs, resamples=2000, seed=1)
+    clustered = pref.pairwise_agreement(a, b, prefs, resamples=2000, seed=1, clusters=refs)
+    assert naive.value == clustered.value == per_ref.mean()
+    assert (clustered.ci_high - clustered.ci_low) > 1.4 * (naive.ci_high - naive.ci_low)
+    with pytest.raises(ValueError, match=r"clusters must have shape \(30,\)"):
+        pref.pairwise_agreement(a, b, prefs, clusters=refs[:5])
+
+
 def test_pairwise_agreement_constant_metric_is_one_half():
     res = pref.pairwise_agreement([1, 1, 1], [1, 1, 1], [1, -1, 1], resamples=0)
     assert res.value == 0.5 and res.n_metric_ties == 3
