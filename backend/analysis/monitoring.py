@@ -310,7 +310,7 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.2f}"
 
 
-def _pair_list(pairs: Sequence[int], limit: int = 8) -> str:
+def pair_list(pairs: Sequence[int], limit: int = 8) -> str:
     """``3, 1, 2`` or, for a long run, the first pairs, an ellipsis and the last one."""
     if len(pairs) <= limit:
         return ", ".join(str(p) for p in pairs)
@@ -403,7 +403,7 @@ def monitor(raters: Sequence[RaterInput], *, straight_run: int = STRAIGHT_RUN,
         flags: list[str] = []
         if p["straight_lining"]:
             flags.append(f"straight-lining: {p['zero_run']} consecutive all-zero pairs "
-                         f"(in completion order: pairs {_pair_list(p['zero_run_pairs'])}; "
+                         f"(in completion order: pairs {pair_list(p['zero_run_pairs'])}; "
                          f"flagged from {straight_run})")
         flags.extend(o.reason for o in outliers)
         fast = p["fast_pairs"]
@@ -429,6 +429,7 @@ __all__ = [
     "drift",
     "longest_zero_run",
     "monitor",
+    "pair_list",
     "robust_z",
     "time_stats",
 ]

@@ -2,9 +2,10 @@
 
 ``python -m backend qc --study S [--out DIR] [--straight-run N] [--outlier-z Z]`` prints the
 monitoring table (one line per rater, then each flag in words) and the intra-rater table (one
-line per rater and scope); with ``--out`` it also writes ``monitoring.csv`` and
-``intra_rater.csv`` there (full precision, blank cells where a value is undefined, each file
-written whole or not at all).
+line per rater and scope), and for a pairwise study the judgement monitoring (side bias,
+straight-lining, agreement); with ``--out`` it also writes ``monitoring.csv`` and
+``intra_rater.csv`` there, and ``judgement_monitoring.csv`` for a pairwise study (full
+precision, blank cells where a value is undefined, each file written whole or not at all).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from backend.cli.common import UserError, database, service_errors
 
 MONITORING_CSV = "monitoring.csv"
 INTRA_CSV = "intra_rater.csv"
+JUDGEMENT_CSV = "judgement_monitoring.csv"
 
 
 def _cell(value: Any, digits: int = 2) -> str:  # noqa: ANN401 - any table cell
@@ -69,6 +71,28 @@ INTRA_COLUMNS = (
 )
 
 
+JUDGEMENT_COLUMNS = (
+    "study", "rater", "assigned", "done", "n_a", "n_b", "n_tie", "share_a", "side_p",
+    "same_run", "same_run_comparisons", "straight_lining", "shared", "agreement",
+    "agreement_note", "agreement_z", "flags",
+)
+
+
+def _print_judgements(study: str, rows: list[dict[str, Any]]) -> None:
+    print()
+    print(f"Judgement monitoring of {study!r} (pairwise: which is better, 1-5 ratings)")
+    print(_table(
+        ["rater", "done", "A", "B", "tie", "A share", "side p", "same run", "agreement",
+         "flags"],
+        [[r["rater"], f"{r['done']}/{r['assigned']}", str(r["n_a"]), str(r["n_b"]),
+          str(r["n_tie"]), _cell(r["share_a"]), _cell(r["side_p"], 3), str(r["same_run"]),
+          _cell(r["agreement"]), str(len(r["flags"].split("; "))) if r["flags"] else ""]
+         for r in rows]))
+    for r in rows:
+        for flag in filter(None, r["flags"].split("; ")):
+            print(f"  {r['rater']}: {flag}")
+
+
 def _qc(args: argparse.Namespace) -> int:
     from backend.services import qc
     from backend.types import Actor
@@ -79,6 +103,9 @@ def _qc(args: argparse.Namespace) -> int:
                                         straight_run=args.straight_run,
                                         outlier_z=args.outlier_z)
         intra = qc.intra_rater_rows(db, Actor.system(), args.study)
+        judged = qc.judgement_monitoring_rows(db, Actor.system(), args.study,
+                                              straight_run=args.straight_run,
+                                              outlier_z=args.outlier_z)
     print(f"Rater monitoring of {args.study!r} (study pairs; times are time on task)")
     if monitoring:
         print(_table(
@@ -105,14 +132,20 @@ def _qc(args: argparse.Namespace) -> int:
     else:
         print("  no repeats: set repeat_share (python -m backend study-settings --study "
               f"{args.study!r} --set repeat_share=0.1) before assigning raters")
+    if judged:
+        _print_judgements(args.study, judged)
     if out is not None:
+        written = [out / MONITORING_CSV, out / INTRA_CSV]
         try:
             out.mkdir(parents=True, exist_ok=True)
             _write_csv(out / MONITORING_CSV, monitoring, MONITORING_COLUMNS)
             _write_csv(out / INTRA_CSV, intra, INTRA_COLUMNS)
+            if judged:
+                _write_csv(out / JUDGEMENT_CSV, judged, JUDGEMENT_COLUMNS)
+                written.append(out / JUDGEMENT_CSV)
         except OSError as exc:
             raise UserError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from None
-        print(f"\nwrote {out / MONITORING_CSV} and {out / INTRA_CSV}")
+        print(f"\nwrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
     return 0
 
 

@@ -14,6 +14,10 @@ the two ``(6, 2)`` grids are their ``Rating`` cells (a cell without a row is 0, 
 analysis loader). Besides each rater, a pooled row puts every counted repeat of every rater
 together (:data:`POOLED`).
 
+Pairwise studies (:mod:`backend.analysis.judge_monitoring`): each rater's completed
+``Judgement`` rows (preference, both ratings, completion time) give side bias,
+straight-lining and agreement with the other raters.
+
 Pairs are numbered 1..N (``position + 1``) wherever a person reads them. Raters never reach
 this module: every function requires an admin.
 """
@@ -30,12 +34,23 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
 from backend.analysis import intra_rater as ir
+from backend.analysis import judge_monitoring as jm
 from backend.analysis import monitoring as mon
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.rating import as_utc
 from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import PAIR_REPEAT, PAIR_STUDY, Assignment, Pair, Rating, Study, User
+from db.models import (
+    PAIR_REPEAT,
+    PAIR_STUDY,
+    Assignment,
+    Comparison,
+    Judgement,
+    Pair,
+    Rating,
+    Study,
+    User,
+)
 from db.session import Database
 
 #: The label of the row that pools every rater's repeats.
@@ -325,6 +340,72 @@ def monitoring_rows(db: Database, actor: Actor, study_name: str, *,
     return rows
 
 
+def judgement_monitoring(db: Database, actor: Actor, study_name: str, *,
+                         straight_run: int = jm.STRAIGHT_RUN,
+                         outlier_z: float = mon.OUTLIER_Z) -> tuple[jm.JudgeMonitoring, ...]:
+    """Per-rater monitoring of a pairwise study's judgements (admin only; empty when the
+    study has no judgements).
+
+    Args:
+        db: The study database.
+        actor: An admin.
+        study_name: The study.
+        straight_run: Identical answers in a row flagged as straight-lining (>= 2).
+        outlier_z: ``|robust z|`` of the agreement flagged when low (> 0).
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+        InvalidInput: a bad threshold.
+    """
+    require_admin(actor)
+    _check_thresholds(straight_run, outlier_z)
+    with db.read() as s:
+        study = _study(s, study_name)
+        rows = s.execute(
+            select(User.username, Comparison.position, Judgement.completed_at,
+                   Judgement.preference, Judgement.rating_a, Judgement.rating_b)
+            .join(Judgement, Judgement.rater_id == User.id)
+            .join(Comparison, Comparison.id == Judgement.comparison_id)
+            .where(Comparison.study_id == study.id)
+        ).all()
+    work: dict[str, dict[str, Any]] = {}
+    for username, position, completed_at, preference, rating_a, rating_b in rows:
+        entry = work.setdefault(username, {"done": [], "assigned": 0})
+        entry["assigned"] += 1
+        # Marking done needs the preference and both ratings: a done one has all three.
+        if completed_at is not None and preference is not None:
+            entry["done"].append(jm.Judged(
+                comparison=int(position) + 1, completed_at=as_utc(completed_at),
+                preference=str(preference), rating_a=int(rating_a or 0),
+                rating_b=int(rating_b or 0)))
+    inputs = [jm.JudgeInput(rater=u, done=e["done"], assigned=e["assigned"])
+              for u, e in work.items()]
+    return tuple(jm.monitor_judges(inputs, straight_run=straight_run, outlier_z=outlier_z))
+
+
+def judgement_monitoring_rows(db: Database, actor: Actor, study_name: str, *,
+                              straight_run: int = jm.STRAIGHT_RUN,
+                              outlier_z: float = mon.OUTLIER_Z) -> list[dict[str, Any]]:
+    """Monitoring of a pairwise study's raters as export rows: one per rater.
+
+    Columns: ``study, rater, assigned, done, n_a, n_b, n_tie, share_a, side_p, same_run,
+    same_run_comparisons, straight_lining, shared, agreement, agreement_note, agreement_z,
+    flags`` (comparison numbers 1-based and space separated; flags joined by ``"; "``; an
+    undefined value is ``None``).
+    """
+    return [{
+        "study": study_name, "rater": r.rater, "assigned": r.assigned, "done": r.done,
+        "n_a": r.n_a, "n_b": r.n_b, "n_tie": r.n_tie, "share_a": _num(r.share_a),
+        "side_p": _num(r.side_p), "same_run": r.same_run,
+        "same_run_comparisons": _pairs(r.same_run_comparisons),
+        "straight_lining": r.straight_lining, "shared": r.shared,
+        "agreement": _num(r.agreement), "agreement_note": r.agreement_note,
+        "agreement_z": _num(r.agreement_z), "flags": "; ".join(r.flags),
+    } for r in judgement_monitoring(db, actor, study_name, straight_run=straight_run,
+                                    outlier_z=outlier_z)]
+
+
 __all__ = [
     "POOLED",
     "RaterRepeats",
@@ -332,6 +413,8 @@ __all__ = [
     "StudyMonitoring",
     "intra_rater",
     "intra_rater_rows",
+    "judgement_monitoring",
+    "judgement_monitoring_rows",
     "monitoring",
     "monitoring_rows",
 ]

@@ -157,3 +157,39 @@ def test_a_rater_gets_only_the_access_error(study_env, make_app, all_text):
     at = make_app(study_env.rater, script=SCRIPT)
     assert not at.dataframe
     assert "admin" in all_text(at).lower()
+
+
+def test_a_pairwise_study_gets_the_judgement_table(study_env, make_app, all_text):
+    """Judgements of rita (A every time) and ravi (A, B alternately) on six comparisons of
+    the study's three pairs: the table shows what ``qc.judgement_monitoring`` computes and a
+    lowered run threshold flags rita."""
+    from db.models import Comparison, Judgement
+
+    env = study_env
+    with env.db.begin() as s:
+        study = s.scalar(select(Study).where(Study.name == env.study))
+        pairs = list(s.scalars(select(Pair).where(Pair.study_id == study.id)
+                               .order_by(Pair.position)))
+        sides = [(0, 1), (0, 2), (1, 2), (1, 0), (2, 0), (2, 1)]
+        for i, (a, b) in enumerate(sides):
+            comp = Comparison(study_id=study.id, pair_a_id=pairs[a].id, pair_b_id=pairs[b].id,
+                              position=i, opaque_id=f"qccmp{i}")
+            s.add(comp)
+            s.flush()
+            for rater, pref in ((env.rater, "A"), (env.other_rater, "AB"[i % 2])):
+                s.add(Judgement(rater_id=rater.user_id, comparison_id=comp.id, order_index=i,
+                                preference=pref, rating_a=4 if pref == "A" else 2,
+                                rating_b=2 if pref == "A" else 4,
+                                completed_at=T0 + dt.timedelta(minutes=i)))
+    at = make_app(env.admin, script=SCRIPT)
+    assert not at.exception, at.exception
+    assert "Judgement monitoring" in all_text(at)
+    table = _frame(at, 1)
+    rita = table[table["Rater"] == "rita"].iloc[0].to_dict()
+    assert rita == {"Rater": "rita", "Done": "6 / 6", "A / B / tie": "6 / 0 / 0",
+                    "A share": "1.00", "Side p": f"{2 / 2**6:.3f}", "Same run": "6",
+                    "Agreement": "0.50", "Shared": "6", "Flags": ""}
+    at.number_input(key="qcp_straight_run").set_value(3).run()
+    assert ("**rita**: straight-lining: the same answer 6 times in a row (comparisons "
+            "1, 2, 3, 4, 5, 6)") in all_text(at)
+    assert _frame(at, 1)[lambda f: f["Rater"] == "rita"].iloc[0]["Flags"] == "1"

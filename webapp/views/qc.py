@@ -14,6 +14,7 @@ import math
 import pandas as pd
 import streamlit as st
 
+from backend.analysis import judge_monitoring as jm
 from backend.analysis.intra_rater import SCOPES
 from backend.analysis.monitoring import FAST_SECONDS, OUTLIER_Z, SLOW_IQR, STRAIGHT_RUN
 from backend.services import calibration, flags, qc, studies
@@ -63,7 +64,11 @@ outlier_z = float(top[2].number_input(
 st.header("Rater monitoring")
 monitoring = state.call(qc.monitoring, db, actor, study, straight_run=straight_run,
                         outlier_z=outlier_z)
-if not monitoring.raters:
+judges = state.call(qc.judgement_monitoring, db, actor, study, straight_run=straight_run,
+                    outlier_z=outlier_z)
+if not monitoring.raters and judges:
+    st.caption("A pairwise study: its raters' judgements are monitored below.")
+elif not monitoring.raters:
     st.info("No rater has pairs of this study assigned yet (Assign raters page).")
 else:
     st.caption(
@@ -116,6 +121,36 @@ else:
     csv_download(state.call(qc.monitoring_rows, db, actor, study, straight_run=straight_run,
                             outlier_z=outlier_z),
                  file_name=f"{study}-monitoring.csv", key="qcp_monitoring_csv")
+
+# -- Judgement monitoring (pairwise studies) -------------------------------------------
+if judges:
+    st.header("Judgement monitoring")
+    st.caption(
+        "Pairwise comparisons. Which candidate is shown as A is random, so a rater who "
+        f"chooses A far more or less often than B is flagged (two-sided binomial p < "
+        f"{jm.SIDE_ALPHA:g}, from {jm.MIN_DECIDED} decided comparisons). Same run: identical "
+        "answers (preference and both ratings) in a row, in completion order. Agreement: "
+        "share of the rater's comparisons, done by another rater too, where their preference "
+        "is the other raters' (a split is a tie). No time on task is recorded here.")
+    st.dataframe(_highlight(pd.DataFrame([{
+        "Rater": r.rater,
+        "Done": f"{r.done} / {r.assigned}",
+        "A / B / tie": f"{r.n_a} / {r.n_b} / {r.n_tie}",
+        "A share": tables.num(r.share_a, 2),
+        "Side p": tables.num(r.side_p, 3),
+        "Same run": str(r.same_run),
+        "Agreement": tables.num(r.agreement, 2),
+        "Shared": str(r.shared),
+        "Flags": str(len(r.flags)) if r.flags else "",
+    } for r in judges]), [bool(r.flags) for r in judges]), hide_index=True, width="stretch")
+    for r in judges:
+        if r.flags:
+            st.warning(f"**{r.rater}**: " + "; ".join(r.flags), icon=":material/flag:")
+    if not any(r.flags for r in judges):
+        st.success("No rater is flagged.", icon=":material/check_circle:")
+    csv_download(state.call(qc.judgement_monitoring_rows, db, actor, study,
+                            straight_run=straight_run, outlier_z=outlier_z),
+                 file_name=f"{study}-judgement-monitoring.csv", key="qcp_judgement_csv")
 
 # -- Intra-rater agreement --------------------------------------------------------------
 st.header("Intra-rater agreement")
