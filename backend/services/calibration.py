@@ -241,7 +241,8 @@ def _pairs_by_number(s: Session, study: Study, numbers: Iterable[int]) -> dict[i
 
 
 def mark_training(db: Database, actor: Actor, *, study_name: str,
-                  expert: Mapping[int, Mapping[str, int]], source: str) -> MarkResult:
+                  expert: Mapping[int, Mapping[str, int]], source: str,
+                  expert_rater_id: int | None = None) -> MarkResult:
     """Mark pairs as training items with the given expert counts (admin).
 
     Args:
@@ -250,6 +251,8 @@ def mark_training(db: Database, actor: Actor, *, study_name: str,
         study_name: the study.
         expert: pair number -> ``{"<category>:<0|1>": count}`` (missing cells are 0).
         source: where the counts come from (shown to the lead, exported).
+        expert_rater_id: the account whose ratings the counts are (``mark_from_rater``):
+            that rater is not graded against their own counts nor held by the gate.
 
     Raises:
         PermissionDenied: the actor is not an admin.
@@ -287,6 +290,8 @@ def mark_training(db: Database, actor: Actor, *, study_name: str,
                     Assignment.pair_id == pair.id, Assignment.completed_at.is_not(None))) or 0)
             pair.kind = PAIR_TRAINING
             pair.expert = {"counts": checked[number], "source": str(source)}
+            if expert_rater_id is not None:
+                pair.expert["rater_id"] = int(expert_rater_id)
         s.flush()
         created = assignment.sync_training(s, study)
     log.info("study %s: %d training item(s) marked from %s", study_name, len(pairs), source)
@@ -348,7 +353,7 @@ def mark_from_rater(db: Database, actor: Actor, *, study_name: str, username: st
                 .where(Rating.rater_id == user_id, Rating.pair_id == done[n]))}
             expert[n] = _full_counts(cells)
     return mark_training(db, actor, study_name=study_name, expert=expert,
-                         source=f"expert {username}")
+                         source=f"expert {username}", expert_rater_id=user_id)
 
 
 def mark_from_adjudication(db: Database, actor: Actor, *, study_name: str,
@@ -460,9 +465,11 @@ def qualification_status(db: Database, actor: Actor, *,
             max_error = int(values["qualification_max_error"])
             passed = sum(1 for _, _, total, expert in done
                          if rating.item_passed(total, expert, max_error))
-            gate = rating.Qualification(required=int(values["qualification_items"]),
-                                        max_error=max_error, training=len(results),
-                                        done=len(done), passed=passed)
+            # The rater whose counts are an item's answer key is not held by the gate.
+            required = (0 if rating.is_answer_key_source(s, rater_id, study.id)
+                        else int(values["qualification_items"]))
+            gate = rating.Qualification(required=required, max_error=max_error,
+                                        training=len(results), done=len(done), passed=passed)
             out.append(RaterQualification(
                 rater=username, training=gate.training, done=gate.done, passed=gate.passed,
                 required=gate.required, qualified=gate.open, failed=gate.failed))
@@ -473,7 +480,8 @@ def training_rows(db: Database, actor: Actor, study_name: str) -> list[dict[str,
     """Every rater's answers to the training items, one row per cell (admin), for export.
 
     Keys: rater, pair_number, opaque_id, category, significant, count, expert_count, passed
-    (the item's pass against ``qualification_max_error``; None while not done).
+    (the item's pass against ``qualification_max_error``; None while not done). The rater
+    whose ratings are an item's expert counts has no row for it.
     """
     require_admin(actor)
     with db.read() as s:
@@ -488,6 +496,8 @@ def training_rows(db: Database, actor: Actor, study_name: str) -> list[dict[str,
             .where(Pair.study_id == study.id, Pair.kind == PAIR_TRAINING)
             .order_by(User.username, Pair.position)
         ):
+            if rating.answer_key_of(expert, rater_id):
+                continue  # the expert's own counts: the answer key, not a training answer
             cells = {(int(c), bool(g)): int(n) for c, g, n in s.execute(
                 select(Rating.category, Rating.significant, Rating.count)
                 .where(Rating.rater_id == rater_id, Rating.pair_id == pair_id))}

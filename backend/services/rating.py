@@ -354,9 +354,18 @@ def item_passed(rater_total: int, expert: Mapping[str, Any] | None, max_error: i
     return total is not None and abs(int(rater_total) - total) <= int(max_error)
 
 
+def answer_key_of(expert: Mapping[str, Any] | None, rater_id: int) -> bool:
+    """Whether a training item's expert counts are this rater's own (marked from their
+    ratings): it is their answer key, not a test of them."""
+    return (expert or {}).get("rater_id") == rater_id
+
+
 def training_results(s: Session, rater_id: int, study_id: int
                      ) -> list[tuple[int, dt.datetime | None, int, dict[str, Any] | None]]:
-    """(pair id, completed_at, rater total, expert) of a rater's training items, in order."""
+    """(pair id, completed_at, rater total, expert) of a rater's training items, in order.
+
+    Items whose expert counts are the rater's own (:func:`answer_key_of`) are left out.
+    """
     totals = (
         select(Rating.pair_id, func.sum(Rating.count).label("total"))
         .where(Rating.rater_id == rater_id)
@@ -373,16 +382,29 @@ def training_results(s: Session, rater_id: int, study_id: int
                    Pair.kind == PAIR_TRAINING)
             .order_by(Assignment.order_index, Assignment.id)
         )
+        if not answer_key_of(expert, rater_id)
     ]
+
+
+def is_answer_key_source(s: Session, rater_id: int, study_id: int) -> bool:
+    """Whether some training item of the study was marked from this rater's counts."""
+    return any(answer_key_of(expert, rater_id) for expert in s.scalars(
+        select(Pair.expert).where(Pair.study_id == study_id, Pair.kind == PAIR_TRAINING)))
 
 
 def qualification(s: Session, rater_id: int, study_id: int,
                   settings: Mapping[str, Any] | None = None) -> Qualification:
-    """The rater's standing with the study's gate (``settings``: the stored Study.settings)."""
+    """The rater's standing with the study's gate (``settings``: the stored Study.settings).
+
+    The rater whose counts are the expert's answer key of a training item (marked from
+    their ratings) is not held by the gate: they are the expert it measures against.
+    """
     if settings is None:
         settings = s.scalar(select(Study.settings).where(Study.id == study_id))
     values = effective(settings)
     required = int(values["qualification_items"])
+    if required > 0 and is_answer_key_source(s, rater_id, study_id):
+        required = 0
     max_error = int(values["qualification_max_error"])
     results = training_results(s, rater_id, study_id) if required > 0 else []
     done = [r for r in results if r[1] is not None]
@@ -1000,5 +1022,7 @@ __all__ = [
     "set_count",
     "set_counts",
     "training_results",
+    "answer_key_of",
+    "is_answer_key_source",
     "utcnow",
 ]

@@ -278,6 +278,44 @@ def test_mark_from_an_expert_account_and_from_adjudication_then_unmark(
     assert summary.created == 1
 
 
+def test_the_expert_whose_counts_are_the_key_is_not_graded_against_them(
+        any_db, make_study, fast_password_hashing):
+    """Items marked from an expert account's ratings: the others are graded against them;
+    the expert is not (no training answer exported for them, no pass counted) and the gate
+    does not hold them, while it still holds r1."""
+    opaque, actors = _setup(any_db, make_study, raters=("r1", "expert"), k=2)
+    expert, r1 = actors["expert"], actors["r1"]
+    queue = [q.opaque_id for q in rating.rater_queue(any_db, expert, study_name="S")]
+    _answer(any_db, expert, queue[0], 3)
+    _answer(any_db, expert, queue[1], 0)
+    study_settings.update_study_settings(any_db, SYSTEM, study_name="S",
+                                         qualification_items=2, qualification_max_error=0)
+    calibration.mark_from_rater(any_db, SYSTEM, study_name="S", username="expert")
+    items = calibration.list_training(any_db, SYSTEM, study_name="S")
+    assert [i.expert_source for i in items] == ["expert expert"] * 2
+    status = {q.rater: q for q in calibration.qualification_status(any_db, SYSTEM,
+                                                                   study_name="S")}
+    # The expert holds the two items (done, as study pairs) but is not tested on them.
+    assert (status["expert"].training, status["expert"].passed) == (0, 0)
+    assert status["expert"].qualified and status["expert"].required == 0
+    assert (status["r1"].training, status["r1"].qualified) == (2, False)
+    study_pair = next(q.opaque_id for q in rating.rater_queue(any_db, expert, study_name="S")
+                      if q.opaque_id not in queue[:2])
+    rating.set_count(any_db, expert, opaque_id=study_pair, category=1, significant=True,
+                     count=1)  # the gate does not hold the expert
+    with pytest.raises(PermissionDenied, match="Finish the training items of study 'S'"):
+        rating.set_count(any_db, r1, opaque_id=study_pair, category=1, significant=True,
+                         count=1)
+    rows = calibration.training_rows(any_db, SYSTEM, "S")
+    assert {r["rater"] for r in rows} == {"r1"}
+    # r1 answers the key: 3 and 0 errors -> both pass with max error 0, and the gate opens.
+    for oid, total in zip(queue[:2], (3, 0), strict=True):
+        _answer(any_db, r1, oid, total)
+    status = {q.rater: q for q in calibration.qualification_status(any_db, SYSTEM,
+                                                                   study_name="S")}
+    assert (status["r1"].passed, status["r1"].qualified) == (2, True)
+
+
 @pytest.mark.parametrize("text, message", [
     ("", "the file is empty"),
     ("pair_number,error_category,num_errors\n1,1,2\n", "missing column.*clinically_significant"),
