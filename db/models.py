@@ -407,6 +407,33 @@ class Judgement(Base):
     completed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Time on task, derived from ``judgement_spans`` as for an assignment.
+    active_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    last_active_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True),
+                                                               default=None)
+
+
+class JudgementSpan(Base):
+    """An interval of a rater's own activity on one comparison (the Compare screen): what
+    :class:`ActivitySpan` is for a pair. Time on task of a judgement derives from these."""
+
+    __tablename__ = "judgement_spans"
+    __table_args__ = (
+        UniqueConstraint("client_id", "judgement_id", "started_at",
+                         name="uq_judgement_spans_client_start"),
+        CheckConstraint("active_ms >= 0", name="ck_judgement_spans_active_ms"),
+        Index("ix_judgement_spans_judgement", "judgement_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    judgement_id: Mapped[int] = mapped_column(ForeignKey("judgements.id", ondelete="CASCADE"))
+    client_id: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    active_ms: Mapped[int] = mapped_column(Integer)
+    events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class ActivitySpan(Base):

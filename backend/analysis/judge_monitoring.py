@@ -19,7 +19,8 @@ its completion time, preference and both ratings. Per rater:
   :data:`MIN_SHARED` shared comparisons. A low robust z of it across raters (as in
   :mod:`backend.analysis.monitoring`) is flagged.
 
-Time per comparison is not here: the Compare screen records no time on task.
+* **Time per comparison**: the median time on task (the Compare screen's tracker, as for
+  pairs) over the done judgements that have any; judgements without time are counted apart.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import stats
 
 from backend.analysis import monitoring as mon
@@ -57,6 +59,7 @@ class Judged:
         preference: ``A``, ``B`` or ``tie``.
         rating_a: The 1-5 rating of candidate A.
         rating_b: The 1-5 rating of candidate B.
+        seconds: Time on task (0: none recorded).
     """
 
     comparison: int
@@ -64,6 +67,7 @@ class Judged:
     preference: str
     rating_a: int
     rating_b: int
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ class JudgeMonitoring:
         agreement: Share of them where the rater's preference equals the others'.
         agreement_note: Why the agreement is undefined (``""`` when defined).
         agreement_z: Robust z of the agreement across raters (NaN when not computed).
+        timed: Done judgements with any time on task.
+        median_seconds: Median time on task over them (NaN when none).
         flags: Every flag in words.
     """
 
@@ -119,6 +125,8 @@ class JudgeMonitoring:
     agreement: float
     agreement_note: str
     agreement_z: float
+    timed: int
+    median_seconds: float
     flags: tuple[str, ...]
 
 
@@ -195,6 +203,7 @@ def monitor_judges(raters: Sequence[JudgeInput], *, straight_run: int = STRAIGHT
         p = side_bias(n_a, n_b)
         run = longest_same_run(r.done)
         z = zs.get(r.rater, NAN)
+        seconds = [j.seconds for j in r.done if j.seconds > 0]
         flags = []
         if decided >= MIN_DECIDED and p < SIDE_ALPHA:
             flags.append(f"side bias: chose A in {n_a} of {decided} decided comparisons "
@@ -210,7 +219,9 @@ def monitor_judges(raters: Sequence[JudgeInput], *, straight_run: int = STRAIGHT
             n_tie=n_tie, share_a=n_a / decided if decided else NAN, side_p=p,
             same_run=len(run), same_run_comparisons=run,
             straight_lining=len(run) >= straight_run, shared=shared, agreement=agreement,
-            agreement_note=note, agreement_z=z, flags=tuple(flags)))
+            agreement_note=note, agreement_z=z, timed=len(seconds),
+            median_seconds=float(np.median(seconds)) if seconds else NAN,
+            flags=tuple(flags)))
     return out
 
 

@@ -74,7 +74,7 @@ INTRA_COLUMNS = (
 JUDGEMENT_COLUMNS = (
     "study", "rater", "assigned", "done", "n_a", "n_b", "n_tie", "share_a", "side_p",
     "same_run", "same_run_comparisons", "straight_lining", "shared", "agreement",
-    "agreement_note", "agreement_z", "flags",
+    "agreement_note", "agreement_z", "timed", "median_seconds", "flags",
 )
 
 
@@ -83,10 +83,11 @@ def _print_judgements(study: str, rows: list[dict[str, Any]]) -> None:
     print(f"Judgement monitoring of {study!r} (pairwise: which is better, 1-5 ratings)")
     print(_table(
         ["rater", "done", "A", "B", "tie", "A share", "side p", "same run", "agreement",
-         "flags"],
+         "median s", "flags"],
         [[r["rater"], f"{r['done']}/{r['assigned']}", str(r["n_a"]), str(r["n_b"]),
           str(r["n_tie"]), _cell(r["share_a"]), _cell(r["side_p"], 3), str(r["same_run"]),
-          _cell(r["agreement"]), str(len(r["flags"].split("; "))) if r["flags"] else ""]
+          _cell(r["agreement"]), _cell(r["median_seconds"], 1),
+          str(len(r["flags"].split("; "))) if r["flags"] else ""]
          for r in rows]))
     for r in rows:
         for flag in filter(None, r["flags"].split("; ")):

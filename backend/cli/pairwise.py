@@ -17,7 +17,7 @@ from backend.cli.common import UserError, database, service_errors
 
 EXPORT_COLUMNS = ("comparison_position", "comparison_id", "case_id", "pair_a_position",
                   "pair_b_position", "source_a", "source_b", "rater", "preference", "rating_a",
-                  "rating_b", "completed_at")
+                  "rating_b", "completed_at", "active_seconds")
 
 
 def _make(args: argparse.Namespace) -> int:

@@ -23,6 +23,10 @@ event. The rules, applied in the browser:
   kept through a logout (the server answered 401) are never sent for the next rater who logs
   in at the same browser (a shared reading-room workstation), even on a pair both rate.
 
+The Compare screen (pairwise mode) has the same tracker: a span's ``pair`` is then the
+comparison's opaque id, and the span is stored in ``judgement_spans`` against the rater's
+judgement; ``Judgement.active_seconds`` is its union, exactly as for an assignment.
+
 This module checks and stores the spans and keeps the derived numbers: the time on task of an
 assignment (``Assignment.active_seconds``) is the length of the **union** of its spans, so two
 tabs of the same rater on the same pair count once; ``last_active_at`` is the end of the
@@ -56,7 +60,16 @@ from sqlalchemy.orm import Session
 from backend.services import sessions
 from backend.services.errors import InvalidInput
 from backend.services.types import Actor
-from db.models import STUDY_STAGING, ActivitySpan, Assignment, Pair, Study
+from db.models import (
+    STUDY_STAGING,
+    ActivitySpan,
+    Assignment,
+    Comparison,
+    Judgement,
+    JudgementSpan,
+    Pair,
+    Study,
+)
 from db.session import Database
 
 log = logging.getLogger(__name__)
@@ -279,6 +292,21 @@ def refresh_assignment(s: Session, assignment: Assignment) -> float:
     return float(assignment.active_seconds)
 
 
+def refresh_judgement(s: Session, judgement: Judgement) -> float:
+    """Recompute a judgement's cached time on task from its spans (caller's session).
+
+    Returns:
+        The new ``active_seconds``.
+    """
+    rows = s.execute(
+        select(JudgementSpan.started_at, JudgementSpan.ended_at)
+        .where(JudgementSpan.judgement_id == judgement.id)
+    ).all()
+    judgement.active_seconds = union_seconds((a, b) for a, b in rows)
+    judgement.last_active_at = max((_utc(b) for _, b in rows), default=None)
+    return float(judgement.active_seconds)
+
+
 def record_spans(
     db: Database,
     actor: Actor,
@@ -297,7 +325,7 @@ def record_spans(
 
     Args:
         db: The study database.
-        actor: The rater (only their own assignments take spans).
+        actor: The rater (only their own assignments and judgements take spans).
         client_id: The page load that measured the spans (8-64 letters, digits, ``-``, ``_``).
         spans: ``SpanInput`` values or JSON objects ``{"pair", "start", "end", "events"}``
             with times in milliseconds since 1970 (UTC).
@@ -339,8 +367,20 @@ def record_spans(
             # first one's committed spans too (PostgreSQL; SQLite has one writer anyway).
             .with_for_update(of=Assignment)
         ).all()
-        found = {oid: (a, status, name) for a, oid, status, name in rows}
-        touched: dict[str, Assignment] = {}
+        found: dict[str, tuple[Assignment | Judgement, str, str]] = {
+            oid: (a, status, name) for a, oid, status, name in rows}
+        # Ids that are no pair of the rater's may be comparisons of theirs (Compare screen).
+        others = [oid for oid in wanted if oid not in found]
+        if others:
+            found.update({oid: (j, status, name) for j, oid, status, name in s.execute(
+                select(Judgement, Comparison.opaque_id, Study.status, Study.name)
+                .join(Comparison, Comparison.id == Judgement.comparison_id)
+                .join(Study, Study.id == Comparison.study_id)
+                .where(Judgement.rater_id == actor.user_id, Comparison.opaque_id.in_(others))
+                .order_by(Judgement.id)
+                .with_for_update(of=Judgement)
+            ).all()})
+        touched: dict[str, Assignment | Judgement] = {}
         insert = _insert_ignore(s)
         for index, span in valid:
             hit = found.get(span.opaque_id)
@@ -350,32 +390,37 @@ def record_spans(
                     index, "pair", f"span {index}: pair {span.opaque_id!r} is not in your "
                                    "assignments"))
                 continue
-            assignment, status, study_name = hit
+            owner, status, study_name = hit
             if status != OPEN_STATUS:
                 refused.append(RefusedSpan(
                     index, "pair", f"span {index}: study {study_name!r} is {status}; its "
                                    "time on task no longer changes"))
                 continue
+            values = dict(
+                rater_id=actor.user_id, client_id=client_id, started_at=span.started_at,
+                ended_at=span.ended_at,
+                active_ms=round((span.ended_at - span.started_at).total_seconds() * 1000),
+                events=int(span.events), received_at=now)
+            if isinstance(owner, Judgement):
+                table, key = JudgementSpan, "judgement_id"
+            else:
+                table, key = ActivitySpan, "assignment_id"
             # RETURNING tells a stored row from a skipped one on both databases (the ORM
             # reports a rowcount of 1 for a skipped insert on PostgreSQL).
             inserted = s.execute(
-                insert(ActivitySpan).values(
-                    rater_id=actor.user_id, assignment_id=assignment.id, client_id=client_id,
-                    started_at=span.started_at, ended_at=span.ended_at,
-                    active_ms=round((span.ended_at - span.started_at).total_seconds() * 1000),
-                    events=int(span.events), received_at=now,
-                ).on_conflict_do_nothing(
-                    index_elements=["client_id", "assignment_id", "started_at"])
-                .returning(ActivitySpan.id)
+                insert(table).values(**values, **{key: owner.id})
+                .on_conflict_do_nothing(index_elements=["client_id", key, "started_at"])
+                .returning(table.id)
             ).first()
             if inserted is not None:
                 stored += 1
             else:
                 duplicates += 1
-            touched[span.opaque_id] = assignment
+            touched[span.opaque_id] = owner
         s.flush()
-        for oid, assignment in touched.items():
-            times[oid] = refresh_assignment(s, assignment)
+        for oid, owner in touched.items():
+            times[oid] = (refresh_judgement(s, owner) if isinstance(owner, Judgement)
+                          else refresh_assignment(s, owner))
     refused.sort(key=lambda r: r.index)
     return RecordResult(stored, duplicates, tuple(refused), times)
 
@@ -422,6 +467,7 @@ __all__ = [
     "idle_cut_seconds",
     "record_spans",
     "refresh_assignment",
+    "refresh_judgement",
     "summarize",
     "union_seconds",
 ]

@@ -587,6 +587,8 @@ class RaterJudgement:
     rating_a: int | None
     rating_b: int | None
     completed_at: dt.datetime | None
+    # Time on task on the Compare screen (union of the rater's spans; 0: none recorded).
+    active_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -626,14 +628,16 @@ def results(db: Database, actor: Actor, study_name: str) -> list[ComparisonResul
             .where(Comparison.study_id == study.id)
             .order_by(Comparison.position)).all()
         answers: dict[int, list[RaterJudgement]] = defaultdict(list)
-        for cid, name, p, ra, rb, done in s.execute(
+        for cid, name, p, ra, rb, done, seconds in s.execute(
                 select(Judgement.comparison_id, User.username, Judgement.preference,
-                       Judgement.rating_a, Judgement.rating_b, Judgement.completed_at)
+                       Judgement.rating_a, Judgement.rating_b, Judgement.completed_at,
+                       Judgement.active_seconds)
                 .join(User, User.id == Judgement.rater_id)
                 .join(Comparison, Comparison.id == Judgement.comparison_id)
                 .where(Comparison.study_id == study.id)
                 .order_by(User.username)):
-            answers[cid].append(RaterJudgement(name, p, ra, rb, as_utc(done)))
+            answers[cid].append(RaterJudgement(name, p, ra, rb, as_utc(done),
+                                               float(seconds or 0.0)))
     return [ComparisonResult(int(pos), oid, ext, int(apos), int(bpos), sa or "", sb or "",
                              tuple(answers.get(cid, ())))
             for cid, pos, oid, ext, apos, bpos, sa, sb in comps]
@@ -644,7 +648,8 @@ def export_rows(db: Database, actor: Actor, study_name: str) -> list[dict[str, A
 
     Columns: comparison_position, comparison_id (opaque), case_id, pair_a_position,
     pair_b_position, source_a, source_b, rater, preference, rating_a, rating_b, completed_at
-    (ISO 8601 or empty). A comparison nobody holds yet gives one row with an empty rater.
+    (ISO 8601 or empty), active_seconds (time on task on the Compare screen). A comparison
+    nobody holds yet gives one row with an empty rater.
     """
     rows: list[dict[str, Any]] = []
     for r in results(db, actor, study_name):
@@ -655,7 +660,8 @@ def export_rows(db: Database, actor: Actor, study_name: str) -> list[dict[str, A
         for j in r.judgements or (RaterJudgement("", None, None, None, None),):
             rows.append({**base, "rater": j.rater, "preference": j.preference,
                          "rating_a": j.rating_a, "rating_b": j.rating_b,
-                         "completed_at": j.completed_at.isoformat() if j.completed_at else ""})
+                         "completed_at": j.completed_at.isoformat() if j.completed_at else "",
+                         "active_seconds": j.active_seconds})
     return rows
 
 

@@ -364,13 +364,14 @@ def judgement_monitoring(db: Database, actor: Actor, study_name: str, *,
         study = _study(s, study_name)
         rows = s.execute(
             select(User.username, Comparison.position, Judgement.completed_at,
-                   Judgement.preference, Judgement.rating_a, Judgement.rating_b)
+                   Judgement.preference, Judgement.rating_a, Judgement.rating_b,
+                   Judgement.active_seconds)
             .join(Judgement, Judgement.rater_id == User.id)
             .join(Comparison, Comparison.id == Judgement.comparison_id)
             .where(Comparison.study_id == study.id)
         ).all()
     work: dict[str, dict[str, Any]] = {}
-    for username, position, completed_at, preference, rating_a, rating_b in rows:
+    for username, position, completed_at, preference, rating_a, rating_b, seconds in rows:
         entry = work.setdefault(username, {"done": [], "assigned": 0})
         entry["assigned"] += 1
         # Marking done needs the preference and both ratings: a done one has all three.
@@ -378,7 +379,7 @@ def judgement_monitoring(db: Database, actor: Actor, study_name: str, *,
             entry["done"].append(jm.Judged(
                 comparison=int(position) + 1, completed_at=as_utc(completed_at),
                 preference=str(preference), rating_a=int(rating_a or 0),
-                rating_b=int(rating_b or 0)))
+                rating_b=int(rating_b or 0), seconds=float(seconds or 0.0)))
     inputs = [jm.JudgeInput(rater=u, done=e["done"], assigned=e["assigned"])
               for u, e in work.items()]
     return tuple(jm.monitor_judges(inputs, straight_run=straight_run, outlier_z=outlier_z))
@@ -391,8 +392,8 @@ def judgement_monitoring_rows(db: Database, actor: Actor, study_name: str, *,
 
     Columns: ``study, rater, assigned, done, n_a, n_b, n_tie, share_a, side_p, same_run,
     same_run_comparisons, straight_lining, shared, agreement, agreement_note, agreement_z,
-    flags`` (comparison numbers 1-based and space separated; flags joined by ``"; "``; an
-    undefined value is ``None``).
+    timed, median_seconds, flags`` (comparison numbers 1-based and space separated; flags
+    joined by ``"; "``; an undefined value is ``None``).
     """
     return [{
         "study": study_name, "rater": r.rater, "assigned": r.assigned, "done": r.done,
@@ -401,7 +402,8 @@ def judgement_monitoring_rows(db: Database, actor: Actor, study_name: str, *,
         "same_run_comparisons": _pairs(r.same_run_comparisons),
         "straight_lining": r.straight_lining, "shared": r.shared,
         "agreement": _num(r.agreement), "agreement_note": r.agreement_note,
-        "agreement_z": _num(r.agreement_z), "flags": "; ".join(r.flags),
+        "agreement_z": _num(r.agreement_z), "timed": r.timed,
+        "median_seconds": _num(r.median_seconds), "flags": "; ".join(r.flags),
     } for r in judgement_monitoring(db, actor, study_name, straight_run=straight_run,
                                     outlier_z=outlier_z)]
 

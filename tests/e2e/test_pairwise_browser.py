@@ -80,11 +80,26 @@ def _open_compare(browser, url):
     return context, page, first
 
 
+def _seconds_on(data, opaque_id) -> float:
+    from sqlalchemy import select
+
+    from db.models import Comparison, Judgement
+
+    db = _db(data)
+    try:
+        with db.read() as s:
+            return float(s.scalar(select(Judgement.active_seconds).join(Comparison)
+                                  .where(Comparison.opaque_id == opaque_id)) or 0.0)
+    finally:
+        db.dispose()
+
+
 def test_keyboard_preference_and_ratings_are_stored_and_shown_after_reload(browser,
                                                                           tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    with start_server(data) as (url, _):
+    # Spans sent every second: the rater's time on this comparison reaches the judgement.
+    with start_server(data, {"RADCONCORD_ACTIVITY_FLUSH_S": "1"}) as (url, _):
         _set_up(data)
         context, page, first = _open_compare(browser, url)
         body = page.locator("body").inner_text()
@@ -113,6 +128,11 @@ def test_keyboard_preference_and_ratings_are_stored_and_shown_after_reload(brows
         page.keyboard.press("Shift+2")
         assert _wait_for(data, first, lambda v: v.rating_b == 2).rating_b == 2
         _shown(page, "Overall rating of B (1 poor - 5 excellent): 2")
+        # Time on task of the Compare screen: the keys above were activity on this one.
+        deadline = time.monotonic() + 30
+        while _seconds_on(data, first) <= 0 and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert 0 < _seconds_on(data, first) < 120
 
         page.reload()
         _shown(page, "Which candidate is better overall? B is better")

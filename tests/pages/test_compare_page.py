@@ -61,6 +61,25 @@ def test_compare_page_shows_reference_and_both_candidates_blinded(pw, make_app, 
                                           "rate_b_5", "done", "prev", "next"}
 
 
+def test_time_on_task_goes_to_the_comparison_on_screen(pw, make_app):
+    """The rating page's tracker is on the Compare screen too, keyed by the comparison's
+    opaque id (the id the route resolves to the rater's judgement), and follows Next."""
+    import json
+
+    env, pia = pw
+    first, second = (c.opaque_id for c in pairwise.rater_comparisons(env.db, pia, PW_STUDY))
+    at = make_app(pia)
+
+    def tracked() -> str:
+        (element,) = [e for e in at.get("bidi_component")
+                      if e.proto.component_name == "radconcord_activity"]
+        return json.loads(element.proto.json)["pair"]
+
+    assert tracked() == first
+    _button(at, "next").click().run()
+    assert tracked() == second
+
+
 def test_clicks_store_each_field_and_mark_done_needs_all(pw, make_app, all_text):
     env, pia = pw
     first, second = (c.opaque_id for c in pairwise.rater_comparisons(env.db, pia, PW_STUDY))

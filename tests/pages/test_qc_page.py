@@ -180,7 +180,8 @@ def test_a_pairwise_study_gets_the_judgement_table(study_env, make_app, all_text
                 s.add(Judgement(rater_id=rater.user_id, comparison_id=comp.id, order_index=i,
                                 preference=pref, rating_a=4 if pref == "A" else 2,
                                 rating_b=2 if pref == "A" else 4,
-                                completed_at=T0 + dt.timedelta(minutes=i)))
+                                completed_at=T0 + dt.timedelta(minutes=i),
+                                active_seconds=20.0 + 10 * i))
     at = make_app(env.admin, script=SCRIPT)
     assert not at.exception, at.exception
     assert "Judgement monitoring" in all_text(at)
@@ -188,7 +189,9 @@ def test_a_pairwise_study_gets_the_judgement_table(study_env, make_app, all_text
     rita = table[table["Rater"] == "rita"].iloc[0].to_dict()
     assert rita == {"Rater": "rita", "Done": "6 / 6", "A / B / tie": "6 / 0 / 0",
                     "A share": "1.00", "Side p": f"{2 / 2**6:.3f}", "Same run": "6",
-                    "Agreement": "0.50", "Shared": "6", "Flags": ""}
+                    "Agreement": "0.50", "Shared": "6",
+                    # Median of 20, 30, ..., 70 s of time on task.
+                    "Median/comparison": "45.0 s", "Flags": ""}
     at.number_input(key="qcp_straight_run").set_value(3).run()
     assert ("**rita**: straight-lining: the same answer 6 times in a row (comparisons "
             "1, 2, 3, 4, 5, 6)") in all_text(at)

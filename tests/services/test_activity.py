@@ -227,3 +227,43 @@ def test_two_tabs_sending_at_once_lose_nothing(any_db, make_study, fast_password
     assert not errors
     # 16 disjoint spans of 4 s: every one counted.
     assert _seconds(any_db, r1)[p1] == pytest.approx(64.0)
+
+
+def test_spans_on_a_comparison_go_to_the_raters_judgement(any_db, make_study,
+                                                          fast_password_hashing):
+    """The Compare screen's spans name the comparison's opaque id: they are stored against
+    the rater's own judgement (union, resends once), a pair's spans still go to the
+    assignment in the same batch, and another rater's comparison is refused like an
+    unknown id."""
+    from db.models import Comparison, Judgement, JudgementSpan
+
+    actors = _setup(any_db, make_study, raters=("r1", "r2"), k=1)
+    r1, r2 = actors["r1"], actors["r2"]
+    pair = _mine(any_db, r1)[0]
+    with any_db.begin() as s:
+        study = s.scalar(select(Study).where(Study.name == "S"))
+        ids = list(s.scalars(select(Pair.id).order_by(Pair.position)))
+        comp = Comparison(study_id=study.id, pair_a_id=ids[0], pair_b_id=ids[1], position=0,
+                          opaque_id="cmp-opaque-1")
+        s.add(comp)
+        s.flush()
+        s.add(Judgement(rater_id=r1.user_id, comparison_id=comp.id, order_index=0))
+    spans = [span("cmp-opaque-1", 0, 10), span("cmp-opaque-1", 5, 12), span(pair, 12, 15)]
+    res = activity.record_spans(any_db, r1, client_id="compare-01", spans=spans, now=NOW)
+    assert (res.stored, res.refused) == (3, ())
+    assert res.active_seconds == {"cmp-opaque-1": pytest.approx(12.0),
+                                  pair: pytest.approx(3.0)}
+    again = activity.record_spans(any_db, r1, client_id="compare-01", spans=spans[:2],
+                                  now=NOW)
+    assert (again.stored, again.duplicates) == (0, 2)
+    with any_db.read() as s:
+        judgement = s.scalar(select(Judgement))
+        assert judgement.active_seconds == pytest.approx(12.0)
+        assert activity._utc(judgement.last_active_at) == at(12)
+        assert s.scalar(select(func.count(JudgementSpan.id))) == 2
+        assert s.scalar(select(func.count(ActivitySpan.id))) == 1
+    other = activity.record_spans(any_db, r2, client_id="compare-02",
+                                  spans=[span("cmp-opaque-1", 20, 25)], now=NOW)
+    assert other.stored == 0
+    assert other.refused[0].message == ("span 0: pair 'cmp-opaque-1' is not in your "
+                                        "assignments")

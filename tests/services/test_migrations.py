@@ -178,3 +178,48 @@ def test_0005_gives_old_assignments_version_0_and_old_studies_empty_settings(emp
     assert cols["version"]["nullable"] is False
     assert "activity_spans" in sa.inspect(engine).get_table_names()
     engine.dispose()
+
+
+def test_0007_gives_old_judgements_no_time_and_adds_their_spans(empty_url):
+    """A judgement made before 0007 had no time recorded: it gets 0 seconds and no last
+    activity (not NULL), and ``judgement_spans`` exists."""
+    engine = make_engine(empty_url)
+    upgrade(engine, "0006")
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO users (id, username, display_name, role, password_hash, active, "
+            "must_change_password, created_at) VALUES (1, 'r1', '', 'rater', 'x', :t, :f, :now)"),
+            {"t": True, "f": False, "now": now})
+        conn.execute(sa.text(
+            "INSERT INTO studies (id, name, description, scheme, raters_per_pair, seed, "
+            "status, provenance, created_at, settings) VALUES (1, 's', '', 'rexval', 1, 0, "
+            "'open', '{}', :now, '{}')"), {"now": now})
+        conn.execute(sa.text(
+            "INSERT INTO cases (id, study_id, external_id, created_at) VALUES (1, 1, 'c', :now)"),
+            {"now": now})
+        conn.execute(sa.text(
+            "INSERT INTO reports (id, case_id, role, text, created_at) VALUES "
+            "(1, 1, 'reference', 'a', :now), (2, 1, 'candidate', 'b', :now), "
+            "(3, 1, 'candidate', 'c', :now)"), {"now": now})
+        conn.execute(sa.text(
+            "INSERT INTO pairs (id, study_id, case_id, reference_id, candidate_id, source, "
+            "opaque_id, position, input_hash, kind) VALUES (1, 1, 1, 1, 2, 's', 'o1', 0, 'h', "
+            "'study'), (2, 1, 1, 1, 3, 't', 'o2', 1, 'i', 'study')"))
+        conn.execute(sa.text(
+            "INSERT INTO comparisons (id, study_id, pair_a_id, pair_b_id, position, opaque_id, "
+            "meta) VALUES (1, 1, 1, 2, 0, 'cmp', '{}')"))
+        conn.execute(sa.text(
+            "INSERT INTO judgements (id, rater_id, comparison_id, order_index, preference, "
+            "rating_a, rating_b, completed_at, version, updated_at) VALUES (1, 1, 1, 0, 'A', "
+            "4, 2, :now, 3, :now)"), {"now": now})
+    upgrade(engine)
+    from db.models import Judgement
+    from db.session import make_sessionmaker
+
+    with make_sessionmaker(engine).begin() as s:
+        old = s.get(Judgement, 1)
+        assert (old.preference, old.version, old.active_seconds, old.last_active_at) == (
+            "A", 3, 0.0, None)
+    assert "judgement_spans" in sa.inspect(engine).get_table_names()
+    engine.dispose()

@@ -454,7 +454,8 @@ def test_results_and_export_rows_for_the_lead_only(judged):
     assert len(rows) == 18  # 6 comparisons x 3 raters
     assert set(rows[0]) == {"comparison_position", "comparison_id", "case_id",
                             "pair_a_position", "pair_b_position", "source_a", "source_b",
-                            "rater", "preference", "rating_a", "rating_b", "completed_at"}
+                            "rater", "preference", "rating_a", "rating_b", "completed_at",
+                            "active_seconds"}
     open_row = next(r for r in rows if r["comparison_position"] == 1 and r["rater"] == "r3")
     assert open_row["completed_at"] == "" and open_row["preference"] == "A"
     for fn in (pairwise.results, pairwise.export_rows):

@@ -7,7 +7,8 @@ overall rating under each and "A is better / Tie / B is better" below. Keyboard 
 stored at once (``pairwise.save_judgement``) with the version the screen showed; a change
 made meanwhile in another window is refused and the stored answer shown. The comparison on
 screen is in the URL (``?comparison=<opaque id>``) so a reload returns to it. The rater
-never sees which system wrote a candidate, scores or other raters' answers.
+never sees which system wrote a candidate, scores or other raters' answers. Time on task is
+measured as on the rating screen (``webapp/components/activity.py``), per comparison.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from backend.services import pairwise
 from backend.services.errors import ServiceError
 from backend.services.types import Actor
 from webapp import state
+from webapp.components.activity import activity_tracker
 from webapp.components.image_viewer import viewer_panel
 
 PARAM = "comparison"
@@ -215,6 +217,10 @@ if st.session_state.get(END_KEY) == view.study_name:
             st.session_state.pop(END_KEY, None)
             st.rerun()
     st.stop()
+
+# Time on task: the rater's own input and focus events, attributed to the comparison on
+# screen (every run, never in a fragment, as on the rating page).
+activity_tracker(view.opaque_id, actor)
 
 with st.sidebar:
     st.caption(SHORTCUTS)

@@ -131,7 +131,8 @@ if judges:
         f"{jm.SIDE_ALPHA:g}, from {jm.MIN_DECIDED} decided comparisons). Same run: identical "
         "answers (preference and both ratings) in a row, in completion order. Agreement: "
         "share of the rater's comparisons, done by another rater too, where their preference "
-        "is the other raters' (a split is a tie). No time on task is recorded here.")
+        "is the other raters' (a split is a tie). Time: median time on task per done "
+        "comparison, over those with any.")
     st.dataframe(_highlight(pd.DataFrame([{
         "Rater": r.rater,
         "Done": f"{r.done} / {r.assigned}",
@@ -141,6 +142,7 @@ if judges:
         "Same run": str(r.same_run),
         "Agreement": tables.num(r.agreement, 2),
         "Shared": str(r.shared),
+        "Median/comparison": _duration(r.median_seconds),
         "Flags": str(len(r.flags)) if r.flags else "",
     } for r in judges]), [bool(r.flags) for r in judges]), hide_index=True, width="stretch")
     for r in judges:
