@@ -413,8 +413,26 @@ class Judgement(Base):
                                                                default=None)
 
 
-class JudgementSpan(Base):
-    """An interval of a rater's own activity on one comparison (the Compare screen): what
+class _SpanColumns:
+    """The columns of an interval of a rater's own activity (input and focus events).
+
+    Sent by the browser; ``client_id`` names the page load (tab) so a span resent after a
+    lost reply is stored once. Time on task is derived from these spans, never from the
+    server's view of requests.
+    """
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rater_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    client_id: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    active_ms: Mapped[int] = mapped_column(Integer)
+    events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class JudgementSpan(_SpanColumns, Base):
+    """A span of activity on one comparison (the Compare screen): what
     :class:`ActivitySpan` is for a pair. Time on task of a judgement derives from these."""
 
     __tablename__ = "judgement_spans"
@@ -425,24 +443,12 @@ class JudgementSpan(Base):
         Index("ix_judgement_spans_judgement", "judgement_id"),
     )
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    rater_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
     judgement_id: Mapped[int] = mapped_column(ForeignKey("judgements.id", ondelete="CASCADE"))
-    client_id: Mapped[str] = mapped_column(String(64))
-    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
-    ended_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
-    active_ms: Mapped[int] = mapped_column(Integer)
-    events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class ActivitySpan(Base):
-    """An interval of a rater's own activity (input and focus events) on one pair.
-
-    Sent by the browser; ``client_id`` names the page load (tab) so a span resent after a
-    lost reply is stored once. Time on task is derived from these spans, never from the
-    server's view of requests.
-    """
+class ActivitySpan(_SpanColumns, Base):
+    """An interval of a rater's own activity (input and focus events) on one pair (see
+    :class:`_SpanColumns`)."""
 
     __tablename__ = "activity_spans"
     __table_args__ = (
@@ -453,16 +459,8 @@ class ActivitySpan(Base):
         Index("ix_activity_spans_rater_start", "rater_id", "started_at"),
     )
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    rater_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
     assignment_id: Mapped[int] = mapped_column(
         ForeignKey("assignments.id", ondelete="CASCADE"))
-    client_id: Mapped[str] = mapped_column(String(64))
-    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
-    ended_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
-    active_ms: Mapped[int] = mapped_column(Integer)
-    events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class Rating(Base):

@@ -277,19 +277,24 @@ def _insert_ignore(s: Session) -> Any:  # noqa: ANN401 - a dialect's insert cons
     raise RuntimeError(f"unsupported database dialect {dialect!r}")  # pragma: no cover
 
 
+def _refresh(s: Session, owner: Assignment | Judgement) -> float:
+    if isinstance(owner, Judgement):
+        table, column = JudgementSpan, JudgementSpan.judgement_id
+    else:
+        table, column = ActivitySpan, ActivitySpan.assignment_id
+    rows = s.execute(select(table.started_at, table.ended_at).where(column == owner.id)).all()
+    owner.active_seconds = union_seconds((a, b) for a, b in rows)
+    owner.last_active_at = max((_utc(b) for _, b in rows), default=None)
+    return float(owner.active_seconds)
+
+
 def refresh_assignment(s: Session, assignment: Assignment) -> float:
     """Recompute an assignment's cached time on task from its spans (caller's session).
 
     Returns:
         The new ``active_seconds``.
     """
-    rows = s.execute(
-        select(ActivitySpan.started_at, ActivitySpan.ended_at)
-        .where(ActivitySpan.assignment_id == assignment.id)
-    ).all()
-    assignment.active_seconds = union_seconds((a, b) for a, b in rows)
-    assignment.last_active_at = max((_utc(b) for _, b in rows), default=None)
-    return float(assignment.active_seconds)
+    return _refresh(s, assignment)
 
 
 def refresh_judgement(s: Session, judgement: Judgement) -> float:
@@ -298,13 +303,7 @@ def refresh_judgement(s: Session, judgement: Judgement) -> float:
     Returns:
         The new ``active_seconds``.
     """
-    rows = s.execute(
-        select(JudgementSpan.started_at, JudgementSpan.ended_at)
-        .where(JudgementSpan.judgement_id == judgement.id)
-    ).all()
-    judgement.active_seconds = union_seconds((a, b) for a, b in rows)
-    judgement.last_active_at = max((_utc(b) for _, b in rows), default=None)
-    return float(judgement.active_seconds)
+    return _refresh(s, judgement)
 
 
 def record_spans(
@@ -419,8 +418,7 @@ def record_spans(
             touched[span.opaque_id] = owner
         s.flush()
         for oid, owner in touched.items():
-            times[oid] = (refresh_judgement(s, owner) if isinstance(owner, Judgement)
-                          else refresh_assignment(s, owner))
+            times[oid] = _refresh(s, owner)
     refused.sort(key=lambda r: r.index)
     return RecordResult(stored, duplicates, tuple(refused), times)
 
