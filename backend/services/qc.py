@@ -395,8 +395,10 @@ def judgement_monitoring_rows(db: Database, actor: Actor, study_name: str, *,
     timed, median_seconds, flags`` (comparison numbers 1-based and space separated; flags
     joined by ``"; "``; an undefined value is ``None``).
     """
+    with db.read() as s:
+        name = _study(s, study_name).name
     return [{
-        "study": study_name, "rater": r.rater, "assigned": r.assigned, "done": r.done,
+        "study": name, "rater": r.rater, "assigned": r.assigned, "done": r.done,
         "n_a": r.n_a, "n_b": r.n_b, "n_tie": r.n_tie, "share_a": _num(r.share_a),
         "side_p": _num(r.side_p), "same_run": r.same_run,
         "same_run_comparisons": _pairs(r.same_run_comparisons),
