@@ -7,10 +7,12 @@ its completion time, preference and both ratings. Per rater:
 
 * **Preferences**: how often the rater chose A, B and tie.
 * **Side bias**: which candidate is shown as A is drawn at random (seeded) for every
-  comparison, so a rater without a side preference picks A in about half of the comparisons
-  they decide (A or B; ties left out). The two-sided exact binomial test of ``A = 1/2``
-  (``scipy.stats.binomtest``) gives ``side_p``; ``side_p <`` :data:`SIDE_ALPHA` is flagged
-  once the rater has decided :data:`MIN_DECIDED` comparisons.
+  comparison the app makes, so a rater without a side preference picks A in about half of
+  the comparisons they decide (A or B; ties left out). The two-sided exact binomial test of
+  ``A = 1/2`` (``scipy.stats.binomtest``) over those comparisons gives ``side_p``;
+  ``side_p <`` :data:`SIDE_ALPHA` is flagged once the rater has decided
+  :data:`MIN_DECIDED` of them. Imported comparisons keep their file's sides (RadPref: A is
+  C1), which need not be random: they are left out of this test.
 * **Straight-lining**: the longest run of consecutive identical answers (preference and both
   ratings) in completion order; flagged at :data:`STRAIGHT_RUN` or more.
 * **Agreement with the others**: on the rater's done comparisons that another rater also
@@ -60,6 +62,7 @@ class Judged:
         rating_a: The 1-5 rating of candidate A.
         rating_b: The 1-5 rating of candidate B.
         seconds: Time on task (0: none recorded).
+        random_side: Whether which candidate is A was drawn at random (False: imported).
     """
 
     comparison: int
@@ -68,6 +71,7 @@ class Judged:
     rating_a: int
     rating_b: int
     seconds: float = 0.0
+    random_side: bool = True
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,8 @@ class JudgeMonitoring:
         n_a: Done comparisons where A was chosen.
         n_b: Where B was chosen.
         n_tie: Where the rater answered tie.
-        share_a: ``n_a / (n_a + n_b)``.
+        side_decided: Comparisons with random sides the rater decided (A or B).
+        share_a: Share of them where A was chosen.
         side_p: Two-sided exact binomial p-value of ``share_a = 1/2``.
         same_run: Longest run of consecutive identical answers (completion order).
         same_run_comparisons: The comparison numbers of that run.
@@ -116,6 +121,7 @@ class JudgeMonitoring:
     n_a: int
     n_b: int
     n_tie: int
+    side_decided: int
     share_a: float
     side_p: float
     same_run: int
@@ -199,14 +205,15 @@ def monitor_judges(raters: Sequence[JudgeInput], *, straight_run: int = STRAIGHT
         n_a = sum(j.preference == "A" for j in r.done)
         n_b = sum(j.preference == "B" for j in r.done)
         n_tie = sum(j.preference == "tie" for j in r.done)
-        decided = n_a + n_b
-        p = side_bias(n_a, n_b)
+        side_a = sum(j.preference == "A" for j in r.done if j.random_side)
+        decided = side_a + sum(j.preference == "B" for j in r.done if j.random_side)
+        p = side_bias(side_a, decided - side_a)
         run = longest_same_run(r.done)
         z = zs.get(r.rater, NAN)
         seconds = [j.seconds for j in r.done if j.seconds > 0]
         flags = []
         if decided >= MIN_DECIDED and p < SIDE_ALPHA:
-            flags.append(f"side bias: chose A in {n_a} of {decided} decided comparisons "
+            flags.append(f"side bias: chose A in {side_a} of {decided} decided comparisons "
                          f"(binomial p = {p:.2g}; which candidate is A is random)")
         if len(run) >= straight_run:
             flags.append(f"straight-lining: the same answer {len(run)} times in a row "
@@ -216,7 +223,8 @@ def monitor_judges(raters: Sequence[JudgeInput], *, straight_run: int = STRAIGHT
                          f"raters' (robust z {z:.1f})")
         out.append(JudgeMonitoring(
             rater=r.rater, assigned=r.assigned, done=len(r.done), n_a=n_a, n_b=n_b,
-            n_tie=n_tie, share_a=n_a / decided if decided else NAN, side_p=p,
+            n_tie=n_tie, side_decided=decided, share_a=side_a / decided if decided else NAN,
+            side_p=p,
             same_run=len(run), same_run_comparisons=run,
             straight_lining=len(run) >= straight_run, shared=shared, agreement=agreement,
             agreement_note=note, agreement_z=z, timed=len(seconds),

@@ -72,7 +72,8 @@ INTRA_COLUMNS = (
 
 
 JUDGEMENT_COLUMNS = (
-    "study", "rater", "assigned", "done", "n_a", "n_b", "n_tie", "share_a", "side_p",
+    "study", "rater", "assigned", "done", "n_a", "n_b", "n_tie", "side_decided", "share_a",
+    "side_p",
     "same_run", "same_run_comparisons", "straight_lining", "shared", "agreement",
     "agreement_note", "agreement_z", "timed", "median_seconds", "flags",
 )

@@ -37,6 +37,7 @@ from backend.analysis import intra_rater as ir
 from backend.analysis import judge_monitoring as jm
 from backend.analysis import monitoring as mon
 from backend.services.errors import InvalidInput, require_admin
+from backend.services.radpref import DETAILS_KEY as RADPREF_DETAILS
 from backend.services.rating import as_utc
 from backend.services.repo import get_study
 from backend.services.types import Actor
@@ -365,13 +366,13 @@ def judgement_monitoring(db: Database, actor: Actor, study_name: str, *,
         rows = s.execute(
             select(User.username, Comparison.position, Judgement.completed_at,
                    Judgement.preference, Judgement.rating_a, Judgement.rating_b,
-                   Judgement.active_seconds)
+                   Judgement.active_seconds, Comparison.meta)
             .join(Judgement, Judgement.rater_id == User.id)
             .join(Comparison, Comparison.id == Judgement.comparison_id)
             .where(Comparison.study_id == study.id)
         ).all()
     work: dict[str, dict[str, Any]] = {}
-    for username, position, completed_at, preference, rating_a, rating_b, seconds in rows:
+    for username, position, completed_at, preference, rating_a, rating_b, seconds, meta in rows:
         entry = work.setdefault(username, {"done": [], "assigned": 0})
         entry["assigned"] += 1
         # Marking done needs the preference and both ratings: a done one has all three.
@@ -379,7 +380,9 @@ def judgement_monitoring(db: Database, actor: Actor, study_name: str, *,
             entry["done"].append(jm.Judged(
                 comparison=int(position) + 1, completed_at=as_utc(completed_at),
                 preference=str(preference), rating_a=int(rating_a or 0),
-                rating_b=int(rating_b or 0), seconds=float(seconds or 0.0)))
+                rating_b=int(rating_b or 0), seconds=float(seconds or 0.0),
+                # An imported RadPref comparison keeps its file's sides (A = C1).
+                random_side=RADPREF_DETAILS not in (meta or {})))
     inputs = [jm.JudgeInput(rater=u, done=e["done"], assigned=e["assigned"])
               for u, e in work.items()]
     return tuple(jm.monitor_judges(inputs, straight_run=straight_run, outlier_z=outlier_z))
@@ -390,7 +393,8 @@ def judgement_monitoring_rows(db: Database, actor: Actor, study_name: str, *,
                               outlier_z: float = mon.OUTLIER_Z) -> list[dict[str, Any]]:
     """Monitoring of a pairwise study's raters as export rows: one per rater.
 
-    Columns: ``study, rater, assigned, done, n_a, n_b, n_tie, share_a, side_p, same_run,
+    Columns: ``study, rater, assigned, done, n_a, n_b, n_tie, side_decided, share_a,
+    side_p, same_run,
     same_run_comparisons, straight_lining, shared, agreement, agreement_note, agreement_z,
     timed, median_seconds, flags`` (comparison numbers 1-based and space separated; flags
     joined by ``"; "``; an undefined value is ``None``).
@@ -399,7 +403,8 @@ def judgement_monitoring_rows(db: Database, actor: Actor, study_name: str, *,
         name = _study(s, study_name).name
     return [{
         "study": name, "rater": r.rater, "assigned": r.assigned, "done": r.done,
-        "n_a": r.n_a, "n_b": r.n_b, "n_tie": r.n_tie, "share_a": _num(r.share_a),
+        "n_a": r.n_a, "n_b": r.n_b, "n_tie": r.n_tie, "side_decided": r.side_decided,
+        "share_a": _num(r.share_a),
         "side_p": _num(r.side_p), "same_run": r.same_run,
         "same_run_comparisons": _pairs(r.same_run_comparisons),
         "straight_lining": r.straight_lining, "shared": r.shared,

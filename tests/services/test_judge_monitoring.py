@@ -76,6 +76,15 @@ def test_the_study_judgements_reach_the_analysis(world):
     assert next(r for r in rows if r["rater"] == "idle")["agreement"] is None
 
 
+def test_imported_comparisons_keep_their_sides_out_of_the_side_test(world):
+    with world.begin() as s:
+        for comp in s.scalars(select(Comparison)):
+            comp.meta = {"radpref": {"case_index": comp.position}}
+    got = {m.rater: m for m in qc.judgement_monitoring(world, SYSTEM, "PW")}
+    assert (got["r1"].n_a, got["r1"].side_decided) == (12, 0)
+    assert not any(f.startswith("side bias") for f in got["r1"].flags)
+
+
 def test_admin_only_bad_thresholds_and_a_counts_study(world, make_study):
     rater = auth.authenticate(world, username="r1", password="r1-password")
     with pytest.raises(PermissionDenied):

@@ -98,3 +98,18 @@ def test_completion_order_not_number_order_makes_a_run():
             jm.Judged(2, T0 + dt.timedelta(minutes=3), "B", 2, 4),
             jm.Judged(3, T0 + dt.timedelta(minutes=1), "A", 4, 2)]
     assert jm.longest_same_run(done) == (3, 1)
+
+
+def test_imported_sides_are_left_out_of_the_side_test():
+    """RadPref's A is its C1: a rater choosing it every time says nothing about position,
+    so only the comparisons whose sides were drawn at random are tested."""
+    imported = [jm.Judged(n, T0 + dt.timedelta(minutes=n), "A", 4, 2, random_side=False)
+                for n in range(1, 13)]
+    drawn = [jm.Judged(n, T0 + dt.timedelta(minutes=n), p, 3, 3)
+             for n, p in zip(range(13, 17), "ABAB", strict=True)]
+    (only,) = jm.monitor_judges([jm.JudgeInput("rp", imported + drawn, 16)])
+    assert (only.n_a, only.n_b, only.side_decided, only.share_a) == (14, 2, 4, 0.5)
+    assert only.side_p == pytest.approx(1.0)
+    assert not any(f.startswith("side bias") for f in only.flags)
+    (none,) = jm.monitor_judges([jm.JudgeInput("rp", imported, 12)])
+    assert none.side_decided == 0 and math.isnan(none.side_p)

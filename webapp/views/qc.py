@@ -55,7 +55,8 @@ top = st.columns([3, 1.4, 1.4])
 study = top[0].selectbox("Study", study_names, key="qcp_study")
 straight_run = int(top[1].number_input(
     "Flag all-zero runs of", min_value=2, max_value=500, value=STRAIGHT_RUN, step=1,
-    key="qcp_straight_run", help="consecutive done pairs with no error at all"))
+    key="qcp_straight_run", help="consecutive done pairs with no error at all (pairwise: "
+    "the same answer in a row)"))
 outlier_z = float(top[2].number_input(
     "Flag |robust z| above", min_value=0.5, max_value=20.0, value=OUTLIER_Z, step=0.5,
     key="qcp_outlier_z", help="how far from the other raters a rater's value must be"))
@@ -128,7 +129,8 @@ if judges:
     st.caption(
         "Pairwise comparisons. Which candidate is shown as A is random, so a rater who "
         f"chooses A far more or less often than B is flagged (two-sided binomial p < "
-        f"{jm.SIDE_ALPHA:g}, from {jm.MIN_DECIDED} decided comparisons). Same run: identical "
+        f"{jm.SIDE_ALPHA:g}, from {jm.MIN_DECIDED} decided comparisons; imported ones, "
+        "whose sides come from their file, are left out). Same run: identical "
         "answers (preference and both ratings) in a row, in completion order. Agreement: "
         "share of the rater's comparisons, done by another rater too, where their preference "
         "is the other raters' (a split is a tie). Time: median time on task per done "
