@@ -35,6 +35,7 @@ from tests.e2e.conftest import (
     start_server,
     step_up,
     wait_for_cookie,
+    wait_for_idle,
 )
 
 pytestmark = pytest.mark.browser
@@ -230,6 +231,10 @@ def test_ctrl_enter_marks_done_and_confirms_an_all_zero_pair(server, browser):
     page.keyboard.press("Control+Enter")
     page.get_by_text("All twelve counts are zero").wait_for()
     assert _view(data, RATER2, RATER2_PASSWORD, pair).completed_at is None
+    # The question's text is drawn a moment before its buttons: the key goes to "Yes" once
+    # it is there (before, it would go to Mark done and ask again).
+    expect(page.get_by_role("button", name=re.compile(r"^Yes, no errors"))).to_be_visible()
+    wait_for_idle(page)
     page.keyboard.press("Control+Enter")  # answers the question: yes, no errors
     page.wait_for_function(
         f"() => new URL(location.href).searchParams.get('pair') !== '{pair}'")
