@@ -454,22 +454,13 @@ def qualification_status(db: Database, actor: Actor, *,
     require_admin(actor)
     with db.read() as s:
         study = get_study(s, study_name)
-        values = effective(study.settings)
         out = []
         for rater_id, username in s.execute(
             select(User.id, User.username).join(Assignment, Assignment.rater_id == User.id)
             .where(Assignment.study_id == study.id).distinct().order_by(User.username)
         ):
-            results = rating.training_results(s, rater_id, study.id)
-            done = [r for r in results if r[1] is not None]
-            max_error = int(values["qualification_max_error"])
-            passed = sum(1 for _, _, total, expert in done
-                         if rating.item_passed(total, expert, max_error))
-            # The rater whose counts are an item's answer key is not held by the gate.
-            required = (0 if rating.is_answer_key_source(s, rater_id, study.id)
-                        else int(values["qualification_items"]))
-            gate = rating.Qualification(required=required, max_error=max_error,
-                                        training=len(results), done=len(done), passed=passed)
+            gate = rating.qualification(s, rater_id, study.id, study.settings,
+                                        count_without_gate=True)
             out.append(RaterQualification(
                 rater=username, training=gate.training, done=gate.done, passed=gate.passed,
                 required=gate.required, qualified=gate.open, failed=gate.failed))

@@ -360,12 +360,10 @@ def answer_key_of(expert: Mapping[str, Any] | None, rater_id: int) -> bool:
     return (expert or {}).get("rater_id") == rater_id
 
 
-def training_results(s: Session, rater_id: int, study_id: int
-                     ) -> list[tuple[int, dt.datetime | None, int, dict[str, Any] | None]]:
-    """(pair id, completed_at, rater total, expert) of a rater's training items, in order.
-
-    Items whose expert counts are the rater's own (:func:`answer_key_of`) are left out.
-    """
+def _training_rows(s: Session, rater_id: int, study_id: int
+                   ) -> list[tuple[int, dt.datetime | None, int, dict[str, Any] | None]]:
+    """(pair id, completed_at, rater total, expert) of every training item the rater holds,
+    their own answer keys included, in their order."""
     totals = (
         select(Rating.pair_id, func.sum(Rating.count).label("total"))
         .where(Rating.rater_id == rater_id)
@@ -382,31 +380,38 @@ def training_results(s: Session, rater_id: int, study_id: int
                    Pair.kind == PAIR_TRAINING)
             .order_by(Assignment.order_index, Assignment.id)
         )
-        if not answer_key_of(expert, rater_id)
     ]
 
 
-def is_answer_key_source(s: Session, rater_id: int, study_id: int) -> bool:
-    """Whether some training item of the study was marked from this rater's counts."""
-    return any(answer_key_of(expert, rater_id) for expert in s.scalars(
-        select(Pair.expert).where(Pair.study_id == study_id, Pair.kind == PAIR_TRAINING)))
+def training_results(s: Session, rater_id: int, study_id: int
+                     ) -> list[tuple[int, dt.datetime | None, int, dict[str, Any] | None]]:
+    """(pair id, completed_at, rater total, expert) of a rater's training items, in order.
+
+    Items whose expert counts are the rater's own (:func:`answer_key_of`) are left out.
+    """
+    return [r for r in _training_rows(s, rater_id, study_id)
+            if not answer_key_of(r[3], rater_id)]
 
 
 def qualification(s: Session, rater_id: int, study_id: int,
-                  settings: Mapping[str, Any] | None = None) -> Qualification:
+                  settings: Mapping[str, Any] | None = None, *,
+                  count_without_gate: bool = False) -> Qualification:
     """The rater's standing with the study's gate (``settings``: the stored Study.settings).
 
     The rater whose counts are the expert's answer key of a training item (marked from
-    their ratings) is not held by the gate: they are the expert it measures against.
+    their ratings, so given to them too) is not held by the gate: they are the expert it
+    measures against. Without a gate the items are not read (this runs on every save)
+    unless ``count_without_gate`` asks for them (the lead's view).
     """
     if settings is None:
         settings = s.scalar(select(Study.settings).where(Study.id == study_id))
     values = effective(settings)
     required = int(values["qualification_items"])
-    if required > 0 and is_answer_key_source(s, rater_id, study_id):
-        required = 0
     max_error = int(values["qualification_max_error"])
-    results = training_results(s, rater_id, study_id) if required > 0 else []
+    rows = _training_rows(s, rater_id, study_id) if required > 0 or count_without_gate else []
+    if any(answer_key_of(r[3], rater_id) for r in rows):
+        required = 0
+    results = [r for r in rows if not answer_key_of(r[3], rater_id)]
     done = [r for r in results if r[1] is not None]
     passed = sum(1 for _, _, total, expert in done if item_passed(total, expert, max_error))
     return Qualification(required=required, max_error=max_error, training=len(results),
@@ -1023,6 +1028,5 @@ __all__ = [
     "set_counts",
     "training_results",
     "answer_key_of",
-    "is_answer_key_source",
     "utcnow",
 ]
