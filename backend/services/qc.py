@@ -359,10 +359,17 @@ def judgement_monitoring(db: Database, actor: Actor, study_name: str, *,
         NotFound: no such study.
         InvalidInput: a bad threshold.
     """
+    return _judgement_monitoring(db, actor, study_name, straight_run, outlier_z)[1]
+
+
+def _judgement_monitoring(db: Database, actor: Actor, study_name: str, straight_run: int,
+                          outlier_z: float) -> tuple[str, tuple[jm.JudgeMonitoring, ...]]:
+    """(the study's stored name, its judgement monitoring): see :func:`judgement_monitoring`."""
     require_admin(actor)
     _check_thresholds(straight_run, outlier_z)
     with db.read() as s:
         study = _study(s, study_name)
+        name = study.name
         rows = s.execute(
             select(User.username, Comparison.position, Judgement.completed_at,
                    Judgement.preference, Judgement.rating_a, Judgement.rating_b,
@@ -385,7 +392,8 @@ def judgement_monitoring(db: Database, actor: Actor, study_name: str, *,
                 random_side=RADPREF_DETAILS not in (meta or {})))
     inputs = [jm.JudgeInput(rater=u, done=e["done"], assigned=e["assigned"])
               for u, e in work.items()]
-    return tuple(jm.monitor_judges(inputs, straight_run=straight_run, outlier_z=outlier_z))
+    return name, tuple(jm.monitor_judges(inputs, straight_run=straight_run,
+                                         outlier_z=outlier_z))
 
 
 def judgement_monitoring_rows(db: Database, actor: Actor, study_name: str, *,
@@ -399,8 +407,7 @@ def judgement_monitoring_rows(db: Database, actor: Actor, study_name: str, *,
     timed, median_seconds, flags`` (comparison numbers 1-based and space separated; flags
     joined by ``"; "``; an undefined value is ``None``).
     """
-    with db.read() as s:
-        name = _study(s, study_name).name
+    name, raters = _judgement_monitoring(db, actor, study_name, straight_run, outlier_z)
     return [{
         "study": name, "rater": r.rater, "assigned": r.assigned, "done": r.done,
         "n_a": r.n_a, "n_b": r.n_b, "n_tie": r.n_tie, "side_decided": r.side_decided,
@@ -411,8 +418,7 @@ def judgement_monitoring_rows(db: Database, actor: Actor, study_name: str, *,
         "agreement": _num(r.agreement), "agreement_note": r.agreement_note,
         "agreement_z": _num(r.agreement_z), "timed": r.timed,
         "median_seconds": _num(r.median_seconds), "flags": "; ".join(r.flags),
-    } for r in judgement_monitoring(db, actor, study_name, straight_run=straight_run,
-                                    outlier_z=outlier_z)]
+    } for r in raters]
 
 
 __all__ = [
