@@ -318,7 +318,6 @@ def _reload_page() -> NoReturn:
     st.html(f"<script>window.location.replace({root} + window.location.search);</script>",
             unsafe_allow_javascript=True)
     st.stop()
-    raise AssertionError("unreachable")  # st.stop raises
 
 
 def require_live_session() -> Actor:
@@ -347,7 +346,6 @@ def stop_with_error(exc: ServiceError) -> NoReturn:
     """Show a service error to the user and end this run of the page."""
     st.error(str(exc))
     st.stop()
-    raise AssertionError("unreachable")  # st.stop raises; this keeps type checkers honest
 
 
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
