@@ -243,18 +243,20 @@ def enqueue(
     clean = _json_object(params, f"job {kind!r} params")
     check_device(device)
     with db.begin() as s:
-        found = select(Study.id).where(Study.id == study_id)
-        if reuse_unfinished:
-            # Only here: a plain enqueue must not wait on a caller's own lock of the study.
-            found = found.with_for_update()
-        if study_id is not None and s.scalar(found) is None:
-            raise NotFound(f"no study with id {study_id}")
-        if reuse_unfinished and study_id is not None:
-            pending = s.scalar(select(Job.id).where(
-                Job.kind == kind, Job.study_id == study_id,
-                Job.status.in_((QUEUED, RUNNING))).order_by(Job.id).limit(1))
-            if pending is not None:
-                return int(pending)
+        if study_id is not None:
+            found = select(Study.id).where(Study.id == study_id)
+            if reuse_unfinished:
+                # Only here: a plain enqueue must not wait on a caller's own lock of the
+                # study.
+                found = found.with_for_update()
+            if s.scalar(found) is None:
+                raise NotFound(f"no study with id {study_id}")
+            if reuse_unfinished:
+                pending = s.scalar(select(Job.id).where(
+                    Job.kind == kind, Job.study_id == study_id,
+                    Job.status.in_((QUEUED, RUNNING))).order_by(Job.id).limit(1))
+                if pending is not None:
+                    return int(pending)
         job = Job(
             kind=kind,
             study_id=study_id,
