@@ -9,6 +9,11 @@ orphan process); a dead worker leaves the app running;
 ``RADCONCORD_WORKER=0`` starts the app alone. run-app.sh itself is checked on a copy of the
 checkout with stand-ins, as in test_bootstrap.py: it bootstraps, then hands over to
 serve.sh with its arguments.
+
+No fixed sleeps: every check waits, with a deadline, for the event that makes it meaningful
+(the app's health answer, the worker's heartbeat, the script reaping its dead worker, a probe
+worker's announcement in the same database), so a slow machine fails rather than passing
+without having looked.
 """
 
 from __future__ import annotations
@@ -161,9 +166,14 @@ def test_a_dead_worker_leaves_the_app_running(tmp_path):
         _wait(lambda: _alive_worker(db), "no worker announced itself", log)
         app_pid, worker_pid = _app_and_worker(proc)
         os.kill(worker_pid, signal.SIGKILL)
-        _wait(lambda: not _alive(worker_pid), "the worker did not die", log, timeout=10)
-        time.sleep(2)
-        assert proc.poll() is None and _alive(app_pid) and _healthy(url)
+        # The script has seen the death once it has reaped the worker (a zombie is still its
+        # child): that is where a script that stops with its worker would start stopping.
+        _wait(lambda: worker_pid not in _children(proc.pid),
+              "serve.sh did not reap its dead worker", log, timeout=10)
+        # After that the app still answers, and the script is still there to stop it.
+        _wait(lambda: _healthy(url) or proc.poll() is not None,
+              "the app stopped answering after the worker died", log, timeout=10)
+        assert proc.poll() is None and _alive(app_pid), log.read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=45) == 143
         assert not _alive(app_pid)
@@ -171,10 +181,21 @@ def test_a_dead_worker_leaves_the_app_running(tmp_path):
 
 def test_no_worker_when_switched_off(tmp_path):
     with _serve(tmp_path, RADCONCORD_WORKER="0") as (proc, url, db, log):
+        # _serve returned once the app answered: serve.sh starts the app after the point
+        # where it would have started the worker, so such a worker would be its child now.
         app_pid, worker_pid = _app_and_worker(proc)
         assert worker_pid is None
-        time.sleep(3)  # a worker would have announced itself by now
-        assert jobs.list_workers(db, include_gone=True) == []
+        assert "serve: worker started" not in log.read_text()
+        # A worker started only now on the same database announces itself and, with nothing
+        # queued, stops (--once): one started by the script, earlier, would have announced
+        # itself by then too. The probe also shows that announcements reach `db`.
+        probe = subprocess.run(
+            [sys.executable, "-m", "backend", "worker", "--once", "--worker-id", "probe"],
+            cwd=REPO, env={**os.environ, "RADCONCORD_DATA_DIR": str(tmp_path / "data"),
+                           "DATABASE_URL": db.url, "RADCONCORD_SEED_DEMO": "0"},
+            capture_output=True, text=True, timeout=START_TIMEOUT_S)
+        assert probe.returncode == 0, probe.stderr
+        assert [w.id for w in jobs.list_workers(db, include_gone=True)] == ["probe"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=45) == 143
         assert not _alive(app_pid)

@@ -4,9 +4,16 @@ Reference: ``bert_score.score`` (bert-score 0.3.13, installed) run in the same p
 same local model folder, layer, idf setting and baseline file. Models: a random-weight
 RoBERTa built in tmp_path (byte-level BPE tokenizer saved with ``add_prefix_space=True``,
 because transformers 5 ignores bert_score's encode-time ``add_prefix_space`` flag) and the
-packaged all-MiniLM-L6-v2. Tolerance: 1e-6 absolute on P, R and F. Both sides compute in
-float32 on CPU; they differ only in batching/padding and summation order (observed max
-difference about 5e-7 after a rescale that divides by 1 - b).
+packaged all-MiniLM-L6-v2. Tolerance (:func:`tolerance`): 2.5e-6 absolute on raw P, R and F,
+and 2.5e-6 / (1 - b) on values rescaled with baseline b. Both sides compute in float32 on
+CPU; they differ only in batching/padding and summation order, which also changes with the
+CPU and its torch/MKL kernels. P, R and F are (idf-weighted) means of token cosines, float32
+dot products over up to 384 dims (MiniLM): about sqrt(384) * eps = 2.3e-6 for another
+reduction order, eps = 2**-23. A rescale (x - b) / (1 - b) multiplies the error by
+1 / (1 - b), 5.3 for MiniLM's b = 0.81 here. Observed over the kernels we could switch
+(MKL_CBWR, ATEN_CPU_CAPABILITY, OMP_NUM_THREADS): at most 2.4e-7 raw and 9.2e-7 rescaled,
+which a flat 1e-6 only just let through. Our own batchings on the 32-dim tiny RoBERTa
+(whole set against chunks, reversed, one pair at a time) stay at 1e-6, about sqrt(64) * eps.
 
 bert_score lets padded positions (similarity 0) join the token max; ours does not. The two agree
 whenever every token's best real match is positive, which the tests assert through the
@@ -35,7 +42,7 @@ from backend.metrics.bertscore import (
 )
 from tests.helpers_models import build_tiny_roberta, minilm_dir, write_baseline_tsv
 
-TOL = 1e-6
+TOL = 2.5e-6  # raw P/R/F: float32 cosines over <= 384 dims in another reduction order
 
 REFS = [
     "No pleural effusion. Heart size is normal.",
@@ -97,13 +104,20 @@ def reference(model_dir, layer, idf, baseline=None):
     return {"bertscore_p": p.tolist(), "bertscore_r": r.tolist(), "bertscore_f": f.tolist()}
 
 
-def assert_close(result, theirs):
+def tolerance(baseline, layer) -> dict[str, float]:
+    """TOL per key, divided by 1 - b where the values are rescaled with baseline b."""
+    if baseline is None:
+        return dict.fromkeys(KEYS, TOL)
+    return {k: TOL / (1 - b) for k, b in zip(KEYS, read_baseline(baseline, layer), strict=True)}
+
+
+def assert_close(result, theirs, tol):
     for d in result.details:
         assert d["min_match_p"] > 0 and d["min_match_r"] > 0, "bert_score padding rule applies"
     ours = result.values
     for k in KEYS:
         diff = max(abs(a - b) for a, b in zip(ours[k], theirs[k], strict=True))
-        assert diff <= TOL, f"{k}: max abs diff {diff}"
+        assert diff <= tol[k], f"{k}: max abs diff {diff} > {tol[k]}"
 
 
 @pytest.mark.parametrize(
@@ -120,7 +134,7 @@ def test_parity_tiny_roberta(tiny_roberta, baseline_file, layer, idf, rescale):
         baseline=None if base is None else str(base),
         batch_size=4,
     ).score(references=REFS, candidates=CANDS)
-    assert_close(ours, reference(tiny_roberta, layer, idf, base))
+    assert_close(ours, reference(tiny_roberta, layer, idf, base), tolerance(base, layer))
 
 
 @pytest.mark.parametrize(("idf", "rescale"), [(False, False), (True, False), (True, True)])
@@ -133,7 +147,7 @@ def test_parity_packaged_minilm(baseline_file, idf, rescale):
         rescale=rescale,
         baseline=None if base is None else str(base),
     ).score(references=REFS, candidates=CANDS)
-    assert_close(ours, reference(minilm_dir(), 6, idf, base))
+    assert_close(ours, reference(minilm_dir(), 6, idf, base), tolerance(base, 6))
 
 
 def test_roberta_prefix_space_is_added_even_when_not_saved(tmp_path):

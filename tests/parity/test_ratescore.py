@@ -9,9 +9,21 @@ tiny models of ``tests/helpers_ratescore.py`` (same seeds; their weight digests 
 fixture) and wrote ``tests/fixtures/ratescore/reference.json``.
 
 Tolerances: BIO decoding, sentence splits of the pair reports and entity lists: exact.
-Directional matching (``compute``) on the same float32 vectors: 1e-12 (the same torch ops).
-Per-pair RaTEScore, both affinity matrices: 1e-6 absolute (our entity vectors come from
-different encoder batches, so they differ from the reference's in the last float32 bits).
+Directional matching (``compute``) on the same float32 vectors: 2.5e-6 absolute
+(:data:`COMPUTE_TOL`). The cosines are float32 (normalise: a sum of d squares, a square
+root, a division; then a d-term dot product), so each is within (d + 2) * eps of the exact
+value, eps = 2**-23 = 1.19e-7: 1.2e-6 for the fixture's d <= 8. The reference and we may
+sum in another order (other torch/MKL kernels, another CPU: a fresh clone on an AMD EPYC
+was 2e-8 off), so two results are at most twice that apart, and the weighted mean of the
+cosines (weights and negation factor in [0, 1]) keeps the bound. 1e-12 held only on the
+machine that wrote the fixture.
+Per-pair RaTEScore, both affinity matrices: 2e-6 absolute (:data:`TOL`). Our entity vectors
+come from other encoder batches (8/16 strings against the reference's 1), so they differ
+from the reference's in the last float32 bits: float32 dot products over at most 64 dims
+(hidden 32, feed-forward 64) give about sqrt(64) * eps = 1e-6 per cosine, and the harmonic
+combination of the two directions (both positive here) at most doubles that. Observed:
+at most 4.3e-7 over the CPU kernels we could switch (MKL_CBWR, ATEN_CPU_CAPABILITY,
+OMP_NUM_THREADS).
 """
 
 from __future__ import annotations
@@ -35,7 +47,8 @@ from tests.helpers_ratescore import (
 )
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "ratescore" / "reference.json"
-TOL = 1e-6
+TOL = 2e-6  # per-pair scores from differently batched float32 entity vectors
+COMPUTE_TOL = 2.5e-6  # 2 * (d + 2) * eps for float32 cosines of d <= 8 dims
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +77,11 @@ def test_bio_decoding_equals_reference_post_process(reference) -> None:
 
 
 def test_directional_score_equals_reference_compute(reference) -> None:
+    """Our ``directional_score`` against the reference's ``compute``; COMPUTE_TOL (above)."""
     import torch
 
     cases = reference["compute_cases"]
+    assert max(len(c["query"][0]) for c in cases) <= 8  # COMPUTE_TOL assumes d <= 8
     assert len(cases) >= 50 and {c["affinity"] for c in cases} == {"long", "short"}
     for case in cases:
         got = directional_score(
@@ -76,7 +91,7 @@ def test_directional_score_equals_reference_compute(reference) -> None:
             case["target_types"],
             load_affinity(case["affinity"]),
         )
-        assert got == pytest.approx(case["score"], abs=1e-12, rel=0), case
+        assert got == pytest.approx(case["score"], abs=COMPUTE_TOL, rel=0), case
 
 
 def test_simple_splitter_gives_pyrush_sentences_on_the_pair_reports(reference) -> None:
