@@ -31,6 +31,19 @@ _SHA_CACHE: dict[tuple[str, int, int], str] = {}
 _SHA_LOCK = threading.Lock()
 
 
+#: Row ids are SQL BIGINTs; a larger int overflows SQLite's INTEGER and PostgreSQL's BIGINT.
+MAX_DB_ID = 2**63 - 1
+
+
+def is_db_id(value: object) -> bool:
+    """Whether ``value`` is an int that a row id can equal (``1..2**63-1``).
+
+    An id outside that range names no row; services answer it exactly as an unknown id,
+    instead of letting the database driver raise ``OverflowError`` while binding it.
+    """
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_DB_ID
+
+
 def file_sha256(path: str | os.PathLike[str], *, chunk_size: int = _CHUNK) -> str:
     """Hex sha256 of a file's bytes, read in chunks (images and weights can be large).
 

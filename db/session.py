@@ -7,12 +7,17 @@ a session alive between actions.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend import config
@@ -21,6 +26,13 @@ SQLITE_BUSY_TIMEOUT_MS = 15_000
 # PostgreSQL errors that mean "another transaction was in the way; the same work can simply be
 # run again": serialization failure, deadlock detected, lock not available (lock_timeout).
 PG_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+# Exit status of a server that cannot start because its database folder is unusable (the
+# command line's exit status for errors the user can fix).
+DATA_FOLDER_EXIT_STATUS = 2
+
+T = TypeVar("T")
+# PostgreSQL's disk_full: the server could not extend a file.
+PG_DISK_FULL_SQLSTATE = "53100"
 
 
 class DatabaseBusy(Exception):
@@ -51,6 +63,165 @@ def is_busy_error(exc: BaseException) -> bool:
         return "database is locked" in text or "database is busy" in text or (
             "locked" in text and "table" in text)
     return False
+def is_storage_full(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database's storage is full (retrying now will not help).
+
+    True for SQLite's ``SQLITE_FULL`` ("database or disk is full", also what a database at
+    its ``max_page_count`` answers), PostgreSQL's ``disk_full`` (SQLSTATE 53100) and an
+    ``OSError`` with ``ENOSPC``.
+    """
+    import errno
+
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOSPC
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return False
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if state == PG_DISK_FULL_SQLSTATE:
+        return True
+    if type(orig).__module__.startswith("sqlite3"):
+        code = getattr(orig, "sqlite_errorcode", None)
+        return code == 13 or "database or disk is full" in str(orig).lower()  # SQLITE_FULL
+    return False
+
+
+def storage_location(db: Database) -> str:
+    """Where ``db`` keeps its data, for a log line: the SQLite file's folder, or the server."""
+    url = db.engine.url
+    if url.get_backend_name() == "sqlite":
+        database = url.database or ""
+        if database and database != ":memory:":
+            return f"data folder {Path(database).resolve().parent}"
+        return "in-memory SQLite database"
+    return f"{url.get_backend_name()} server {url.host or 'localhost'}:{url.port or ''}".rstrip(":")
+
+
+class DataFolderError(Exception):
+    """The folder of the SQLite database cannot hold it.
+
+    Missing and impossible to create (a parent is a file, or cannot be written), not a
+    folder, or not writable (a read-only file system, no permission); or the database file
+    itself is read-only. The message is one line naming the folder (or file) and the
+    problem, e.g. ``data folder /srv/rc is not writable (read-only file system)``: the command
+    line prints it as its error, a server stops with it (:func:`exit_on_data_folder_error`).
+    """
+
+
+def _reason(exc: OSError) -> str:
+    text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite URL (``None``: not SQLite, or in memory)."""
+    if not url.startswith("sqlite"):
+        return None
+    name = make_url(url).database
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return None
+    return Path(name).expanduser().resolve()
+
+
+def data_folder_problem(db_file: Path) -> str | None:
+    """Why SQLite cannot create or write ``db_file`` in its folder.
+
+    The check writes a temporary file rather than asking ``os.access``: root passes every
+    permission check but still cannot write to a read-only mount.
+
+    Args:
+        db_file: The SQLite database file.
+
+    Returns:
+        One line naming the folder (or the file) and the problem; ``None`` when the folder
+        and the file look usable (the error that led here had another cause).
+    """
+    folder = db_file.parent
+    label = "data folder" if folder == config.data_dir() else "database folder"
+    try:
+        if not folder.exists():
+            ancestor = folder.parent
+            while not ancestor.exists() and ancestor != ancestor.parent:
+                ancestor = ancestor.parent
+            if ancestor.exists() and not ancestor.is_dir():
+                why = f"{ancestor} is a file, not a folder"
+            else:
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    why = f"cannot create {exc.filename or folder}: {_reason(exc)}"
+                else:
+                    return None
+            return f"{label} {folder} does not exist and cannot be created ({why})"
+        if not folder.is_dir():
+            return f"{label} {folder} is a file, not a folder"
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            return f"{label} {folder} is not writable ({_reason(exc)})"
+        if db_file.is_dir():
+            return f"database {db_file} is a folder, not a file"
+        if db_file.exists() and not os.access(db_file, os.W_OK):
+            return f"database {db_file} is read-only"
+    except OSError as exc:
+        # Looking itself failed (a parent that cannot be searched): that is the problem.
+        return f"{label} {folder} cannot be used ({_reason(exc)})"
+    return None
+
+
+@contextlib.contextmanager
+def data_folder_errors(url: str) -> Iterator[None]:
+    """Turn the errors of an unusable SQLite folder raised in the block into one
+    :class:`DataFolderError`.
+
+    Creating the folder raises ``OSError``; SQLite says only "unable to open database file"
+    or "attempt to write a readonly database" (SQLAlchemy's ``OperationalError``), without
+    the folder or the cause, so the folder is examined here to name both. Errors that the
+    folder does not explain (a locked or corrupt database, PostgreSQL) pass unchanged.
+
+    Args:
+        url: The database URL the block opens.
+    """
+    try:
+        yield
+    except (OSError, OperationalError) as exc:
+        db_file = sqlite_file(url)
+        if isinstance(exc, OperationalError) and not type(exc.orig).__module__.startswith(
+                "sqlite3"):
+            raise
+        problem = data_folder_problem(db_file) if db_file is not None else None
+        if problem is None:
+            raise
+        raise DataFolderError(problem) from None
+
+
+def exit_on_data_folder_error(open_db: Callable[[], T]) -> T:
+    """``open_db()``, or end the process with one line on stderr when it raises
+    :class:`DataFolderError`.
+
+    For a server's start (``webapp/server.py``'s lifespan): Starlette and uvicorn print
+    every exception of the lifespan with its traceback, so the line is printed here and the
+    process ends at once (nothing has been served yet), with exit status
+    :data:`DATA_FOLDER_EXIT_STATUS`.
+
+    Args:
+        open_db: Opens (and migrates) the database; runs in any thread.
+    """
+    try:
+        return open_db()
+    except DataFolderError as exc:
+        _exit_with(f"radconcord: {exc}")
+
+
+def _exit_with(line: str) -> NoReturn:
+    sys.stdout.flush()
+    print(line, file=sys.stderr, flush=True)
+    # os._exit, not sys.exit: SystemExit raised in the lifespan (or its worker thread) is
+    # caught and printed with a traceback like any other exception.
+    os._exit(DATA_FOLDER_EXIT_STATUS)
+
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
@@ -142,9 +313,14 @@ class Database:
 
     def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
         self.url = url or config.database_url()
-        self.engine = make_engine(self.url)
-        if migrate:
-            upgrade(self.engine)
+        with data_folder_errors(self.url):
+            self.engine = make_engine(self.url)
+            try:
+                if migrate:
+                    upgrade(self.engine)
+            except BaseException:
+                self.engine.dispose()
+                raise
         self.sessions = make_sessionmaker(self.engine)
         self._read_sessions = make_sessionmaker(self.engine.execution_options(readonly=True))
         # SQLite admits one writer; a waiting connection polls with sleeps of up to 100 ms,

@@ -25,6 +25,7 @@ loopback only (see ``webapp/state.py``; ``RADCONCORD_SEED_DEMO=0`` starts empty)
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from streamlit.errors import FragmentHandledException  # noqa: E402
 
 from backend.services import roles  # noqa: E402
 from backend.services.types import Actor  # noqa: E402
+from db.session import DataFolderError  # noqa: E402
 from webapp import state  # noqa: E402
 
 # Not "pages/": a folder of that name beside the entry script switches Streamlit to its
@@ -146,6 +148,13 @@ try:
 except FragmentHandledException:
     # A fragment's exception, already shown through on_script_error (webapp/server.py).
     raise
+except DataFolderError as exc:
+    # The database's folder is unusable: webapp/server.py stops at start with this line; a
+    # bare `streamlit run webapp/app.py` gets here. No traceback (the line says it all) and
+    # no server path on the page.
+    logging.getLogger(__name__).error("radconcord: %s", exc)
+    st.error("The server cannot open its database; its log says why.",
+             icon=":material/error:")
 except Exception as exc:  # noqa: BLE001 - the error boundary of every page
     # st.stop and st.rerun raise BaseException subclasses and pass through untouched.
     state.show_unexpected_error(exc)

@@ -31,12 +31,13 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import streamlit as st  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
 from backend.services import sessions  # noqa: E402
-from db.session import Database  # noqa: E402
+from db.session import Database, exit_on_data_folder_error  # noqa: E402
 from webapp import api, state  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -71,15 +72,19 @@ _refused = api.csrf_refused
 
 
 async def _body(request: Request) -> str:
-    raw = await request.body()
-    return raw[:MAX_BODY].decode("utf-8", errors="replace").strip()
+    """The ticket: at most :data:`MAX_BODY` bytes, refused (413) before reading more."""
+    raw = await api.read_body(request, MAX_BODY)
+    return raw.decode("utf-8", errors="replace").strip()
 
 
 async def open_session(request: Request) -> Response:
     """Exchange a login's one-time ticket for the HttpOnly session cookie."""
     if (refused := _refused(request)) is not None:
         return refused
-    ticket = await _body(request)
+    try:
+        ticket = await _body(request)
+    except ValueError as exc:  # over MAX_BODY (413) or a bad Content-Length (400)
+        return api.bad_body(exc)
     issued = await _in_thread(sessions.exchange_ticket, _database(), ticket)
     if issued is None:
         return Response("unknown or expired ticket", status_code=400)
@@ -137,10 +142,15 @@ def routes() -> list[Route]:
 @asynccontextmanager
 async def _lifespan(_app: st.App) -> AsyncIterator[None]:
     # Migrate before the first request, so routes and pages never race to create tables.
-    await _in_thread(_database)
+    await _in_thread(exit_on_data_folder_error, _database)
     yield
     api.set_database(None, dispose=True)
 
 
-app = st.App(APP_SCRIPT, routes=routes(), on_script_error=_on_script_error,
-             lifespan=_lifespan)
+def middleware() -> list[Middleware]:
+    """Refuse an over-long body to any of the app's routes before it is read (413)."""
+    return [Middleware(api.BodyLimitMiddleware, prefix=state.route_url("_rc/"))]
+
+
+app = st.App(APP_SCRIPT, routes=routes(), middleware=middleware(),
+             on_script_error=_on_script_error, lifespan=_lifespan)

@@ -39,11 +39,18 @@ def database(url: str | None = None) -> Iterator[Database]:
 
     Args:
         url: Database URL; ``None`` takes ``DATABASE_URL`` or the data folder's SQLite file.
+
+    Raises:
+        UserError: The SQLite database's folder is missing and cannot be created, or is
+            not writable (the message names the folder and the problem).
     """
     # SQLAlchemy and the models load only when a command opens the database.
-    from db.session import Database
+    from db.session import Database, DataFolderError
 
-    db = Database(url)
+    try:
+        db = Database(url)
+    except DataFolderError as exc:
+        raise UserError(str(exc)) from None
     try:
         yield db
     finally:

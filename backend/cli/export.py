@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import database, service_errors
+from backend.cli.common import UserError, database, service_errors
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -22,11 +22,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     from backend.types import Actor
 
     with database() as db, service_errors():
-        summary = export_study(
-            db, Actor.system(), study_name=args.study, fmt=args.format,
-            out_dir=Path(args.output), with_scores=args.with_scores,
-            with_timing=args.with_timing,
-        )
+        try:
+            summary = export_study(
+                db, Actor.system(), study_name=args.study, fmt=args.format,
+                out_dir=Path(args.output), with_scores=args.with_scores,
+                with_timing=args.with_timing,
+            )
+        except OSError as exc:
+            # The export is built in a staging folder that is removed on failure, so the
+            # output folder is as it was: the reason is all the user needs.
+            where = f": {exc.filename}" if exc.filename else ""
+            raise UserError(f"output folder {Path(args.output).resolve()} was not written "
+                            f"({exc.strerror or exc}{where})") from None
     print(f"wrote {len(summary.files)} files to {summary.out_dir}")
     return 0
 

@@ -58,16 +58,20 @@ def _export(args: argparse.Namespace) -> int:
         raise UserError(f"{out}: the output must end in .csv or .json")
     with database(args.database_url) as db, service_errors():
         rows = pairwise.export_rows(db, Actor.system(), args.study)
-    if out.suffix.lower() == ".json":
-        with atomic_write(out) as fh:
-            json.dump(rows, fh, indent=2)
-            fh.write("\n")
-    else:
-        with atomic_write(out, newline="") as fh:
-            writer = SafeCsvWriter(fh)
-            writer.writerow(EXPORT_COLUMNS)
-            for row in rows:
-                writer.writerow(["" if row[c] is None else row[c] for c in EXPORT_COLUMNS])
+    try:
+        if out.suffix.lower() == ".json":
+            with atomic_write(out) as fh:
+                json.dump(rows, fh, indent=2)
+                fh.write("\n")
+        else:
+            with atomic_write(out, newline="") as fh:
+                writer = SafeCsvWriter(fh)
+                writer.writerow(EXPORT_COLUMNS)
+                for row in rows:
+                    writer.writerow(["" if row[c] is None else row[c] for c in EXPORT_COLUMNS])
+    except OSError as exc:
+        # atomic_write removed its temporary file: an existing file at out is unchanged.
+        raise UserError(f"{out}: cannot write ({exc.strerror or exc})") from None
     print(f"{args.study}: {len(rows)} rows -> {out}")
     return 0
 

@@ -382,7 +382,7 @@ def _user_file_key(name: str) -> tuple[int, int | str, str]:
     match = _USER_FILE.fullmatch(name)
     tail = match.group(1) if match else name
     # user_2 before user_10, as a person would list them.
-    return (0, int(tail), name) if tail.isdigit() else (1, tail, name)
+    return (0, int(tail), name) if tail.isascii() and tail.isdigit() else (1, tail, name)
 
 
 def parse(preferences: tuple[str, bytes], annotations: Sequence[tuple[str, bytes]],

@@ -44,7 +44,7 @@ WORKER_ALIVE_AFTER = 60.0
 #: Rows of workers gone for longer than this are deleted when a worker starts.
 WORKER_FORGET_AFTER = dt.timedelta(days=7)
 
-_DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
+_DEVICE = re.compile(r"cpu|cuda|cuda:[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ def check_device(device: str | None, *, what: str = "device") -> str | None:
     """
     if device is None:
         return None
-    if not isinstance(device, str) or not _DEVICE.match(device):
+    if not isinstance(device, str) or not _DEVICE.fullmatch(device):
         raise InvalidInput(f"{what}: expected cpu, cuda or cuda:N, got {device!r}")
     return device
 

@@ -41,7 +41,7 @@ from backend.jobs.queue import JobInfo
 
 log = logging.getLogger(__name__)
 
-_WORKER_DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
+_WORKER_DEVICE = re.compile(r"cpu|cuda|cuda:[0-9]+")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -64,7 +64,7 @@ def normalise_device(device: str) -> str:
         InvalidInput: anything else.
     """
     dev = (device or "").strip().lower()
-    if not _WORKER_DEVICE.match(dev):
+    if not _WORKER_DEVICE.fullmatch(dev):
         raise InvalidInput(f"worker device: expected cpu, cuda or cuda:N, got {device!r}")
     return "cuda:0" if dev == "cuda" else dev
 

@@ -26,6 +26,8 @@ import numpy as np
 _WORDPUNCT_RE = re.compile(r"\w+|[^\w\s]")
 # rouge-score 0.1.2 (rouge_score/tokenize.py): lowercase, non [a-z0-9] -> space.
 _ROUGE_NON_ALNUM_RE = re.compile(r"[^a-z0-9]+")
+# rouge-score's own test, `$` and all: tokens come from a whitespace split, so none ends in a
+# newline and `match` with `$` equals `fullmatch` here; kept verbatim for parity.
 _ROUGE_VALID_RE = re.compile(r"^[a-z0-9]+$")
 # For ASCII text without the separators \x1c-\x1f (whitespace for str patterns but not for
 # re.ASCII ones) the ASCII-mode pattern finds the same tokens, faster.

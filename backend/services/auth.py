@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 MIN_PASSWORD_LENGTH = 8
 MAX_PASSWORD_LENGTH = 1024
-USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+USERNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 # One-time passwords: groups of characters a person can read aloud and type without
 # confusing 0/O, 1/l/I or 5/S; 4 groups of 4 from 29 symbols is ~77 bits.
@@ -218,7 +218,7 @@ def create_user(
         InvalidInput: a field is malformed or the username is taken.
     """
     require_admin(actor)
-    if not isinstance(username, str) or not USERNAME_RE.match(username):
+    if not isinstance(username, str) or not USERNAME_RE.fullmatch(username):
         raise InvalidInput(
             "username: use 1-64 letters, digits, '_', '.' or '-' (starting with a letter or digit)"
         )

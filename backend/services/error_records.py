@@ -33,6 +33,7 @@ from backend.services.errors import InvalidInput, NotFound, require_admin
 from backend.services.repo import get_study
 from backend.services.study_settings import effective
 from backend.services.types import CATEGORIES, Actor
+from backend.util import is_db_id
 from db.models import PAIR_STUDY, ErrorRecord, Pair, Report, Study, User
 from db.session import Database
 
@@ -391,7 +392,7 @@ def delete_record(
         rating._check_version(s, actor, t, expected_version)
         record = s.scalar(select(ErrorRecord).where(
             ErrorRecord.id == int(record_id), ErrorRecord.rater_id == actor.user_id,
-            ErrorRecord.pair_id == t.pair_id))
+            ErrorRecord.pair_id == t.pair_id)) if is_db_id(record_id) else None
         if record is None:
             raise NotFound(f"record {int(record_id)} is not among your records of pair "
                            f"{opaque_id!r}")

@@ -33,6 +33,7 @@ from backend.imaging.window import Window, resolve_window
 from backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from backend.services.rating import HIDDEN_STATUSES
 from backend.services.types import Actor
+from backend.util import is_db_id
 from db.models import Assignment, Comparison, Image, Judgement, Pair, Study, StudyRole
 from db.session import Database
 
@@ -99,7 +100,7 @@ def _check_access(s: Any, actor: Actor, case_id: int) -> None:
 
 def _image_file(db: Database, actor: Actor, image_id: int) -> tuple[str, str]:
     with db.read() as s:
-        image = s.get(Image, image_id)
+        image = s.get(Image, image_id) if is_db_id(image_id) else None
         if image is None:
             if actor.is_admin:
                 raise NotFound(f"no image with id {image_id}")

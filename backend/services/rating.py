@@ -65,7 +65,7 @@ from db.models import (
     Study,
     StudyRole,
 )
-from db.session import Database, DatabaseBusy, is_busy_error
+from db.session import Database, DatabaseBusy, is_busy_error, is_storage_full, storage_location
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,21 @@ class SaveFailed(ServiceError):
         super().__init__(message)
 
 
+STORAGE_FULL_MESSAGE = ("Not saved: the server's storage is full. Tell the study's "
+                        "administrator")
+
+
+class StorageFull(ServiceError):
+    """A write failed because the database's storage is full; nothing was stored.
+
+    Not retried within the request (the disk will not empty in seconds); the grid keeps the
+    change and sends it again later, as it does for a busy database.
+    """
+
+    def __init__(self, message: str = STORAGE_FULL_MESSAGE) -> None:
+        super().__init__(message)
+
+
 class StaleWrite(ServiceError):
     """A save carried a version of the pair older than the stored one; nothing was written.
 
@@ -131,6 +146,7 @@ def write_retrying(db: Database, work: Callable[[Any], _T], *, what: str,
 
     Raises:
         SaveFailed: the database stayed busy for the whole budget.
+        StorageFull: the database's storage is full (logged as one line naming the folder).
         ServiceError: whatever ``work`` raises (not retried).
     """
     budget = SAVE_RETRY_SECONDS if budget is None else budget
@@ -146,8 +162,12 @@ def write_retrying(db: Database, work: Callable[[Any], _T], *, what: str,
         try:
             with db.begin(busy_timeout=wait) as s:
                 return work(s)
-        except (DBAPIError, DatabaseBusy) as exc:
-            if not is_busy_error(exc):
+        except (DBAPIError, DatabaseBusy, OSError) as exc:
+            if is_storage_full(exc):
+                log.error("%s not saved: storage full (%s): %s", what, storage_location(db),
+                          getattr(exc, "orig", exc))
+                raise StorageFull() from None
+            if isinstance(exc, OSError) or not is_busy_error(exc):
                 raise
             left = deadline - time.monotonic()
             if left <= 0:

@@ -39,7 +39,7 @@ REPORT_FILE = "report.html"
 FIGURES_DIR = "figures"
 #: Packages whose versions the report lists (missing ones are reported as absent).
 VERSIONED_PACKAGES = ("numpy", "scipy", "plotly", "kaleido", "sqlalchemy", "streamlit")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def input_hashes(provenance: Mapping[str, Any]) -> list[tuple[str, str]]:
         elif isinstance(value, list):
             for i, v in enumerate(value):
                 walk(v, f"{path}[{i}]")
-        elif isinstance(value, str) and _SHA256.match(value):
+        elif isinstance(value, str) and _SHA256.fullmatch(value):
             found.append((path, value))
 
     walk(provenance, "")

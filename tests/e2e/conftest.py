@@ -65,6 +65,8 @@ def start_server(data: Path, extra_env: dict[str, str] | None = None, *,
              "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
         )
+    # Tests that watch the server process (its memory, say) find it here.
+    (data / "streamlit.pid").write_text(str(proc.pid))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S

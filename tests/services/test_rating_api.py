@@ -171,7 +171,7 @@ def test_a_huge_body_is_refused(env):
     db, actors, client = env
     client.cookies.set(SESSION_COOKIE, _login(db, actors["r1"]))
     reply = client.post(URL, headers=HEADERS, content=b"{" + b" " * (api.MAX_JSON_BODY + 1))
-    assert reply.status_code == 400 and "bytes" in reply.json()["message"]
+    assert reply.status_code == 413 and "bytes" in reply.json()["message"]
 
 
 def test_other_pairs_closed_studies_and_other_accounts_kept_changes(env):

@@ -233,6 +233,32 @@ out.end = [s.status.kind, store.dump(), s.retryDelay === RETRY_FIRST_MS];
     assert out["end"] == ["saved", {}, True]
 
 
+def test_a_full_disk_keeps_the_change_says_so_and_retries(tmp_path):
+    """507 (the server's storage is full): nothing was stored, so the change stays in this
+    browser, the status names storage, and it is sent again as after a busy answer."""
+    out = _run(tmp_path, r"""
+const srv = server(), store = new Store(), tm = timers();
+const s = saver(srv, store, tm);
+s.change("2s", 3);
+await srv.answer(507, { reason: "storage",
+  message: "Not saved: the server's storage is full. Tell the study's administrator" });
+out.first = [s.status.kind, s.status.text, s.notSaved("2s"), s.value("2s"), store.dump()];
+out.wait = await tm.fire();
+await srv.answer(200, { version: 1, counts: { ...ZERO, "2s": 3 },
+                        saved_at: "2026-01-02T10:00:00+00:00" });
+out.sent = srv.sent.map((b) => [b.version, b.cells]);
+out.end = [s.status.kind, store.dump()];
+""")
+    kind, text, not_saved, value, kept = out["first"]
+    assert kind == "busy" and not_saved is True and value == 3
+    assert text == ("Not saved: the server's storage is full; your change is kept in this "
+                    "browser and sent again in 1 s. Tell the study's administrator.")
+    assert kept["radconcord.grid.unsaved:P1:T1"]["cells"] == {"2s": 3}
+    assert out["wait"] == 1000
+    assert out["sent"] == [[0, {"2s": 3}]] * 2
+    assert out["end"] == ["saved", {}]
+
+
 def test_a_closed_study_refusal_drops_the_change_and_goes_read_only(tmp_path):
     out = _run(tmp_path, r"""
 const srv = server(), store = new Store(), tm = timers();

@@ -27,7 +27,9 @@ Answers, always JSON (``record`` = ``{"id", "kind", "category", "significant",
   whether it exists or not), or the record is not one of the actor's records of the pair.
 * 409 ``{"reason": "stale", "version", "counts", "records"}``: the pair changed since the
   panel's version (another tab, the grid); nothing was written, the panel shows what is stored.
+* 413 ``{"reason": "too_large", "limit"}``: a body over ``api.MAX_JSON_BODY`` bytes.
 * 503 ``{"reason": "busy"}``: the database stayed busy; nothing was written.
+* 507 ``{"reason": "storage"}``: the server's storage is full; nothing was written.
 """
 
 from __future__ import annotations
@@ -115,6 +117,8 @@ async def _run(actor: Actor, pair: str, fn: Callable[..., error_records.PairReco
                          counts=counts_json(exc.counts), records=records)
     except rating.SaveFailed as exc:
         return api.error(503, "busy", str(exc))
+    except rating.StorageFull as exc:
+        return api.error(507, "storage", str(exc))
     except InvalidInput as exc:
         return api.error(400, "bad_request", str(exc))
     except PermissionDenied as exc:
@@ -144,7 +148,7 @@ async def add(request: Request) -> Response:
     try:
         body = _body(await api.json_body(request), _ADD_FIELDS)
     except (ValueError, InvalidInput) as exc:
-        return api.error(400, "bad_request", str(exc))
+        return api.bad_body(exc)
     # The service validates every value (and names the field); absent offsets are None.
     return await _run(
         actor, body["pair"], error_records.add_record, expected_version=body["version"],
@@ -165,7 +169,7 @@ async def delete(request: Request) -> Response:
     try:
         body = _body(await api.json_body(request), {"pair", "version", "record"})
     except (ValueError, InvalidInput) as exc:
-        return api.error(400, "bad_request", str(exc))
+        return api.bad_body(exc)
     record = body.get("record")
     if not isinstance(record, int) or isinstance(record, bool):
         return api.error(400, "bad_request", f"record: must be a record id, got {record!r:.40}")

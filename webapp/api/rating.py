@@ -12,6 +12,8 @@ A cell key is the category (1-6) then ``s`` (clinically significant) or ``i``
 
 * 200 ``{"version", "counts", "saved_at", "changed"}``: stored (``counts`` = every cell).
 * 400 ``{"reason": "bad_request", "message"}``: the body is not what is described above.
+* 413 ``{"reason": "too_large", "limit"}``: a body over ``api.MAX_JSON_BODY`` bytes (refused
+  before it is read).
 * 401 ``{"reason": "login"}``: no live session (expired, revoked, logged out): the grid keeps
   the change and sends it again after the rater logs in.
 * 403 ``{"reason": "forbidden"}`` without the ``X-RadConcord: 1`` header;
@@ -22,6 +24,8 @@ A cell key is the category (1-6) then ``s`` (clinically significant) or ``i``
 * 409 ``{"reason": "stale", "version", "counts"}``: the pair changed since the grid's version
   (another tab); nothing was written, the grid shows the stored counts.
 * 503 ``{"reason": "busy"}``: the database stayed busy; nothing was written, retry later.
+* 507 ``{"reason": "storage"}``: the server's storage is full; nothing was written, the grid
+  keeps the change and sends it again.
 
 Blinding is the rating service's: the answer carries the actor's own counts only.
 """
@@ -42,7 +46,7 @@ from backend.services.types import Actor
 from webapp import api
 
 ROUTE = "rating/counts"
-_CELL_KEY = re.compile(r"^([1-6])([si])$")
+_CELL_KEY = re.compile(r"([1-6])([si])")
 
 
 def cell_key(category: int, significant: bool) -> str:
@@ -70,7 +74,7 @@ def _cells(raw: object) -> dict[tuple[int, bool], int]:
         raise InvalidInput(f"cells: must be an object like {{\"2s\": 3}}, got {raw!r:.80}")
     cells: dict[tuple[int, bool], int] = {}
     for key, count in raw.items():
-        match = _CELL_KEY.match(str(key))
+        match = _CELL_KEY.fullmatch(str(key))
         if match is None:
             raise InvalidInput(f"cells: unknown cell {key!r:.40} (expected 1s-6s or 1i-6i)")
         if not isinstance(count, int) or isinstance(count, bool):
@@ -108,7 +112,7 @@ async def save_counts(request: Request) -> Response:
     try:
         pair, cells, version, tag = _request(await api.json_body(request))
     except (ValueError, InvalidInput) as exc:
-        return api.error(400, "bad_request", str(exc))
+        return api.bad_body(exc)
     if tag is not None and tag != grid_tag(actor, pair):
         return api.error(404, "not_yours", "this change was made by another account")
     try:
@@ -119,6 +123,8 @@ async def save_counts(request: Request) -> Response:
                          counts=counts_json(exc.counts))
     except rating.SaveFailed as exc:
         return api.error(503, "busy", str(exc))
+    except rating.StorageFull as exc:
+        return api.error(507, "storage", str(exc))
     except InvalidInput as exc:
         return api.error(400, "bad_request", str(exc))
     except PermissionDenied as exc:

@@ -7,7 +7,11 @@ finds the job again and shows its progress or result.
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
+
+from backend.util import is_db_id
 
 
 def remember(key: str, job_id: int) -> None:
@@ -28,7 +32,7 @@ def current(key: str) -> int | None:
     value = st.session_state.get(key)
     if value is None:
         raw = st.query_params.get(key)
-        if raw is None or not str(raw).isdigit():
+        if raw is None or not re.fullmatch(r"[0-9]+", str(raw)) or not is_db_id(int(raw)):
             return None
         value = int(raw)
         st.session_state[key] = value

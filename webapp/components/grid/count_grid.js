@@ -297,10 +297,18 @@ export class Saver {
         const wait = this.retryDelay;
         this.retryDelay = Math.min(RETRY_MAX_MS, this.retryDelay * 2);
         const again = `sent again in ${Math.round(wait / 1000)} s`;
-        this.setStatus("busy", status === 0
-          ? `Not saved: the server cannot be reached; your change is kept and ${again}.`
-          : `${body.message || "Not saved: the server is busy; your change is kept"} `
-            + `(${again}).`);
+        let text;
+        if (status === 0) {
+          text = `Not saved: the server cannot be reached; your change is kept and ${again}.`;
+        } else if (body.reason === "storage") {
+          // 507: the disk is full; the change waits in this browser like a busy save.
+          text = "Not saved: the server's storage is full; your change is kept in this "
+            + `browser and ${again}. Tell the study's administrator.`;
+        } else {
+          text = `${body.message || "Not saved: the server is busy; your change is kept"} `
+            + `(${again}).`;
+        }
+        this.setStatus("busy", text);
         this.retryTimer = this.setTimer(() => {
           this.retryTimer = null;
           this.flush();
