@@ -258,7 +258,10 @@ class Assignment(Base):
     order_index: Mapped[int] = mapped_column(Integer)
     # Set when the rater marks the pair done (an all-zero pair needs explicit confirmation).
     completed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    # Time on task credited (``backend.services.activity``) and what the browser claimed
+    # (the union of the spans as sent); the difference is the time clipped by the rules.
     active_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    claimed_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     last_active_at: Mapped[dt.datetime | None] = mapped_column(
         DateTime(timezone=True), default=None
     )
@@ -409,6 +412,7 @@ class Judgement(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # Time on task, derived from ``judgement_spans`` as for an assignment.
     active_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    claimed_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     last_active_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True),
                                                                default=None)
 
@@ -419,6 +423,12 @@ class _SpanColumns:
     Sent by the browser; ``client_id`` names the page load (tab) so a span resent after a
     lost reply is stored once. Time on task is derived from these spans, never from the
     server's view of requests.
+
+    ``started_at``/``ended_at`` are what the browser claimed. ``session_id`` is the login
+    session that posted the span (None: stored by server code, or before migration 0008).
+    ``clip_start``/``clip_end`` is the part of the claim inside the rater's sessions (None:
+    no part), and ``credited_seconds`` the part of that no span of the rater stored earlier
+    covers, whatever its pair: an instant of the rater's time is credited once.
     """
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -429,6 +439,12 @@ class _SpanColumns:
     active_ms: Mapped[int] = mapped_column(Integer)
     events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    session_id: Mapped[int | None] = mapped_column(
+        ForeignKey("auth_sessions.id", ondelete="SET NULL"), default=None)
+    clip_start: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True),
+                                                           default=None)
+    clip_end: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    credited_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class JudgementSpan(_SpanColumns, Base):
@@ -441,6 +457,8 @@ class JudgementSpan(_SpanColumns, Base):
                          name="uq_judgement_spans_client_start"),
         CheckConstraint("active_ms >= 0", name="ck_judgement_spans_active_ms"),
         Index("ix_judgement_spans_judgement", "judgement_id"),
+        # The rater's timeline (an instant is credited once) is read by rater and start.
+        Index("ix_judgement_spans_rater_start", "rater_id", "started_at"),
     )
 
     judgement_id: Mapped[int] = mapped_column(ForeignKey("judgements.id", ondelete="CASCADE"))
@@ -577,3 +595,36 @@ class WorkerProcess(Base):
     started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     stopped_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+
+
+class ScoreImport(Base):
+    """One import of a metric's values computed elsewhere (an API, a cluster, a notebook).
+
+    The values are ``MetricScore`` rows of family ``external`` under the signature
+    ``external:<key>|sha256:<file digest>``, keyed like computed scores by the pairs' input
+    hashes; this row says which study imported them and how to read them (the direction
+    comes from here, not from the metric registry). A study uses the latest import of each
+    key (``backend.analysis.data.study_imports``); older imports stay here and their score
+    rows stay in ``metric_scores``.
+    """
+
+    __tablename__ = "score_imports"
+    __table_args__ = (Index("ix_score_imports_study_key", "study_id", "key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(64))
+    signature: Mapped[str] = mapped_column(Text)
+    signature_hash: Mapped[str] = mapped_column(String(32))
+    higher_is_better: Mapped[bool] = mapped_column(Boolean)
+    description: Mapped[str] = mapped_column(Text, default="")
+    # Where the values come from: a URL, a paper, a notebook path (free text).
+    source: Mapped[str] = mapped_column(Text, default="")
+    file_name: Mapped[str] = mapped_column(String(255))
+    file_sha256: Mapped[str] = mapped_column(String(64))
+    # Study pairs with a value, and without one (no row in the file, or a blank/NaN value).
+    n_pairs: Mapped[int] = mapped_column(Integer)
+    n_missing: Mapped[int] = mapped_column(Integer, default=0)
+    imported_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Username of the admin (``system`` for the command line).
+    imported_by: Mapped[str] = mapped_column(String(64), default="")

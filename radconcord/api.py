@@ -2,8 +2,9 @@
 
 Every function takes keyword arguments only (a swapped reference/candidate is a silent bug)
 and returns pandas objects. Nothing here touches a database unless asked: :func:`score`
-computes in memory unless ``cache=`` names a database, :func:`correlate` works on arrays, and
-only :func:`load_study` reads a study database.
+computes in memory unless ``cache=`` names a database, :func:`correlate` works on arrays,
+:func:`load_study` and :func:`correlate_study` read a study database, and
+:func:`import_scores` writes a metric's values computed elsewhere into one.
 
 The numbers are the command line's: :func:`score` runs the same runner as
 ``radconcord score`` (``python -m backend score``) with the same metric code and options, and
@@ -14,8 +15,9 @@ seed.
 from __future__ import annotations
 
 import math
+import numbers
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,7 @@ __all__ = [
     "Study",
     "correlate",
     "correlate_study",
+    "import_scores",
     "load_study",
     "metrics",
     "score",
@@ -51,17 +54,67 @@ class InputError(ValueError):
     """An argument the API cannot use; the message names the argument and the item."""
 
 
-def _database(target: str | os.PathLike[str] | None) -> Any:  # noqa: ANN401 - db.session.Database
-    """A :class:`db.session.Database` for a URL or a SQLite file path."""
-    from db.session import Database
+def _location(where: str, arg: str, value: Any) -> str:  # noqa: ANN401 - anything a user passes
+    """A database URL or file path given as ``str`` or ``os.PathLike``, as text."""
+    try:
+        text = os.fspath(value)
+    except TypeError:
+        raise InputError(
+            f"{where}: {arg}: expected a database URL or file path, got {type(value).__name__}"
+        ) from None
+    if not isinstance(text, str):
+        raise InputError(f"{where}: {arg}: expected a database URL or file path, got bytes")
+    return text
 
-    text = os.fspath(target) if target is not None else None
+
+def _database(target: str | os.PathLike[str] | None, *, where: str = _SCORE,
+              arg: str = "cache") -> Any:  # noqa: ANN401 - db.session.Database
+    """A :class:`db.session.Database` for a URL or a SQLite file path.
+
+    Raises:
+        InputError: ``target`` is not a URL or path, is a folder, or its folder cannot hold
+            a SQLite database (missing and not creatable, or read-only).
+    """
+    from db.session import Database, DataFolderError
+
+    text = _location(where, arg, target) if target is not None else None
     if text is not None and "://" not in text:
         path = Path(text).expanduser()
         if path.is_dir():
             raise InputError(f"{path}: is a folder; give a database file or a database URL")
         text = f"sqlite:///{path.resolve()}"
-    return Database(text)
+    try:
+        return Database(text)
+    except DataFolderError as exc:
+        raise InputError(f"{where}: {arg}: {exc}") from None
+
+
+def _names(where: str, arg: str, value: Any) -> list[str]:  # noqa: ANN401 - anything a user passes
+    """Metric keys or families: a sequence of names, or one comma-separated string."""
+    if isinstance(value, str):
+        return [m.strip() for m in value.split(",")]
+    if isinstance(value, bytes) or not isinstance(value, Iterable):
+        raise InputError(f"{where}: {arg}: expected a list of metric names or a "
+                         f"comma-separated string, got {type(value).__name__}")
+    names = list(value)
+    if not all(isinstance(m, str) for m in names):
+        raise InputError(f"{where}: {arg}: expected metric names, got {value!r}")
+    return names
+
+
+def _whole(where: str, arg: str, value: Any, minimum: int) -> int:  # noqa: ANN401
+    """A whole number of at least ``minimum`` (``bool`` is refused: ``True`` is no count)."""
+    # numbers.Integral: numpy's integers count too.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise InputError(f"{where}: {arg} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _sequence(where: str, arg: str, value: Any, what: str) -> list[Any]:  # noqa: ANN401
+    """One entry per pair: any iterable but a single text or path."""
+    if isinstance(value, str | bytes | os.PathLike) or not isinstance(value, Iterable):
+        raise InputError(f"{where}: {arg}: expected {what}, got {type(value).__name__}")
+    return list(value)
 
 
 def _texts(name: str, values: Any) -> list[str]:  # noqa: ANN401 - anything a user passes
@@ -91,7 +144,7 @@ def _pair_images(images: Sequence[ImageArg] | None, n: int) -> list[tuple[Path, 
         return [() for _ in range(n)]
     if isinstance(images, str | bytes | os.PathLike):
         raise InputError(f"{_SCORE}: images: expected one entry per pair, got a single path")
-    items = list(images)
+    items = _sequence(_SCORE, "images", images, "one entry per pair")
     if len(items) != n:
         raise InputError(f"{_SCORE}: images: {len(items)} entries for {n} pairs")
     out: list[tuple[Path, ...]] = []
@@ -99,9 +152,15 @@ def _pair_images(images: Sequence[ImageArg] | None, n: int) -> list[tuple[Path, 
         if item is None:
             out.append(())
             continue
-        paths = [item] if isinstance(item, str | os.PathLike) else list(item)
+        if isinstance(item, str | os.PathLike):
+            paths = [item]
+        else:
+            paths = _sequence(_SCORE, f"images[{i}]", item, "a path, a list of paths or None")
         resolved: list[Path] = []
         for p in paths:
+            if not isinstance(p, str | os.PathLike):
+                raise InputError(
+                    f"{_SCORE}: images[{i}]: expected a path, got {type(p).__name__}")
             path = Path(p).expanduser()
             if not path.is_file():
                 raise InputError(f"{_SCORE}: images[{i}]: no such file: {path}")
@@ -113,7 +172,7 @@ def _pair_images(images: Sequence[ImageArg] | None, n: int) -> list[tuple[Path, 
 def _pair_ids(ids: Sequence[Any] | None, n: int) -> list[str]:
     if ids is None:
         return [str(i) for i in range(n)]
-    items = [str(i) for i in ids]
+    items = [str(i) for i in _sequence(_SCORE, "ids", ids, "one id per pair")]
     if len(items) != n:
         raise InputError(f"{_SCORE}: ids: {len(items)} ids for {n} pairs")
     seen: set[str] = set()
@@ -122,6 +181,22 @@ def _pair_ids(ids: Sequence[Any] | None, n: int) -> list[str]:
             raise InputError(f"{_SCORE}: ids[{i}]: duplicate id '{pid}'")
         seen.add(pid)
     return items
+
+
+def _options(options: Any) -> dict[str, dict[str, Any]]:  # noqa: ANN401 - as passed
+    """``{family: {option: value}}`` checked for shape (the runner checks names and values)."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise InputError(f"{_SCORE}: options: expected a dict of family -> {{option: value}}, "
+                         f"got {type(options).__name__}")
+    out: dict[str, dict[str, Any]] = {}
+    for family, values in options.items():
+        if not isinstance(values, Mapping):
+            raise InputError(f"{_SCORE}: options[{family!r}]: expected a dict of option -> "
+                             f"value, got {type(values).__name__}")
+        out[str(family)] = dict(values)
+    return out
 
 
 def score(
@@ -172,7 +247,8 @@ def score(
 
     Raises:
         InputError: Lengths differ, a text is not text or too long, an unknown metric or
-            option, a bad device.
+            option, a bad device, an argument of the wrong type (``metrics=None``), or a
+            ``cache`` whose folder cannot hold a database.
         MetricUnavailable: A metric cannot run here (missing weights, package or JRE) and
             ``skip_unavailable`` is false; the message says what to install.
         backend.scoring.runner.MetricFailed: A metric raised while scoring.
@@ -191,9 +267,7 @@ def score(
     from backend.scoring.runner import score as run_score
     from backend.util import file_sha256
 
-    names = [m.strip() for m in metrics.split(",")] if isinstance(metrics, str) else list(metrics)
-    if not all(isinstance(m, str) for m in names):
-        raise InputError(f"{_SCORE}: metrics: expected metric names, got {metrics!r}")
+    names = _names(_SCORE, "metrics", metrics)
     refs = _texts("references", references)
     cands = _texts("candidates", candidates)
     if len(refs) != len(cands):
@@ -202,8 +276,13 @@ def score(
         )
     pair_ids = _pair_ids(ids, len(refs))
     pair_images = _pair_images(images, len(refs))
-    if batch_size < 1:
-        raise InputError(f"{_SCORE}: batch_size must be at least 1 (got {batch_size})")
+    batch_size = _whole(_SCORE, "batch_size", batch_size, 1)
+    if device is not None and not isinstance(device, str):
+        raise InputError(f"{_SCORE}: device: expected 'auto', 'cpu' or 'cuda[:N]', "
+                         f"got {type(device).__name__}")
+    if progress is not None and not callable(progress):
+        raise InputError(f"{_SCORE}: progress: expected a function, got {type(progress).__name__}")
+    opts = _options(options)
     try:
         # The name is checked now, even when no requested metric loads a model.
         resolve_device(device, needs_model=False)
@@ -215,7 +294,6 @@ def score(
         # The cache key is ScorePair's own (the CLI's PAIRS files hash the same way).
         pairs.append(ScorePair(id=pid, reference=ref, candidate=cand, images=imgs,
                                image_sha256s=shas))
-    opts = {str(k): dict(v) for k, v in (options or {}).items()}
     # Options may name a family by one of its keys, as --set does.
     opts = {registry.KEY_TO_FAMILY.get(k, k) if k not in registry.ENTRIES else k: v
             for k, v in opts.items()}
@@ -258,24 +336,30 @@ def metrics() -> pd.DataFrame:
 
     Returns:
         Columns ``key, family, kind, higher_is_better, available, reason, needs_model,
-        needs_image, signature`` in registry order; ``reason`` says what to install when a
-        family cannot run here. Same content as ``radconcord metrics --json``.
+        needs_image, signature, plugin`` in registry order; ``reason`` says what to install
+        when a family cannot run here; ``plugin`` names a plug-in's package and entry point
+        (``None`` for a built-in family). A plug-in that could not be loaded has one row with
+        ``key`` ``None`` and its error; the messages of plug-ins refused for a name clash are
+        in ``.attrs["ignored_plugins"]``. Same content as ``radconcord metrics --json``.
     """
     import pandas as pd
 
-    from backend.services.scoring import metric_catalog
+    from backend.services.scoring import ignored_plugins, metric_catalog
 
     rows = []
     for m in metric_catalog():
-        for k in m.keys:
+        for k in m.keys or (None,):
             rows.append({
                 "key": k, "family": m.family, "kind": m.kind,
-                "higher_is_better": m.directions.get(k), "available": m.available,
-                "reason": m.reason, "needs_model": m.needs_model, "needs_image": m.needs_image,
-                "signature": m.signature,
+                "higher_is_better": m.directions.get(k) if k is not None else None,
+                "available": m.available, "reason": m.reason, "needs_model": m.needs_model,
+                "needs_image": m.needs_image, "signature": m.signature, "plugin": m.origin,
             })
-    return pd.DataFrame(rows, columns=["key", "family", "kind", "higher_is_better", "available",
-                                       "reason", "needs_model", "needs_image", "signature"])
+    frame = pd.DataFrame(rows, columns=["key", "family", "kind", "higher_is_better",
+                                        "available", "reason", "needs_model", "needs_image",
+                                        "signature", "plugin"])
+    frame.attrs["ignored_plugins"] = ignored_plugins()
+    return frame
 
 
 def _as_frame(scores: Any) -> pd.DataFrame:  # noqa: ANN401 - DataFrame or mapping
@@ -284,6 +368,11 @@ def _as_frame(scores: Any) -> pd.DataFrame:  # noqa: ANN401 - DataFrame or mappi
     if isinstance(scores, pd.DataFrame):
         return scores
     if isinstance(scores, Mapping):
+        for k, v in scores.items():
+            if isinstance(v, str | bytes) or not isinstance(v, Iterable):
+                raise InputError(f"{_CORRELATE}: scores[{k!r}]: expected a list of values, got "
+                                 f"{type(v).__name__}")
+        scores = {k: list(v) for k, v in scores.items()}
         lengths = {k: len(v) for k, v in scores.items()}
         if len(set(lengths.values())) > 1:
             raise InputError(f"{_CORRELATE}: scores: columns of different lengths: {lengths}")
@@ -365,7 +454,8 @@ def correlate(
             error counts (e.g. mean total errors), or a 2-D array / DataFrame of pairs x
             raters (NaN where a rater did not rate; the mean over raters is used). pandas
             objects are aligned by index, arrays by position.
-        metrics: Keys to correlate (default: every column of ``scores``).
+        metrics: Keys to correlate (default: every column of ``scores``), or one
+            comma-separated string.
         higher_is_better: Direction of keys the registry does not know (or to override it).
         ratings_higher_is_better: ``True`` when ``ratings`` are quality scores, not errors.
         bootstrap: Resamples for the intervals (0: none, intervals NaN).
@@ -383,7 +473,7 @@ def correlate(
 
     Raises:
         InputError: Misaligned or non-numeric input, an unknown key without a direction,
-            fewer than 2 rated pairs.
+            fewer than 2 rated pairs, an argument of the wrong type (``metrics=5``).
     """
     import numpy as np
     import pandas as pd
@@ -393,14 +483,22 @@ def correlate(
     from backend.metrics import registry
 
     frame = _as_frame(scores)
-    keys = list(metrics) if metrics is not None else [str(c) for c in frame.columns]
+    if metrics is not None:
+        keys = [k for k in _names(_CORRELATE, "metrics", metrics) if k]
+    else:
+        keys = [str(c) for c in frame.columns]
     absent = [k for k in keys if k not in frame.columns]
     if absent:
         raise InputError(f"{_CORRELATE}: scores has no column {', '.join(absent)}")
     if not keys:
         raise InputError(f"{_CORRELATE}: no metric to correlate")
-    if bootstrap < 0:
-        raise InputError(f"{_CORRELATE}: bootstrap must be >= 0, got {bootstrap}")
+    bootstrap = _whole(_CORRELATE, "bootstrap", bootstrap, 0)
+    if higher_is_better is not None and not isinstance(higher_is_better, Mapping):
+        raise InputError(f"{_CORRELATE}: higher_is_better: expected a dict of key -> bool, got "
+                         f"{type(higher_is_better).__name__}")
+    if progress is not None and not callable(progress):
+        raise InputError(f"{_CORRELATE}: progress: expected a function, got "
+                         f"{type(progress).__name__}")
     directions: dict[str, bool] = {}
     for k in keys:
         if higher_is_better is not None and k in higher_is_better:
@@ -428,7 +526,8 @@ def correlate(
         raise InputError(f"{_CORRELATE}: scores: not numbers ({exc})") from None
     clusters = None
     if cases is not None:
-        labels = np.asarray(list(cases), dtype=object)
+        labels = np.asarray(_sequence(_CORRELATE, "cases", cases, "one case label per pair"),
+                            dtype=object)
         if labels.shape != (len(frame),):
             raise InputError(f"{_CORRELATE}: cases: {labels.size} labels for {len(frame)} pairs")
         clusters = labels[rated]
@@ -478,6 +577,10 @@ class Study:
             most pairs), NaN where missing.
         signatures: ``key -> signature`` of the values in ``scores``.
         raters: Rater usernames.
+        directions: ``key -> higher_is_better`` of every column of ``scores`` (imported keys
+            included: pass it as ``correlate(..., higher_is_better=study.directions)``).
+        imported: ``key -> `` where the values of a key imported from a file
+            (:func:`import_scores`) came from: description, source, file name and sha256, ...
     """
 
     name: str
@@ -486,6 +589,8 @@ class Study:
     scores: pd.DataFrame
     signatures: dict[str, str] = field(default_factory=dict)
     raters: tuple[str, ...] = ()
+    directions: dict[str, bool] = field(default_factory=dict)
+    imported: dict[str, dict[str, Any]] = field(default_factory=dict)
     _counts: Any = field(default=None, repr=False)
 
     def errors(self, target: str = "total", category: int | None = None) -> pd.DataFrame:
@@ -507,7 +612,8 @@ class Study:
             raise InputError(f"target must be one of {TARGETS}, got {target!r}")
         c = self._counts
         if category is not None:
-            if not 1 <= category <= 6:
+            if isinstance(category, bool) or not isinstance(category, numbers.Integral) or not (
+                    1 <= category <= 6):
                 raise InputError(f"category must be 1..6, got {category}")
             c = c[:, :, category - 1 : category, :]
         c = c[..., 1:] if target == "significant" else c
@@ -515,17 +621,25 @@ class Study:
         return pd.DataFrame(values, index=self.pairs.index, columns=list(self.raters))
 
 
-def _study_database(database_url: str | os.PathLike[str] | None) -> Any:  # noqa: ANN401
+def _study_database(database_url: str | os.PathLike[str] | None,
+                    where: str) -> Any:  # noqa: ANN401 - db.session.Database
     """An existing study database (never a new empty SQLite file)."""
     from backend import config
 
-    url = os.fspath(database_url) if database_url is not None else config.database_url()
+    url = (_location(where, "database_url", database_url) if database_url is not None
+           else config.database_url())
     if "://" not in url:
         url = f"sqlite:///{Path(url).expanduser().resolve()}"
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
         # Opening would create an empty database; there is no study to read in it.
         raise InputError(f"no study database at {url.removeprefix('sqlite:///')}")
-    return _database(url)
+    return _database(url, where=where, arg="database_url")
+
+
+def _study_name(where: str, name: Any) -> str:  # noqa: ANN401 - anything a user passes
+    if not isinstance(name, str):
+        raise InputError(f"{where}: name: expected a study name, got {type(name).__name__}")
+    return name
 
 
 def correlate_study(
@@ -555,19 +669,25 @@ def correlate_study(
         ``per_rater``, ``ceiling``, ``pairwise``, ``systems``, ...).
 
     Raises:
-        InputError: No such study, no scores, too few rated pairs, or a bad setting.
+        InputError: No such study, no scores, too few rated pairs, a bad setting, or an
+            argument of the wrong type (``metrics=5``, ``database_url=None``...).
     """
     import inspect
 
     from backend.analysis.data import AnalysisInputError
     from backend.analysis.report import correlate_study as run
 
+    where = "radconcord.correlate_study"
     known = set(inspect.signature(run).parameters) - {"db", "study_name"}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise InputError(f"radconcord.correlate_study: unexpected keyword {', '.join(unknown)}"
+        raise InputError(f"{where}: unexpected keyword {', '.join(unknown)}"
                          f" (known: {', '.join(sorted(known))})")
-    db = _study_database(database_url)
+    name = _study_name(where, name)
+    if options.get("metrics") is not None:
+        options["metrics"] = [k for k in _names(where, "metrics", options["metrics"]) if k]
+    bootstrap = _whole(where, "bootstrap", bootstrap, 0)
+    db = _study_database(database_url, where)
     try:
         return run(db, study_name=name, significant_only=significant_only,
                    bootstrap=bootstrap, seed=seed, **options)
@@ -590,7 +710,7 @@ def load_study(name: str, *, database_url: str | os.PathLike[str] | None = None)
         ``metrics`` section of ``radconcord correlate --study NAME`` (same seed).
 
     Raises:
-        InputError: No study of that name.
+        InputError: No study of that name, a name or ``database_url`` of the wrong type.
     """
     import numpy as np
     import pandas as pd
@@ -599,7 +719,8 @@ def load_study(name: str, *, database_url: str | os.PathLike[str] | None = None)
     from backend.analysis.data import AnalysisInputError, load_metric_columns, load_ratings
     from db.models import Pair, Report
 
-    db = _study_database(database_url)
+    name = _study_name("radconcord.load_study", name)
+    db = _study_database(database_url, "radconcord.load_study")
     try:
         try:
             ratings = load_ratings(db, name)
@@ -651,5 +772,85 @@ def load_study(name: str, *, database_url: str | os.PathLike[str] | None = None)
         scores=scores,
         signatures={k: c.signature for k, c in columns.items()},
         raters=tuple(ratings.raters),
+        directions={k: c.higher_is_better for k, c in columns.items()},
+        imported={k: c.imported.as_json() for k, c in columns.items() if c.imported},
         _counts=counts,
     )
+
+
+def import_scores(
+    *,
+    study: str,
+    path: str | os.PathLike[str],
+    metric: str | Sequence[str] | None = None,
+    lower_is_better: bool | Sequence[str] = False,
+    description: str = "",
+    source: str = "",
+    allow_missing: bool = False,
+    database_url: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Import a metric's per-pair values computed elsewhere into a study.
+
+    What ``radconcord import-scores`` does (:mod:`backend.services.score_imports`): the values
+    then show in every view of the study (:func:`load_study`, :func:`correlate_study`, the
+    dashboard, the report, the export with scores) like a computed metric, marked as imported.
+
+    Args:
+        study: The study whose pairs the file names.
+        path: CSV or JSONL file naming each pair by ``pair_number`` (1-based, as in the
+            study's JSONL export) or ``pair_id`` (the export's opaque id), with a ``value``
+            column or one column per metric key.
+        metric: The key of the ``value`` column; for a file with one column per key, the
+            keys to import (default: every column).
+        lower_is_better: ``True`` when lower values are better (every imported key), or the
+            keys for which they are.
+        description: What the metric is.
+        source: Where the values come from (URL or text).
+        allow_missing: Accept missing values and study pairs without a row.
+        database_url: Database URL or SQLite file (default: as :func:`load_study`).
+
+    Returns:
+        ``{"study", "file_sha256", "layout", "n_study_pairs", "rows_written", "imports"}``,
+        ``imports`` holding per key its ``signature``, ``higher_is_better``, ``n_pairs``,
+        ``n_missing``, ``missing`` (pair numbers) and the recorded metadata.
+
+    Raises:
+        InputError: A bad file (the message names the file, row and field), key or option,
+            no such study; nothing is written.
+    """
+    from backend.errors import ServiceError
+    from backend.services.score_imports import import_scores as run
+    from backend.types import Actor
+
+    where = "radconcord.import_scores"
+    study = _study_name(where, study)
+    file = _location(where, "path", path)
+    for arg, value in (("description", description), ("source", source)):
+        if not isinstance(value, str):
+            raise InputError(f"{where}: {arg}: expected text, got {type(value).__name__}")
+    if not isinstance(allow_missing, bool):
+        raise InputError(f"{where}: allow_missing: expected True or False, got "
+                         f"{type(allow_missing).__name__}")
+    if metric is not None and not isinstance(metric, str):
+        metric = _names(where, "metric", metric)
+    if not isinstance(lower_is_better, bool):
+        lower_is_better = _names(where, "lower_is_better", lower_is_better)
+    db = _study_database(database_url, where)
+    try:
+        summary = run(db, Actor.system(), study_name=study, path=Path(file), metric=metric,
+                      lower_is_better=lower_is_better, description=description,
+                      source=source, allow_missing=allow_missing)
+    except ServiceError as exc:
+        raise InputError(str(exc)) from None
+    finally:
+        db.dispose()
+    return {
+        "study": summary.study_name,
+        "file_sha256": summary.file_sha256,
+        "layout": summary.layout,
+        "n_study_pairs": summary.n_study_pairs,
+        "rows_written": summary.n_rows_written,
+        "imports": {imp.key: {**imp.as_json(), "higher_is_better": imp.higher_is_better,
+                              "missing": list(summary.missing[imp.key])}
+                    for imp in summary.imports},
+    }

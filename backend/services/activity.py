@@ -1,4 +1,4 @@
-"""Time on task from the rater's own activity: spans sent by the browser, unioned per pair.
+"""Time on task from the rater's own activity: spans sent by the browser, credited per pair.
 
 The rating page's invisible tracker (``webapp/components/activity``) watches the rater's own
 input and focus events (keys, pointer presses and moves (at most one per 200 ms), wheel,
@@ -25,23 +25,51 @@ event. The rules, applied in the browser:
 
 The Compare screen (pairwise mode) has the same tracker: a span's ``pair`` is then the
 comparison's opaque id, and the span is stored in ``judgement_spans`` against the rater's
-judgement; ``Judgement.active_seconds`` is its union, exactly as for an assignment.
+judgement; ``Judgement.active_seconds`` is credited by the same rules as an assignment's,
+on the same timeline of the rater.
 
-This module checks and stores the spans and keeps the derived numbers: the time on task of an
-assignment (``Assignment.active_seconds``) is the length of the **union** of its spans, so two
-tabs of the same rater on the same pair count once; ``last_active_at`` is the end of the
-latest span. A rater's time in a study is the sum over their assignments (one browser window
-has the focus at a time, so spans of different pairs do not overlap).
+This module checks and stores the spans and keeps the derived numbers. The browser's claims
+are not taken on trust: what is **credited** must be physically possible.
+
+* **Inside a session.** A span posted through the route is clipped to the lifetime of the
+  login session that posted it (``created_at`` to its revocation, expiry or now), or of an
+  earlier session of the same rater: spans the browser kept through a logout (401) are sent
+  after the next login, and were measured in the session before. When a claim straddles a
+  gap between sessions, the longest part inside one counts. That part is stored as the
+  span's ``clip_start``/``clip_end``; a span with no part inside is stored with no clip and
+  no credit. Spans stored by server code (no session; tests, simulations) keep their
+  interval.
+* **One pair at a time.** An instant of a rater's time is credited once, to one pair: a span
+  is credited (``credited_seconds``) for the part of its clip that no span of the rater
+  stored **before it** covers, on any pair, assignment or comparison, of any study. Two tabs
+  on the same pair therefore count once (the union, as always), and spans of another pair
+  that overlap an earlier one add nothing for the overlap; what was credited never moves
+  when later spans arrive. The honest browser's spans at a change of pair touch (one ends
+  when the next starts) and lose nothing.
+* **At least one event.** A span must name at least one input event: its own, or (for a span
+  that continues the activity of an earlier event: cut at a send, or started by a change of
+  pair) the one it continues, which the browser counts for it.
+
+So a rater's credited time over all pairs is the length of the union of their spans' clips:
+for spans posted through the route, never more than the wall-clock time of their sessions.
+The time on task of an assignment (``Assignment.active_seconds``) is the sum of its spans'
+credit: for a rater on one pair at a time, the length of the union of its spans.
+``claimed_seconds`` keeps the union of the spans as the browser sent them;
+``claimed_seconds - active_seconds`` is the time clipped, shown on the QC page and in the
+export. ``last_active_at`` is the end of the latest credited span. A rater's time in a study
+is the sum over their assignments.
 
 A span is refused (and the others of the batch are still stored) when its pair is not one of
 the rater's assignments (the same message as a pair that does not exist, so ids cannot be
-probed), its study is not open, it ends before it starts, lasts longer than
+probed), its study is not open, it has no event, ends before it starts, lasts longer than
 :data:`MAX_SPAN_SECONDS`, ends more than :data:`FUTURE_TOLERANCE_SECONDS` in the future or
 started more than :data:`MAX_AGE` ago.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import datetime as dt
 import logging
 import math
@@ -52,7 +80,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -64,6 +92,7 @@ from db.models import (
     STUDY_STAGING,
     ActivitySpan,
     Assignment,
+    AuthSession,
     Comparison,
     Judgement,
     JudgementSpan,
@@ -88,8 +117,13 @@ FUTURE_TOLERANCE_SECONDS = 120.0
 MAX_AGE = dt.timedelta(days=7)
 #: Most spans in one request.
 MAX_SPANS_PER_BATCH = 500
+#: A span needs an input event to count (its own, or the one it continues).
+MIN_EVENTS_PER_SPAN = 1
 MAX_EVENTS_PER_SPAN = 1_000_000
-CLIENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+# PostgreSQL advisory lock namespace of a rater's timeline ("RC" + 1): one batch of a rater
+# at a time decides what is credited (SQLite has one writer anyway).
+TIMELINE_LOCK = 0x52430001
+CLIENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{8,64}")
 #: Only open studies take time on task: a closed study's numbers are final.
 OPEN_STATUS = "open"
 # Studies no rater may know of: their pairs answer like pairs that do not exist.
@@ -138,13 +172,14 @@ class SpanInput:
         opaque_id: The pair on screen (the id the rater knows).
         started_at: Start (aware; naive values are taken as UTC).
         ended_at: End.
-        events: Input and focus events seen in the span.
+        events: Input and focus events seen in the span (at least 1: a span continuing the
+            activity of an earlier event counts that event).
     """
 
     opaque_id: str
     started_at: dt.datetime
     ended_at: dt.datetime
-    events: int = 0
+    events: int = 1
 
 
 @dataclass(frozen=True)
@@ -164,13 +199,16 @@ class RecordResult:
         stored: New spans written.
         duplicates: Spans already stored (a resend), left as they were.
         refused: Spans not stored, by their index in the batch.
-        active_seconds: ``opaque_id -> time on task`` of each pair the batch touched.
+        active_seconds: ``opaque_id -> time on task`` (credited) of each pair the batch
+            touched.
+        claimed_seconds: ``opaque_id -> union of the spans as sent`` of the same pairs.
     """
 
     stored: int
     duplicates: int
     refused: tuple[RefusedSpan, ...]
     active_seconds: dict[str, float]
+    claimed_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class _Refused(Exception):
@@ -219,9 +257,10 @@ def _coerce(item: SpanInput | Mapping[str, Any]) -> SpanInput:
                                f"{type(item).__name__}")
     events = span.events
     if isinstance(events, bool) or not isinstance(events, int) or not (
-            0 <= events <= MAX_EVENTS_PER_SPAN):
-        raise _Refused("events", f"events: must be an integer 0-{MAX_EVENTS_PER_SPAN}, "
-                                 f"got {events!r}")
+            MIN_EVENTS_PER_SPAN <= events <= MAX_EVENTS_PER_SPAN):
+        raise _Refused("events", f"events: must be an integer {MIN_EVENTS_PER_SPAN}-"
+                                 f"{MAX_EVENTS_PER_SPAN} (a span without an input event "
+                                 f"does not count), got {events!r}")
     return span
 
 
@@ -268,6 +307,122 @@ def union_seconds(intervals: Iterable[tuple[dt.datetime, dt.datetime]]) -> float
     return total
 
 
+class _Timeline:
+    """Disjoint, sorted intervals: the instants of a rater's time already credited."""
+
+    def __init__(self, intervals: Iterable[tuple[dt.datetime, dt.datetime]] = ()) -> None:
+        self._starts: list[dt.datetime] = []
+        self._ends: list[dt.datetime] = []
+        for a, b in intervals:
+            self.add(_utc(a), _utc(b))
+
+    def uncovered(self, a: dt.datetime, b: dt.datetime) -> float:
+        """Seconds of ``[a, b]`` that no interval covers."""
+        covered = 0.0
+        i = bisect.bisect_right(self._ends, a)
+        while i < len(self._starts) and self._starts[i] < b:
+            covered += (min(self._ends[i], b) - max(self._starts[i], a)).total_seconds()
+            i += 1
+        return max(0.0, (b - a).total_seconds() - covered)
+
+    def add(self, a: dt.datetime, b: dt.datetime) -> None:
+        """Cover ``[a, b]`` too (merged with the intervals it overlaps or touches)."""
+        if b <= a:
+            return
+        i = bisect.bisect_left(self._ends, a)
+        j = bisect.bisect_right(self._starts, b)
+        if i < j:
+            a, b = min(a, self._starts[i]), max(b, self._ends[j - 1])
+        self._starts[i:j] = [a]
+        self._ends[i:j] = [b]
+
+
+def _merge(intervals: Iterable[tuple[dt.datetime, dt.datetime]]
+           ) -> list[tuple[dt.datetime, dt.datetime]]:
+    merged: list[tuple[dt.datetime, dt.datetime]] = []
+    for a, b in sorted(intervals):
+        if b <= a:
+            continue
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def session_windows(s: Session, rater_id: int, session_id: int, now: dt.datetime
+                    ) -> list[tuple[dt.datetime, dt.datetime]]:
+    """When the rater was logged in, as far as a span posted by ``session_id`` may claim.
+
+    The lifetimes of the posting session and of the rater's sessions created before it
+    (spans kept in the browser through a logout come after the next login), each from its
+    creation to its revocation, its expiry or ``now``, whichever is first; sessions whose
+    ticket was never exchanged for a cookie were never logged in and are left out.
+
+    Args:
+        s: The caller's SQLAlchemy session.
+        rater_id: The rater.
+        session_id: The login session that posted the spans.
+        now: The server's time.
+
+    Returns:
+        Merged ``(start, end)`` intervals in time order; empty when the session is not the
+        rater's.
+    """
+    posting = s.execute(select(AuthSession.user_id, AuthSession.created_at)
+                        .where(AuthSession.id == session_id)).first()
+    if posting is None or posting.user_id != rater_id:
+        return []
+    rows = s.execute(select(AuthSession.created_at, AuthSession.expires_at,
+                            AuthSession.revoked_at)
+                     .where(AuthSession.user_id == rater_id,
+                            AuthSession.created_at <= posting.created_at,
+                            AuthSession.token_sha256.is_not(None))).all()
+    windows = []
+    for created, expires, revoked in rows:
+        ends = [now, _utc(expires)] + ([_utc(revoked)] if revoked is not None else [])
+        windows.append((_utc(created), min(ends)))
+    return _merge(windows)
+
+
+def _clip(span: SpanInput, windows: Sequence[tuple[dt.datetime, dt.datetime]] | None
+          ) -> tuple[dt.datetime, dt.datetime] | None:
+    """The longest part of the span inside one window (None: no part); ``windows`` None:
+    the whole span (server code, no session)."""
+    if windows is None:
+        return span.started_at, span.ended_at
+    best: tuple[dt.datetime, dt.datetime] | None = None
+    for lo, hi in windows:
+        a, b = max(span.started_at, lo), min(span.ended_at, hi)
+        if b > a and (best is None or b - a > best[1] - best[0]):
+            best = (a, b)
+    return best
+
+
+def _timeline(s: Session, rater_id: int, lo: dt.datetime, hi: dt.datetime) -> _Timeline:
+    """The rater's credited instants that may overlap ``[lo, hi]``, from both span tables."""
+    # A clip lies inside its span, and a span lasts at most MAX_SPAN_SECONDS.
+    since = lo - dt.timedelta(seconds=MAX_SPAN_SECONDS)
+    intervals: list[tuple[dt.datetime, dt.datetime]] = []
+    for table in (ActivitySpan, JudgementSpan):
+        intervals.extend(s.execute(
+            select(table.clip_start, table.clip_end)
+            .where(table.rater_id == rater_id, table.clip_start.is_not(None),
+                   table.started_at >= since, table.started_at <= hi)).all())
+    return _Timeline((a, b) for a, b in intervals if b is not None)
+
+
+def _lock_timeline(s: Session, rater_id: int) -> None:
+    """Hold the rater's timeline until the transaction ends (PostgreSQL).
+
+    Two tabs of the rater sending spans of different pairs at once lock no common
+    assignment row; without this both could credit the same instant.
+    """
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(text("SELECT pg_advisory_xact_lock(:ns, :rater)"),
+                  {"ns": TIMELINE_LOCK, "rater": rater_id})
+
+
 def _insert_ignore(s: Session) -> Any:  # noqa: ANN401 - a dialect's insert construct
     dialect = s.get_bind().dialect.name
     if dialect == "postgresql":
@@ -282,9 +437,13 @@ def _refresh(s: Session, owner: Assignment | Judgement) -> float:
         table, column = JudgementSpan, JudgementSpan.judgement_id
     else:
         table, column = ActivitySpan, ActivitySpan.assignment_id
-    rows = s.execute(select(table.started_at, table.ended_at).where(column == owner.id)).all()
-    owner.active_seconds = union_seconds((a, b) for a, b in rows)
-    owner.last_active_at = max((_utc(b) for _, b in rows), default=None)
+    rows = s.execute(select(table.started_at, table.ended_at, table.clip_end,
+                            table.credited_seconds).where(column == owner.id)).all()
+    # Credits of one rater never overlap (each instant once): their sum is exact.
+    owner.active_seconds = float(sum(float(c or 0.0) for *_, c in rows))
+    owner.claimed_seconds = union_seconds((a, b) for a, b, _, _ in rows)
+    owner.last_active_at = max((_utc(e) for _, _, e, c in rows if e is not None and c),
+                               default=None)
     return float(owner.active_seconds)
 
 
@@ -292,7 +451,7 @@ def refresh_assignment(s: Session, assignment: Assignment) -> float:
     """Recompute an assignment's cached time on task from its spans (caller's session).
 
     Returns:
-        The new ``active_seconds``.
+        The new ``active_seconds`` (the sum of its spans' credit).
     """
     return _refresh(s, assignment)
 
@@ -301,7 +460,7 @@ def refresh_judgement(s: Session, judgement: Judgement) -> float:
     """Recompute a judgement's cached time on task from its spans (caller's session).
 
     Returns:
-        The new ``active_seconds``.
+        The new ``active_seconds`` (the sum of its spans' credit).
     """
     return _refresh(s, judgement)
 
@@ -313,14 +472,19 @@ def record_spans(
     client_id: str,
     spans: Sequence[SpanInput | Mapping[str, Any]],
     now: dt.datetime | None = None,
+    session_id: int | None = None,
 ) -> RecordResult:
     """Store a batch of the rater's activity spans and update their pairs' time on task.
 
     Each valid span is stored once (a resend of the same ``client_id``, pair and start is a
     duplicate, not an error); each invalid one is refused with its index, field and reason
-    while the rest of the batch is stored. The touched assignments' ``active_seconds`` (union
-    of their spans) and ``last_active_at`` are recomputed in the same transaction, with their
-    rows locked, so two tabs sending at once cannot lose each other's spans.
+    while the rest of the batch is stored. A stored span is clipped to the rater's sessions
+    (when ``session_id`` is given) and credited for the part of its clip no earlier span of
+    the rater covers (see the module's rules). The touched assignments' ``active_seconds``
+    (sum of their spans' credit), ``claimed_seconds`` (union of their spans as sent) and
+    ``last_active_at`` are recomputed in the same transaction, with the rater's timeline and
+    the assignment rows locked, so two tabs sending at once neither lose each other's spans
+    nor both get credited for the same instant.
 
     Args:
         db: The study database.
@@ -329,11 +493,14 @@ def record_spans(
         spans: ``SpanInput`` values or JSON objects ``{"pair", "start", "end", "events"}``
             with times in milliseconds since 1970 (UTC).
         now: The server's time (default: now); tests pass it.
+        session_id: The login session that posted the spans (the route passes the cookie's):
+            their credit is clipped to :func:`session_windows`. ``None``: spans from server
+            code, kept whole.
 
     Raises:
         InvalidInput: a bad ``client_id`` or more than ``MAX_SPANS_PER_BATCH`` spans.
     """
-    if not isinstance(client_id, str) or not CLIENT_ID_RE.match(client_id):
+    if not isinstance(client_id, str) or not CLIENT_ID_RE.fullmatch(client_id):
         raise InvalidInput(f"client_id: must be 8-64 letters, digits, '-' or '_', got "
                            f"{client_id!r}")
     if len(spans) > MAX_SPANS_PER_BATCH:
@@ -355,7 +522,9 @@ def record_spans(
     wanted = sorted({span.opaque_id for _, span in valid})
     stored = duplicates = 0
     times: dict[str, float] = {}
+    claimed: dict[str, float] = {}
     with db.begin() as s:
+        _lock_timeline(s, actor.user_id)
         rows = s.execute(
             select(Assignment, Pair.opaque_id, Study.status, Study.name)
             .join(Pair, Pair.id == Assignment.pair_id)
@@ -379,8 +548,7 @@ def record_spans(
                 .order_by(Judgement.id)
                 .with_for_update(of=Judgement)
             ).all()})
-        touched: dict[str, Assignment | Judgement] = {}
-        insert = _insert_ignore(s)
+        accepted: list[tuple[SpanInput, Assignment | Judgement]] = []
         for index, span in valid:
             hit = found.get(span.opaque_id)
             # Hidden studies (draft, importing) answer like a pair that does not exist.
@@ -395,11 +563,23 @@ def record_spans(
                     index, "pair", f"span {index}: study {study_name!r} is {status}; its "
                                    "time on task no longer changes"))
                 continue
+            accepted.append((span, owner))
+        windows = (session_windows(s, actor.user_id, session_id, now)
+                   if session_id is not None else None)
+        clips = [_clip(span, windows) for span, _ in accepted]
+        bounded = [c for c in clips if c is not None]
+        timeline = (_timeline(s, actor.user_id, min(a for a, _ in bounded),
+                              max(b for _, b in bounded)) if bounded else _Timeline())
+        touched: dict[str, Assignment | Judgement] = {}
+        insert = _insert_ignore(s)
+        for (span, owner), clip in zip(accepted, clips, strict=True):
             values = dict(
                 rater_id=actor.user_id, client_id=client_id, started_at=span.started_at,
                 ended_at=span.ended_at,
                 active_ms=round((span.ended_at - span.started_at).total_seconds() * 1000),
-                events=int(span.events), received_at=now)
+                events=int(span.events), received_at=now, session_id=session_id,
+                clip_start=clip[0] if clip else None, clip_end=clip[1] if clip else None,
+                credited_seconds=timeline.uncovered(*clip) if clip else 0.0)
             if isinstance(owner, Judgement):
                 table, key = JudgementSpan, "judgement_id"
             else:
@@ -413,14 +593,29 @@ def record_spans(
             ).first()
             if inserted is not None:
                 stored += 1
+                # Only what was stored is credited: a resend's instants are its original's.
+                if clip is not None:
+                    timeline.add(*clip)
             else:
                 duplicates += 1
             touched[span.opaque_id] = owner
         s.flush()
         for oid, owner in touched.items():
             times[oid] = _refresh(s, owner)
+            claimed[oid] = float(owner.claimed_seconds)
     refused.sort(key=lambda r: r.index)
-    return RecordResult(stored, duplicates, tuple(refused), times)
+    return RecordResult(stored, duplicates, tuple(refused), times, claimed)
+
+
+def clipped_seconds(claimed: float | None, credited: float | None) -> float:
+    """Time the browser claimed for a pair but the rules did not credit (never negative).
+
+    Args:
+        claimed: ``claimed_seconds`` (the union of the spans as sent).
+        credited: ``active_seconds``.
+    """
+    # Rounded to the microsecond the spans are stored with: no 1e-13 s of float noise.
+    return round(max(0.0, float(claimed or 0.0) - float(credited or 0.0)), 6)
 
 
 @dataclass(frozen=True)
@@ -455,8 +650,10 @@ __all__ = [
     "FLUSH_ENV",
     "IDLE_CUT_ENV",
     "account_tag",
+    "clipped_seconds",
     "MAX_SPANS_PER_BATCH",
     "MAX_SPAN_SECONDS",
+    "MIN_EVENTS_PER_SPAN",
     "RaterTime",
     "RecordResult",
     "RefusedSpan",
@@ -466,6 +663,7 @@ __all__ = [
     "record_spans",
     "refresh_assignment",
     "refresh_judgement",
+    "session_windows",
     "summarize",
     "union_seconds",
 ]

@@ -32,16 +32,24 @@ does it):
     ``signature``, ``signature_hash`` and ``chosen``: true for the signature the dashboard
     uses for the key (the one covering the most pairs, ties to the newest;
     ``backend.analysis.data``). The correlations orient a lower-is-better key by negating it
-    and correlate against the negated mean errors of the counted raters.
+    and correlate against the negated mean errors of the counted raters. A key imported from
+    a file (``import-scores``: family ``external``) has a row per import of this study, the
+    latest one chosen, and the manifest's ``scores.keys.<key>.imported`` says where it came
+    from (description, source, file and sha256, when, by whom).
 ``assignments`` and ``activity_spans`` (``.csv`` / ``.jsonl``)
     One row per assignment: ``rater_index`` (as in the ratings file), the pair as above,
     ``queue_position`` (1-based, the rater's order), ``completed_at`` (ISO 8601 UTC, blank
-    while not done), ``active_seconds`` (time on task: the union of the assignment's spans),
+    while not done), ``active_seconds`` (time on task credited: the sum of the ``credited_seconds``
+    of the assignment's spans), ``claimed_seconds`` (the union of its spans as the browser
+    sent them), ``clipped_seconds`` (the difference: claimed time outside the rater's sessions
+    or already credited to another pair, see ``backend.services.activity``),
     ``last_active_at`` and ``n_spans``; and every activity span (``rater_index``, the pair,
     ``tab`` (the page load's random id), ``started_at``, ``ended_at``, ``active_ms``,
-    ``events``). A (rater, pair) rating counts in the analysis when its assignment has a
-    ``completed_at``, or when it has ratings and no assignment (imported); a rater's time on
-    task is the sum of ``active_seconds``, the median per pair is over pairs with time.
+    ``events``, ``credited_seconds``). A (rater, pair) rating counts in the analysis when its
+    assignment has a ``completed_at``, or when it has ratings and no assignment (imported); a
+    rater's time on task is the sum of ``active_seconds``, the median per pair is over pairs
+    with time. ``judgements.jsonl`` carries the same ``active_seconds``, ``claimed_seconds``
+    and ``clipped_seconds`` per judgement.
 
 Quality control and other annotation modes (issue 14), each written only when the study has
 any, as JSONL with rater names replaced by ``rater_index`` (as in the ratings file; raters
@@ -92,6 +100,7 @@ import json
 import math
 import re
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,7 +110,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import aliased, selectinload
 
 from backend import config
-from backend.analysis.data import AnalysisInputError, load_metric_columns, load_ratings
+from backend.analysis.data import (
+    AnalysisInputError,
+    load_metric_columns,
+    load_ratings,
+    study_imports,
+)
 from backend.datasets import rexval
 from backend.imaging.deid import DEID_PROFILE
 from backend.services import activity, study_settings
@@ -127,7 +141,7 @@ from db.models import (
 from db.session import MIGRATIONS_DIR, Database
 
 FORMATS = ("rexval", "jsonl")
-_RATER_RE = re.compile(r"^rexval_rater_(\d+)$")
+_RATER_RE = re.compile(r"rexval_rater_([0-9]+)")
 
 
 @dataclass(frozen=True)
@@ -191,7 +205,7 @@ def _rater_indices(users: dict[int, str]) -> dict[int, int]:
     """user id -> rater index (``rexval_rater_<i>`` keeps ``i``)."""
     out: dict[int, int] = {}
     for uid, name in users.items():
-        m = _RATER_RE.match(name)
+        m = _RATER_RE.fullmatch(name)
         if m:
             out[uid] = int(m.group(1))
     next_index = max(out.values(), default=-1) + 1
@@ -414,11 +428,13 @@ def _load_extras(db: Database, study_name: str, pairs: list[_PairData], index: d
                        MetricScore.value, MetricScore.signature, MetricScore.signature_hash)
                 .where(MetricScore.input_hash.in_(list(by_hash)))
             ).all() if by_hash else []
+            imports = study_imports(s, ratings.study_id)
         score_rows = []
         for r in rows:
             # Every key scored on the study's pairs is a column (an unknown key was refused
-            # above, by name); the check keeps a score written meanwhile out.
-            if r.key not in columns:
+            # above, by name); the check keeps a score written meanwhile out, and so does the
+            # second for values another study imported for pairs of the same content.
+            if r.key not in columns or not imports.counts(r.key, r.family, r.signature_hash):
                 continue
             for p in by_hash[r.input_hash]:
                 value = None if r.value is None or not math.isfinite(r.value) else r.value
@@ -434,7 +450,8 @@ def _load_extras(db: Database, study_name: str, pairs: list[_PairData], index: d
         score_keys = {k: {"family": c.family, "signature": c.signature,
                           "signature_hash": c.signature_hash,
                           "higher_is_better": c.higher_is_better, "n_values": c.n,
-                          "n_signatures": c.n_signatures}
+                          "n_signatures": c.n_signatures,
+                          "imported": c.imported.as_json() if c.imported else None}
                       for k, c in columns.items()}
     if timing:
         by_id = {p.id: p for p in pairs}
@@ -443,14 +460,15 @@ def _load_extras(db: Database, study_name: str, pairs: list[_PairData], index: d
             assignments = s.execute(
                 select(Assignment.id, Assignment.rater_id, Assignment.pair_id,
                        Assignment.order_index, Assignment.completed_at,
-                       Assignment.active_seconds, Assignment.last_active_at)
+                       Assignment.active_seconds, Assignment.claimed_seconds,
+                       Assignment.last_active_at)
                 .join(Pair, Pair.id == Assignment.pair_id)
                 .where(Assignment.study_id == study_id, Pair.kind == PAIR_STUDY)
             ).all()
             spans = s.execute(
                 select(ActivitySpan.assignment_id, ActivitySpan.client_id,
                        ActivitySpan.started_at, ActivitySpan.ended_at, ActivitySpan.active_ms,
-                       ActivitySpan.events)
+                       ActivitySpan.events, ActivitySpan.credited_seconds)
                 .join(Assignment, Assignment.id == ActivitySpan.assignment_id)
                 .join(Pair, Pair.id == Assignment.pair_id)
                 .where(Assignment.study_id == study_id, Pair.kind == PAIR_STUDY)
@@ -470,6 +488,9 @@ def _load_extras(db: Database, study_name: str, pairs: list[_PairData], index: d
             ({"_pair": by_id[a.pair_id], "rater_index": index[a.rater_id],
               "queue_position": position[a.id], "completed_at": _iso(a.completed_at),
               "active_seconds": float(a.active_seconds or 0.0),
+              "claimed_seconds": float(a.claimed_seconds or 0.0),
+              "clipped_seconds": activity.clipped_seconds(a.claimed_seconds,
+                                                          a.active_seconds),
               "last_active_at": _iso(a.last_active_at), "n_spans": n_spans.get(a.id, 0)}
              for a in assignments if a.pair_id in by_id),
             key=lambda r: (r["_pair"].position, r["rater_index"]))
@@ -478,7 +499,8 @@ def _load_extras(db: Database, study_name: str, pairs: list[_PairData], index: d
               "rater_index": index[of_assignment[sp.assignment_id].rater_id],
               "tab": sp.client_id, "started_at": _iso(sp.started_at),
               "ended_at": _iso(sp.ended_at), "active_ms": int(sp.active_ms),
-              "events": int(sp.events)}
+              "events": int(sp.events),
+              "credited_seconds": float(sp.credited_seconds or 0.0)}
              for sp in spans if of_assignment[sp.assignment_id].pair_id in by_id),
             key=lambda r: (r["rater_index"], r["started_at"], r["_pair"].position))
     return _Extras(score_rows, score_keys, assignment_rows, span_rows)
@@ -512,8 +534,9 @@ def _write_rows(tmp: Path, stem: str, rows: Sequence[dict[str, Any]], columns: S
 SCORE_COLUMNS = ("key", "family", "value", "higher_is_better", "signature", "signature_hash",
                  "chosen")
 ASSIGNMENT_COLUMNS = ("rater_index", "queue_position", "completed_at", "active_seconds",
-                      "last_active_at", "n_spans")
-SPAN_COLUMNS = ("rater_index", "tab", "started_at", "ended_at", "active_ms", "events")
+                      "claimed_seconds", "clipped_seconds", "last_active_at", "n_spans")
+SPAN_COLUMNS = ("rater_index", "tab", "started_at", "ended_at", "active_ms", "events",
+                "credited_seconds")
 
 
 def _jsonl_files(
@@ -611,7 +634,8 @@ def _quality_files(db: Database, actor: Actor, study_name: str,
         "error_records": anonymised(error_records.export_rows(db, actor, study_name)),
         "adjudications": _adjudicators_indexed(
             adjudication.export_rows(db, actor, study_name=study_name)),
-        "judgements": [r for r in anonymised(pairwise.export_rows(db, actor, study_name))
+        "judgements": [r for r in anonymised(_with_clipping(
+                           db, study_id, pairwise.export_rows(db, actor, study_name)))
                        if r.get("rater_index") is not None or r.get("preference")],
         "flags": anonymised([dataclasses.asdict(f)
                              for f in flags.study_flags(db, actor, study_name)]),
@@ -622,6 +646,25 @@ def _quality_files(db: Database, actor: Actor, study_name: str,
     files["repeats"] = [{"rater_index": by_name.get(r.pop("rater_id")), **r}
                         for r in _repeat_rows(db, study_id)]
     return {name: rows for name, rows in files.items() if rows}
+
+
+def _with_clipping(db: Database, study_id: int, rows: list[dict[str, Any]]
+                   ) -> list[dict[str, Any]]:
+    """Judgement rows with ``claimed_seconds`` and ``clipped_seconds`` beside their
+    ``active_seconds`` (time on task the rules did not credit, see ``activity``)."""
+    with db.read() as s:
+        claimed = {(oid, name): (float(c or 0.0), float(a or 0.0)) for oid, name, c, a in
+                   s.execute(select(Comparison.opaque_id, User.username,
+                                    Judgement.claimed_seconds, Judgement.active_seconds)
+                             .join(Judgement, Judgement.comparison_id == Comparison.id)
+                             .join(User, User.id == Judgement.rater_id)
+                             .where(Comparison.study_id == study_id))}
+    out = []
+    for row in rows:
+        c, a = claimed.get((row.get("comparison_id"), row.get("rater")), (0.0, 0.0))
+        out.append({**row, "claimed_seconds": c,
+                    "clipped_seconds": activity.clipped_seconds(c, a)})
+    return out
 
 
 def _repeat_rows(db: Database, study_id: int) -> list[dict[str, Any]]:
@@ -697,6 +740,42 @@ def _json_default(value: object) -> Any:  # noqa: ANN401 - JSON value
     return str(value)
 
 
+def _reason(exc: OSError) -> str:
+    text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]
+
+
+def _check_output_parent(out_dir: Path) -> None:
+    """Refuse, before the slow work, an ``out_dir`` whose folder cannot be written.
+
+    :func:`publish_dir` builds the export in a staging folder beside ``out_dir`` (in its
+    parent) and renames it at the end, so that parent must exist (or be creatable) and be
+    writable. A temporary file is written rather than ``os.access`` asked: root passes
+    every permission check but still cannot write to a read-only mount.
+
+    Raises:
+        InvalidInput: The parent is missing and cannot be created, or is not writable.
+    """
+    parent = out_dir.parent
+    ancestor = parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise InvalidInput(f"output folder {out_dir} cannot be created "
+                           f"({ancestor} is a file, not a folder)")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(f"output folder {out_dir} cannot be created "
+                           f"(cannot create {exc.filename or parent}: {_reason(exc)})") from None
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise InvalidInput(f"output folder {out_dir} cannot be created "
+                           f"({parent} is not writable: {_reason(exc)})") from None
+
+
 def export_study(
     db: Database,
     actor: Actor,
@@ -725,12 +804,16 @@ def export_study(
     Raises:
         PermissionDenied: The actor is not an admin.
         NotFound: No such study.
-        InvalidInput: Unknown format, non-empty target, or a study the format cannot hold.
+        InvalidInput: Unknown format, non-empty target, a study the format cannot hold, or
+            a target that cannot be written (its folder is missing and cannot be created,
+            or is read-only), found before anything is written.
+        OSError: Writing failed part way (disk full); ``out_dir`` is left as it was.
     """
     require_admin(actor)
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown export format {fmt!r}; choose rexval or jsonl")
     out_dir = free_output_dir(out_dir)
+    _check_output_parent(out_dir)
     # One read snapshot: raters saving during the export cannot make its files disagree
     # (a pair done in the ratings file but not in the assignments file, say).
     with db.snapshot():
@@ -755,7 +838,9 @@ def export_study(
             scores = {
                 "file": name, "rows": len(extras.scores), "keys": extras.score_keys,
                 "rule": "per key the signature covering the most pairs of the study, ties "
-                        "to the newest (rows with chosen=true); correlations negate "
+                        "to the newest (rows with chosen=true), except a key imported from "
+                        "a file (family external): its latest import, in the direction that "
+                        "import gave (keys.imported); correlations negate "
                         "lower-is-better keys and correlate with the negated mean errors "
                         "of the counted raters",
             }
@@ -768,11 +853,15 @@ def export_study(
                 "files": [a_name, s_name],
                 "assignments": len(extras.assignments), "spans": len(extras.spans),
                 "idle_cut_seconds": activity.idle_cut_seconds(),
-                "rules": "active_seconds = length of the union of the assignment's spans "
-                         "(two tabs on one pair count once); a rater's time = sum over the "
-                         "rater's assignments; median per pair over pairs with time; a "
-                         "rating counts when completed_at is set, or when it has no "
-                         "assignment (imported)",
+                "rules": "a span is credited (credited_seconds) for its part inside the "
+                         "rater's login sessions that no span of the rater received before "
+                         "it covers, on any pair (an instant counts once; two tabs on one "
+                         "pair count once); active_seconds = sum of the assignment's "
+                         "credited_seconds; claimed_seconds = length of the union of its "
+                         "spans as sent; clipped_seconds = claimed_seconds - active_seconds; "
+                         "a rater's time = sum over the rater's assignments; median per pair "
+                         "over pairs with time; a rating counts when completed_at is set, or "
+                         "when it has no assignment (imported)",
             }
         for name, rows in quality.items():
             _write_jsonl(tmp / f"{name}.jsonl", rows)

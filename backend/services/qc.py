@@ -18,6 +18,12 @@ Pairwise studies (:mod:`backend.analysis.judge_monitoring`): each rater's comple
 ``Judgement`` rows (preference, both ratings, completion time) give side bias,
 straight-lining and agreement with the other raters.
 
+Clipped time on task (:func:`time_clipping`): per rater, the time their browser claimed on the
+study's pairs and comparisons (``claimed_seconds``) against what was credited
+(``active_seconds``) under the rules of :mod:`backend.services.activity` (inside the rater's
+sessions, an instant for one pair only, spans with an input event). A large difference is
+time that was not physically possible: two pairs at once, or time outside any login.
+
 Pairs are numbered 1..N (``position + 1``) wherever a person reads them. Raters never reach
 this module: every function requires an admin.
 """
@@ -36,6 +42,7 @@ from sqlalchemy.orm import Session, aliased
 from backend.analysis import intra_rater as ir
 from backend.analysis import judge_monitoring as jm
 from backend.analysis import monitoring as mon
+from backend.services.activity import clipped_seconds
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.radpref import DETAILS_KEY as RADPREF_DETAILS
 from backend.services.rating import as_utc
@@ -56,6 +63,9 @@ from db.session import Database
 
 #: The label of the row that pools every rater's repeats.
 POOLED = "(all raters)"
+#: Clipped time under this is clock jitter between two tabs (milliseconds where one pair's
+#: span ends and the next one's starts), not worth a line: a pair is named from here on.
+CLIPPED_NOTICE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -421,8 +431,95 @@ def judgement_monitoring_rows(db: Database, actor: Actor, study_name: str, *,
     } for r in raters]
 
 
+@dataclass(frozen=True)
+class RaterClipping:
+    """How much of one rater's claimed time on task in a study was not credited.
+
+    Attributes:
+        rater: Username.
+        claimed_seconds: Sum over the rater's pairs and comparisons of the union of their
+            spans as the browser sent them.
+        credited_seconds: Sum of their ``active_seconds`` (the time on task every page shows).
+        clipped_seconds: ``claimed_seconds - credited_seconds``.
+        pairs: Study pair numbers (1-based) with at least :data:`CLIPPED_NOTICE_SECONDS`
+            clipped.
+        comparisons: Comparison numbers (1-based, pairwise mode) likewise.
+        other_items: Training items and hidden repeats likewise (not numbered for the lead).
+    """
+
+    rater: str
+    claimed_seconds: float
+    credited_seconds: float
+    clipped_seconds: float
+    pairs: tuple[int, ...]
+    comparisons: tuple[int, ...]
+    other_items: int
+
+    @property
+    def noticeable(self) -> bool:
+        """Whether at least :data:`CLIPPED_NOTICE_SECONDS` were clipped."""
+        return self.clipped_seconds >= CLIPPED_NOTICE_SECONDS
+
+
+def time_clipping(db: Database, actor: Actor, study_name: str) -> tuple[RaterClipping, ...]:
+    """Time on task claimed by each rater's browser against what was credited (admin only).
+
+    Args:
+        db: The study database.
+        actor: An admin.
+        study_name: The study.
+
+    Returns:
+        One entry per rater with any claimed time in the study (assignments or judgements),
+        by username.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+        NotFound: no such study.
+    """
+    require_admin(actor)
+    with db.read() as s:
+        study = _study(s, study_name)
+        pairs = s.execute(
+            select(User.username, Pair.kind, Pair.position, Assignment.claimed_seconds,
+                   Assignment.active_seconds)
+            .join(Assignment, Assignment.rater_id == User.id)
+            .join(Pair, Pair.id == Assignment.pair_id)
+            .where(Assignment.study_id == study.id)
+            .order_by(User.username, Pair.position)).all()
+        comparisons = s.execute(
+            select(User.username, Comparison.position, Judgement.claimed_seconds,
+                   Judgement.active_seconds)
+            .join(Judgement, Judgement.rater_id == User.id)
+            .join(Comparison, Comparison.id == Judgement.comparison_id)
+            .where(Comparison.study_id == study.id)
+            .order_by(User.username, Comparison.position)).all()
+    work: dict[str, dict[str, Any]] = defaultdict(lambda: {
+        "claimed": 0.0, "credited": 0.0, "pairs": [], "comparisons": [], "other": 0})
+    items = [(u, kind, pos, c, a, "pairs") for u, kind, pos, c, a in pairs]
+    items += [(u, PAIR_STUDY, pos, c, a, "comparisons") for u, pos, c, a in comparisons]
+    for username, kind, position, claimed, credited, where in items:
+        if not claimed and not credited:
+            continue
+        entry = work[username]
+        entry["claimed"] += float(claimed or 0.0)
+        entry["credited"] += float(credited or 0.0)
+        if clipped_seconds(claimed, credited) >= CLIPPED_NOTICE_SECONDS:
+            if kind == PAIR_STUDY:
+                entry[where].append(int(position) + 1)
+            else:
+                entry["other"] += 1
+    return tuple(RaterClipping(
+        rater=u, claimed_seconds=e["claimed"], credited_seconds=e["credited"],
+        clipped_seconds=clipped_seconds(e["claimed"], e["credited"]),
+        pairs=tuple(e["pairs"]), comparisons=tuple(e["comparisons"]), other_items=e["other"])
+        for u, e in sorted(work.items()))
+
+
 __all__ = [
+    "CLIPPED_NOTICE_SECONDS",
     "POOLED",
+    "RaterClipping",
     "RaterRepeats",
     "StudyIntraRater",
     "StudyMonitoring",
@@ -432,4 +529,5 @@ __all__ = [
     "judgement_monitoring_rows",
     "monitoring",
     "monitoring_rows",
+    "time_clipping",
 ]

@@ -3,6 +3,7 @@ the spans it stores (resends idempotent, other raters' pairs refused by index)."
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import pytest
@@ -23,8 +24,11 @@ HEADERS = {CSRF_HEADER: "1"}
 
 
 def _login(db, actor) -> str:
-    ticket = sessions.create_session(db, actor)
-    return sessions.exchange_ticket(db, ticket.ticket).token
+    # Logged in a minute ago: a span is credited only inside the rater's sessions, and the
+    # spans these tests send start a few seconds before now.
+    then = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    ticket = sessions.create_session(db, actor, now=then)
+    return sessions.exchange_ticket(db, ticket.ticket, now=then).token
 
 
 @pytest.fixture
@@ -94,12 +98,15 @@ def test_header_login_and_body_are_checked(env):
          '"spans": []}'.encode(), "client_id: must be 8-64 letters"),
         (b'{"client_id": "page-load-abc123", "spans": [], "user": 3}',
          "request body: unknown field(s) 'user'"),
-        (b" " * (api.MAX_JSON_BODY + 1), "request body over"),
     ]
     for raw, message in cases:
         reply = client.post("/_rc/api/activity", content=raw, headers=HEADERS)
         assert reply.status_code == 400, raw[:40]
         assert reply.json()["reason"] == "invalid" and message in reply.json()["message"]
+    # Over the cap: 413, refused before the body is read (tests/services/test_route_probes.py).
+    reply = client.post("/_rc/api/activity", content=b" " * (api.MAX_JSON_BODY + 1),
+                        headers=HEADERS)
+    assert reply.status_code == 413 and "request body over" in reply.json()["message"]
     with db.read() as s:
         assert s.scalar(select(func.count(ActivitySpan.id))) == 0
     # A revoked session is a login again, not a store.

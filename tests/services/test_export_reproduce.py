@@ -5,8 +5,9 @@ lower-is-better, one scored under two signatures) and activity spans (two tabs o
 is exported with ``with_scores`` and ``with_timing``. From the files only (plain ``csv`` and
 ``json`` readers, ``scipy``), the test recomputes the "Ratings" count, each metric's Kendall
 tau-b against the raters' mean total errors, and each rater's time on task (total and median
-per pair, and each pair's time as the union of its spans), and compares them with the values
-the services give the dashboard.
+per pair; each pair's claimed time as the union of its spans and its credited time as the sum
+of its spans' credit; each rater's total as the union of all their spans, an instant counting
+for one pair), and compares them with the values the services give the dashboard.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def _files(out: Path, fmt: str) -> tuple[list[dict], list[dict], list[dict], lis
         for k in ("pair_number", "rater_index", "queue_position", "n_spans", "study_number"):
             if k in out:
                 out[k] = int(out[k])
-        for k in ("value", "active_seconds"):
+        for k in ("value", "active_seconds", "claimed_seconds", "clipped_seconds",
+                  "credited_seconds"):
             if k in out:
                 out[k] = float(out[k]) if out[k] else None
         for k in ("chosen", "higher_is_better"):
@@ -194,7 +196,10 @@ def test_dashboard_numbers_are_reproduced_from_the_export(study, tmp_path, fmt):
     assert {s["signature"] for s in scores if s["key"] == "bleu4"} == {"bleu4|a", "bleu4|b"}
 
     # Time on task per rater: total and median per pair, from the assignments file; each
-    # pair's time is the union of its spans (the second tab's overlap counts once).
+    # pair's claimed time is the union of its spans (the second tab's overlap counts once),
+    # its credited time the sum of its spans' credit: where the second tab's span runs into
+    # the next pair's time, that pair had the instants first. A rater's total is the union
+    # of all their spans.
     prog = {r.username: r for r in progress.study_progress(db, ADMIN, study_name=STUDY).raters}
     for index, name in enumerate(RATERS):
         mine = [a for a in assignments if a["rater_index"] == index]
@@ -202,13 +207,21 @@ def test_dashboard_numbers_are_reproduced_from_the_export(study, tmp_path, fmt):
         median = statistics.median(a["active_seconds"] for a in mine if a["active_seconds"] > 0)
         assert total == pytest.approx(prog[name].active_seconds, abs=1e-6)
         assert median == pytest.approx(prog[name].median_seconds, abs=1e-6)
+        everything = [(dt.datetime.fromisoformat(s["started_at"]),
+                       dt.datetime.fromisoformat(s["ended_at"]))
+                      for s in spans if s["rater_index"] == index]
+        assert total == pytest.approx(_union(everything), abs=1e-3)
         for a in mine:
+            theirs = [s for s in spans if s["rater_index"] == index
+                      and s["pair_number"] == a["pair_number"]]
             intervals = [(dt.datetime.fromisoformat(s["started_at"]),
-                          dt.datetime.fromisoformat(s["ended_at"]))
-                         for s in spans if s["rater_index"] == index
-                         and s["pair_number"] == a["pair_number"]]
+                          dt.datetime.fromisoformat(s["ended_at"])) for s in theirs]
             assert len(intervals) == a["n_spans"]
-            assert _union(intervals) == pytest.approx(a["active_seconds"], abs=1e-3)
+            assert _union(intervals) == pytest.approx(a["claimed_seconds"], abs=1e-3)
+            assert sum(s["credited_seconds"] for s in theirs) == pytest.approx(
+                a["active_seconds"], abs=1e-3)
+            assert a["clipped_seconds"] == pytest.approx(
+                a["claimed_seconds"] - a["active_seconds"], abs=1e-3)
     assert manifest["timing"]["idle_cut_seconds"] == activity.idle_cut_seconds()
     assert manifest["scores"]["keys"]["bleu4"]["signature"] == "bleu4|a"
     assert set(manifest["files"]) >= {manifest["scores"]["file"], *manifest["timing"]["files"]}

@@ -39,3 +39,11 @@ def test_a_job_device_must_match_whole(device):
 def test_radpref_user_files_sort_without_reading_non_ascii_digits_as_numbers():
     names = ["user_10.json", "user_2.json", "user_².json"]
     assert sorted(names, key=_user_file_key) == ["user_2.json", "user_10.json", "user_².json"]
+
+
+def test_an_activity_client_id_must_match_whole(db):
+    from backend.services import activity
+
+    for client_id in ("page-load-abc123\n", "page-load-abc123 "):
+        with pytest.raises(InvalidInput, match="client_id: must be 8-64 letters"):
+            activity.record_spans(db, Actor.system(), client_id=client_id, spans=[])

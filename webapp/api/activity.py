@@ -8,8 +8,12 @@ Body (JSON, at most ``MAX_JSON_BODY`` bytes)::
 Answers:
 
 * ``200 {"stored", "duplicates", "refused": [{"index", "field", "message"}]}``: the batch was
-  handled; refused spans (another rater's pair, a closed study, bad times) are named and
-  dropped by the browser, the others are stored. A resend is counted in ``duplicates``.
+  handled; refused spans (another rater's pair, a closed study, no input event, bad times)
+  are named and dropped by the browser, the others are stored. A resend is counted in
+  ``duplicates``. A stored span is linked to the session of the cookie that posted it and
+  credited only inside the rater's sessions and for instants not already credited to the
+  rater (``backend.services.activity``): what the browser claims beyond that is stored but
+  clipped, never credited.
 * ``400``: the body is not such an object (the reason names the field).
 * ``401``: no live session (logged out, expired, revoked): the browser keeps its spans and
   sends them again later, after the rater logs in again.
@@ -33,24 +37,39 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from backend.services import activity
+from backend.services import activity, sessions
 from backend.services.errors import ServiceError
 from webapp import api
+from webapp.state import SESSION_COOKIE
 
 ROUTE = "activity"
+
+
+async def _live_session(request: Request) -> sessions.LiveSession | None:
+    """The cookie's live session (as :func:`webapp.api.actor_of` checks it), or ``None``.
+
+    The spans' credit is bounded by the session that posted them, so the route needs the
+    session itself, not only its account.
+    """
+    token = request.cookies.get(SESSION_COOKIE, "")
+    if not token:
+        return None
+    live = await api.in_thread(sessions.resolve_token, api.database(), token)
+    return None if live is None or live.must_change_password else live
 
 
 async def post_activity(request: Request) -> Response:
     """Store a batch of activity spans of the cookie's rater."""
     if (refused := api.csrf_refused(request)) is not None:
         return refused
-    actor = await api.actor_of(request)
-    if actor is None:
+    live = await _live_session(request)
+    if live is None:
         return api.error(401, "login", "Your session has ended: log in again.")
+    actor = live.actor
     try:
         body: Any = await api.json_body(request)
     except ValueError as exc:
-        return api.error(400, "invalid", str(exc))
+        return api.bad_body(exc, "invalid")
     if not isinstance(body, dict):
         return api.error(400, "invalid", "request body: must be an object with client_id, "
                                          "account and spans")
@@ -67,7 +86,8 @@ async def post_activity(request: Request) -> Response:
         return api.error(409, "account", "these spans were measured for another account")
     try:
         result = await api.in_thread(activity.record_spans, api.database(), actor,
-                                     client_id=body.get("client_id"), spans=spans)
+                                     client_id=body.get("client_id"), spans=spans,
+                                     session_id=live.session_id)
     except ServiceError as exc:
         return api.error(400, "invalid", str(exc))
     return JSONResponse({

@@ -4,7 +4,8 @@ flags and the training / qualification standing.
 Every number comes from a service (``backend.services.qc``, ``flags``, ``calibration``); the
 page only draws it. Pairs are numbered 1..N as on the progress page; a missing value is a
 blank cell (``webapp/components/tables.py``). Times are the time on task of
-``backend.services.activity`` (the rater's own input and focus events, idle gaps cut).
+``backend.services.activity`` (the rater's own input and focus events, idle gaps cut); what a
+rater's browser claimed beyond what the rules credit is listed under "Time on task clipped".
 """
 
 from __future__ import annotations
@@ -155,6 +156,34 @@ if judges:
     csv_download(state.call(qc.judgement_monitoring_rows, db, actor, study,
                             straight_run=straight_run, outlier_z=outlier_z),
                  file_name=f"{study}-judgement-monitoring.csv", key="qcp_judgement_csv")
+
+# -- Clipped time on task ----------------------------------------------------------------
+clipping = state.call(qc.time_clipping, db, actor, study)
+clipped = [c for c in clipping if c.noticeable]
+st.header("Time on task clipped")
+if not clipped:
+    st.caption("No time on task was clipped: every rater was credited what their browser "
+               f"claimed (less than {qc.CLIPPED_NOTICE_SECONDS:g} s is clock jitter between "
+               "two tabs, not listed).")
+else:
+    st.caption(
+        "Time the rater's browser claimed but that was not credited: time outside the rater's "
+        "login sessions, or instants already credited to another pair (one pair is on screen "
+        "at a time), or spans without an input event. The time on task on every page and in "
+        "the export is the credited time; the export has both per pair.")
+    for c in clipped:
+        st.warning(f"**{c.rater}**: {_duration(c.clipped_seconds)} of "
+                   f"{_duration(c.claimed_seconds)} claimed was clipped.",
+                   icon=":material/timer_off:")
+    st.dataframe(pd.DataFrame([{
+        "Rater": c.rater,
+        "Claimed": _duration(c.claimed_seconds),
+        "Credited": _duration(c.credited_seconds),
+        "Clipped": _duration(c.clipped_seconds),
+        "Pairs": _pairs(c.pairs),
+        "Comparisons": _pairs(c.comparisons),
+        "Training / repeats": str(c.other_items) if c.other_items else "",
+    } for c in clipped]), hide_index=True, width="stretch")
 
 # -- Intra-rater agreement --------------------------------------------------------------
 st.header("Intra-rater agreement")

@@ -143,7 +143,12 @@ function install(data) {
         body: JSON.stringify({
           client_id: state.clientId,
           account,
-          spans: batch.map(({ pair, start, end, events }) => ({ pair, start, end, events })),
+          // A span without an event of its own (cut at a send, or opened by a change of
+          // pair) continues the activity of the event before it, which is sent as its one:
+          // the server takes no span without an event.
+          spans: batch.map(({ pair, start, end, events }) => ({
+            pair, start, end, events: Math.max(events, 1),
+          })),
         }),
       });
       // 200: stored (refused spans are named and dropped); 400: a malformed batch that no
