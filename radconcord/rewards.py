@@ -210,7 +210,7 @@ def reward_fn(
 
     Args:
         metric: One output key (``"bleu4"``, ``"rougeL"``, ``"bertscore_f"``,
-            ``"radgraph_combined"``, ...) or a family with a single key (``"rouge"``).
+            ``"radgraph_combined"``, ...) or a family with a single key (``"meteor"``).
         reference_column: Dataset column with the reference report of each prompt.
         device: ``"auto"``, ``"cpu"`` or ``"cuda[:N]"`` for model metrics.
         batch_size: Completions per metric call.

@@ -35,7 +35,9 @@ if [ "$mode" = "test" ]; then extras="dev"; else extras="all"; fi
 # The package itself, editable (the checkout is what runs), with its dependencies from
 # pyproject.toml; skipped when pyproject.toml and the mode did not change since the last run.
 stamp=".venv/.radconcord-installed"
-hash="$(sha256sum pyproject.toml | cut -c1-64)"
+# This script's own install steps count too: a changed step reinstalls on machines that ran
+# the old one.
+hash="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-64)"
 want="$mode $hash"
 have="$(cat "$stamp" 2>/dev/null || true)"
 # A test install ([dev]) holds everything the app needs ([all]): run-app.sh after test.sh
@@ -48,5 +50,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "$TORCH"
 .venv/bin/python -m pip install -q -e ".[$extras]"
+if [ "$mode" = "test" ]; then
+  # RadEval's own code for the `radeval` family's parity tests. --no-deps: its lexical
+  # metrics need only what we have, and its full dependency set (torchvision) would replace
+  # the CPU torch (backend/metrics/cards/radeval.md).
+  .venv/bin/python -m pip install -q --no-deps "radeval==2.2.1"
+fi
 echo "$want" > "$stamp"
 echo "bootstrap: ready ($mode)"

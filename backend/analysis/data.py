@@ -25,18 +25,30 @@ undefined (NaN).
 Metric directions come from the metric registry (:func:`backend.metrics.registry.higher_is_better`,
 declared per key, no metric code imported); a stored key the registry does not know is an
 error that names it, never a guess.
+
+Imported scores (``import-scores``, :mod:`backend.services.score_imports`). A key whose values
+were computed elsewhere is stored as ``MetricScore`` rows of family :data:`EXTERNAL_FAMILY`
+under ``external:<key>|sha256:<file digest>``, and each import is a ``ScoreImport`` row of the
+study. For such a key the study uses its latest import (not the coverage rule), with the
+direction recorded by that import, and :attr:`MetricColumn.imported` says where the values
+came from; rows of the study's older imports count in ``n_signatures`` only. Rows of family
+``external`` that no import of *this* study names (another study imported a file for pairs
+with the same content) never count here, and neither do computed rows of a key the study
+imported (its import wins).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from backend.metrics import registry
 from db.models import (
@@ -48,6 +60,7 @@ from db.models import (
     MetricScore,
     Pair,
     Rating,
+    ScoreImport,
     Study,
     User,
 )
@@ -57,6 +70,8 @@ N_CATEGORIES = 6
 TARGETS = ("total", "significant")
 #: ``load_ratings(counts=...)``: the raters' own counts, or consensus where adjudicated.
 COUNTS_MODES = ("raw", "adjudicated")
+#: ``MetricScore.family`` of values imported from a file (computed elsewhere).
+EXTERNAL_FAMILY = "external"
 
 class AnalysisInputError(ValueError):
     """The requested analysis cannot run on this data (message names what is missing)."""
@@ -171,6 +186,7 @@ class MetricColumn:
         signature_hash: Its hash.
         higher_is_better: Direction of the key.
         n_signatures: How many signatures exist for this key on the study's pairs.
+        imported: The import the values come from; ``None`` for a computed metric.
     """
 
     key: str
@@ -180,11 +196,130 @@ class MetricColumn:
     signature_hash: str
     higher_is_better: bool
     n_signatures: int
+    imported: ScoreImportInfo | None = None
 
     @property
     def n(self) -> int:
         """Pairs with a finite value."""
         return int(np.isfinite(self.values).sum())
+
+
+@dataclass(frozen=True)
+class ScoreImportInfo:
+    """One import of a key's values computed elsewhere (a ``score_imports`` row).
+
+    Attributes:
+        id: Row id.
+        key: Output key.
+        signature: ``external:<key>|sha256:<file digest>``.
+        signature_hash: Its hash (as the runner computes it).
+        higher_is_better: Direction given at import.
+        description: What the metric is.
+        source: Where the values come from (URL or text).
+        file_name: The imported file's name.
+        file_sha256: Its sha256.
+        n_pairs: Study pairs with a value.
+        n_missing: Study pairs without one (allowed with ``allow_missing``).
+        imported_at: When.
+        imported_by: Username of the admin (``system`` for the command line).
+    """
+
+    id: int
+    key: str
+    signature: str
+    signature_hash: str
+    higher_is_better: bool
+    description: str
+    source: str
+    file_name: str
+    file_sha256: str
+    n_pairs: int
+    n_missing: int
+    imported_at: dt.datetime
+    imported_by: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The import as JSON-able values (``imported_at`` in ISO 8601 UTC)."""
+        when = self.imported_at
+        when = when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when.astimezone(dt.UTC)
+        return {"description": self.description, "source": self.source,
+                "file_name": self.file_name, "file_sha256": self.file_sha256,
+                "n_pairs": self.n_pairs, "n_missing": self.n_missing,
+                "imported_at": when.isoformat(), "imported_by": self.imported_by,
+                "signature": self.signature}
+
+
+@dataclass(frozen=True)
+class StudyImports:
+    """A study's score imports, and which stored score rows they let count for it.
+
+    Attributes:
+        history: Every import, oldest first.
+    """
+
+    history: tuple[ScoreImportInfo, ...] = ()
+    _latest: dict[str, ScoreImportInfo] = field(default_factory=dict, init=False, repr=False)
+    _signatures: dict[str, frozenset[str]] = field(default_factory=dict, init=False,
+                                                   repr=False)
+
+    def __post_init__(self) -> None:
+        signatures: dict[str, set[str]] = defaultdict(set)
+        for imp in self.history:  # oldest first: the last one of a key is its latest
+            self._latest[imp.key] = imp
+            signatures[imp.key].add(imp.signature_hash)
+        self._signatures.update({k: frozenset(v) for k, v in signatures.items()})
+
+    @property
+    def latest(self) -> dict[str, ScoreImportInfo]:
+        """``key -> `` the latest import of each imported key."""
+        return dict(self._latest)
+
+    def counts(self, key: str, family: str, signature_hash: str) -> bool:
+        """Whether a stored score row may count for this study.
+
+        A computed row counts unless the study imported its key; an ``external`` row counts
+        only under a signature one of the study's imports of that key wrote.
+        """
+        if key in self._signatures:
+            return signature_hash in self._signatures[key]
+        return family != EXTERNAL_FAMILY
+
+    def chosen(self, key: str, present: Container[str]) -> ScoreImportInfo | None:
+        """The import whose values the study reads for ``key``: its newest import whose
+        signature hash is in ``present`` (the signatures with rows); ``None`` when the study
+        imported no values of ``key`` (a computed key: the coverage rule picks)."""
+        if key not in self._signatures:
+            return None
+        return next((imp for imp in reversed(self.history)
+                     if imp.key == key and imp.signature_hash in present), None)
+
+    def direction(self, key: str, family: str | None = None) -> bool:
+        """``higher_is_better`` of ``key``: the latest import's, else the registry's.
+
+        Raises:
+            AnalysisInputError: neither an imported nor a registered key.
+        """
+        imp = self._latest.get(key)
+        return imp.higher_is_better if imp is not None else metric_direction(key, family)
+
+
+def study_imports(s: Session, study_id: int) -> StudyImports:
+    """Every score import of a study, oldest first (one query, in the caller's session).
+
+    Args:
+        s: An open session.
+        study_id: The study's id.
+    """
+    rows = s.scalars(select(ScoreImport).where(ScoreImport.study_id == study_id)
+                     .order_by(ScoreImport.imported_at, ScoreImport.id)).all()
+    return StudyImports(tuple(
+        ScoreImportInfo(id=r.id, key=r.key, signature=r.signature,
+                        signature_hash=r.signature_hash,
+                        higher_is_better=bool(r.higher_is_better), description=r.description,
+                        source=r.source, file_name=r.file_name, file_sha256=r.file_sha256,
+                        n_pairs=r.n_pairs, n_missing=r.n_missing, imported_at=r.imported_at,
+                        imported_by=r.imported_by)
+        for r in rows))
 
 
 def metric_direction(key: str, family: str | None = None) -> bool:
@@ -352,13 +487,15 @@ def load_metric_columns(
         if keys is not None:
             stmt = stmt.where(MetricScore.key.in_(list(keys)))
         rows = s.execute(stmt).all()
+        imports = study_imports(s, ratings.study_id)
 
     pairs_of_hash: dict[str, list[int]] = defaultdict(list)
     for i, h in enumerate(ratings.input_hashes):
         pairs_of_hash[h].append(i)
     by_key: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        by_key[row.key][row.signature_hash].append(row)
+        if imports.counts(row.key, row.family, row.signature_hash):
+            by_key[row.key][row.signature_hash].append(row)
 
     wanted = list(keys) if keys is not None else sorted(by_key, key=_key_order)
     missing = [k for k in wanted if k not in by_key]
@@ -380,7 +517,10 @@ def load_metric_columns(
             newest = max(r.created_at for r in group)
             return (coverage, newest.timestamp() if newest else 0.0, sig_hash)
 
-        chosen = max(signatures, key=rank)
+        # An imported key reads its latest import whose rows are there, whichever covers
+        # more pairs: importing a file is the lead's explicit choice.
+        imported = imports.chosen(key, signatures)
+        chosen = imported.signature_hash if imported is not None else max(signatures, key=rank)
         group = signatures[chosen]
         values = np.full(ratings.n_pairs, np.nan)
         for r in group:
@@ -393,7 +533,9 @@ def load_metric_columns(
             values=values,
             signature=group[0].signature,
             signature_hash=chosen,
-            higher_is_better=metric_direction(key, family),
+            higher_is_better=(imported.higher_is_better if imported is not None
+                              else metric_direction(key, family)),
             n_signatures=len(signatures),
+            imported=imported,
         )
     return out

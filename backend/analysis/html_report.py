@@ -252,6 +252,26 @@ def _sorted_metrics(report: Mapping[str, Any]) -> list[tuple[str, Mapping[str, A
     return sorted(metrics.items(), key=key)
 
 
+def _metric_name(key: str, m: Mapping[str, Any]) -> str:
+    """The key, marked when its values were imported from a file (computed elsewhere)."""
+    return _e(key) + (' <span class="muted">(imported)</span>' if m.get("imported") else "")
+
+
+def _imported(items: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """Where each imported key's values came from (``import-scores``)."""
+    rows = [(_e(k), _e(imp.get("description") or None), _e(imp.get("source") or None),
+             _e(imp.get("file_name")), f"<code>{_e(imp.get('file_sha256'))}</code>",
+             _num(imp.get("n_pairs")), _num(imp.get("n_missing")),
+             f"{_e(imp.get('imported_at'))} by {_e(imp.get('imported_by'))}")
+            for k, m in items if (imp := m.get("imported"))]
+    if not rows:
+        return ""
+    return ("<h3>Imported scores</h3><p class=\"note\">Values computed elsewhere and imported"
+            " from a file; the direction is the one given at import.</p>" + _table(
+                ("Metric", "Description", "Source", "File", "File sha256", "Pairs with a value",
+                 "Missing", "Imported"), rows))
+
+
 def _metrics(report: Mapping[str, Any], figures: Mapping[str, str]) -> str:
     items = _sorted_metrics(report)
     if not items:
@@ -262,7 +282,8 @@ def _metrics(report: Mapping[str, Any], figures: Mapping[str, str]) -> str:
         header.append("% of ceiling")
     rows = []
     for key, m in items:
-        row = [_e(key), _e(m.get("family")), _num(m.get("n")), _num(m.get("kendall_tau_b")),
+        row = [_metric_name(key, m), _e(m.get("family")), _num(m.get("n")),
+               _num(m.get("kendall_tau_b")),
                _ci(m.get("kendall_ci95")), _num(m.get("spearman")), _ci(m.get("spearman_ci95"))]
         if has_pct:
             row.append(_pct(m.get("pct_of_ceiling")))
@@ -377,10 +398,11 @@ def _settings(report: Mapping[str, Any]) -> str:
     out = _table(
         ("Metric", "Family", "Direction", "Signature (settings)", "Signature hash",
          "Signatures seen"),
-        [(_e(k), _e(m.get("family")),
+        [(_metric_name(k, m), _e(m.get("family")),
           "higher is better" if m.get("higher_is_better") else "lower is better",
           f"<code>{_e(m.get('signature'))}</code>", f"<code>{_e(m.get('signature_hash'))}</code>",
           _num(m.get("n_signatures"))) for k, m in items])
+    out += _imported(items)
     refit = report.get("radcliq_refit") or {}
     if refit.get("available"):
         out += (f"<p>RadCliQ refit on this study: cross-validated Kendall tau-b"

@@ -6,7 +6,10 @@ Layout (DESIGN.md "correlate" plus the sections beside ``metrics``)::
      "n_pairs_in_study", "counts", "n_adjudicated",
      "metrics": {KEY: {"kendall_tau_b", "kendall_ci95": [lo, hi], "spearman",
                        "spearman_ci95", "higher_is_better", "signature", "signature_hash",
-                       "family", "n", "n_signatures", "n_degenerate_resamples"}},
+                       "family", "n", "n_signatures", "n_degenerate_resamples",
+                       "imported": null | {"description", "source", "file_name",
+                                           "file_sha256", "n_pairs", "n_missing",
+                                           "imported_at", "imported_by", "signature"}}},
      "per_category": {"1".."6": {"name", "mean_errors",
                                  "metrics": {KEY: {"kendall_tau_b", "kendall_ci95",
                                                    "spearman", "spearman_ci95", "n"}}}},
@@ -34,7 +37,10 @@ and every ``metrics`` entry carries ``pct_of_ceiling`` (``|tau| / ceiling tau`` 
 null without a positive ceiling).
 
 Every correlation orients the metric so that higher means better (lower-is-better keys are
-negated) and negates the radiologists' error count, so a positive tau means agreement. The
+negated) and negates the radiologists' error count, so a positive tau means agreement. A key
+imported from a file (``import-scores``, family ``external``) enters every section like a
+computed one, with the direction its latest import recorded, and its ``imported`` entry says
+where the values came from. The
 target per pair is the mean over the counted raters (data.py says which ratings count) of the
 total errors, or of the clinically significant errors with ``significant_only``. Pairs no
 rater counted are left out (``n_pairs`` counts the rest). Every section is bootstrapped with the
@@ -119,6 +125,8 @@ PUBLISHED: tuple[tuple[str, str, str | None, float], ...] = (
     ("RadCliQ paper", "CheXbert", "semb", 0.457),
     ("RadCliQ paper", "RadCliQ", "radcliq_v0", 0.522),
     ("VLScore paper", "VLScore", "vlscore", 0.718),
+    # No family of ours computes CREPE (its weights are the authors'): shown, never ranked.
+    ("CREPE paper (Cho et al., EMNLP 2025)", "CREPE", None, 0.786),
 )
 
 
@@ -333,6 +341,9 @@ def correlate_study(
             "n": int(main.n[k]),
             "n_signatures": col.n_signatures,
             "n_degenerate_resamples": int(main.n_degenerate[k]) if draws else 0,
+            # Values computed elsewhere and imported from a file (import-scores): where
+            # they came from; null for a metric this app computed.
+            "imported": col.imported.as_json() if col.imported is not None else None,
         }
 
     per_category: dict[str, Any] = {}

@@ -38,6 +38,7 @@ COMMAND_MODULES = (
     "backend.cli.pairwise",
     "backend.cli.adjudication",
     "backend.cli.monitoring",
+    "backend.cli.benchmark",
 )
 
 

@@ -1,5 +1,5 @@
-"""Data commands: ``import-pairs``, ``import-rexval``, ``import-demo`` and
-``build-study``.
+"""Data commands: ``import-pairs``, ``import-rexval``, ``import-demo``, ``import-scores``
+and ``build-study``.
 
 Heavy modules (pydicom, SQLAlchemy models, metrics) are imported inside the handlers so that
 ``python -m backend --help`` stays fast.
@@ -93,6 +93,28 @@ def cmd_import_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# ``--lower-is-better`` given without keys (never a key: keys cannot hold a NUL).
+_ALL_KEYS = "\0all"
+
+
+def cmd_import_scores(args: argparse.Namespace) -> int:
+    """Import a file of per-pair values computed elsewhere into a study (one line per key)."""
+    from backend.services.score_imports import import_scores
+    from backend.types import Actor
+
+    # A bare --lower-is-better is every imported key; with keys, those keys only.
+    lower: bool | str = True if args.lower_is_better == _ALL_KEYS else (
+        args.lower_is_better or False)
+    with database() as db, service_errors():
+        summary = import_scores(
+            db, Actor.system(), study_name=args.study, path=Path(args.input),
+            metric=args.metric, lower_is_better=lower, description=args.description,
+            source=args.source, allow_missing=args.allow_missing)
+    for line in summary.lines():
+        print(line)
+    return 0
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -104,7 +126,8 @@ def _positive_int(text: str) -> int:
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
-    """Add ``import-pairs``, ``import-rexval``, ``import-demo``, ``build-study``.
+    """Add ``import-pairs``, ``import-rexval``, ``import-demo``, ``import-scores``,
+    ``build-study``.
 
     Args:
         subparsers: The object returned by ``ArgumentParser.add_subparsers``.
@@ -136,6 +159,32 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
                    help="6_valid_raters_per_rater_error_categories.csv")
     p.add_argument("--study", required=True, help="name of the new study")
     p.set_defaults(func=cmd_import_rexval)
+
+    p = subparsers.add_parser(
+        "import-scores", help="import a metric's per-pair values computed elsewhere",
+        description="Import per-pair values of a metric computed elsewhere (an API, another "
+                    "cluster, a notebook) into a study: they then show in every view of the "
+                    "study like a computed metric, marked as imported. FILE is CSV or JSONL "
+                    "naming each pair by pair_number (1-based, as in the study's JSONL export) "
+                    "or pair_id (the export's opaque id), with a 'value' column (give "
+                    "--metric KEY) or one column per metric key (all imported; --metric "
+                    "picks some). Re-importing another file for a key makes a new signature; "
+                    "the study reads the latest import of each key.")
+    p.add_argument("--study", required=True, help="the study whose pairs the file names")
+    p.add_argument("--input", required=True, metavar="FILE", help="CSV or JSONL file of values")
+    p.add_argument("--metric", default=None, metavar="KEY[,KEY...]",
+                   help="the key of the 'value' column; for a file with one column per key, "
+                   "the keys to import (default: every column)")
+    p.add_argument("--lower-is-better", nargs="?", const=_ALL_KEYS, default=None,
+                   metavar="KEY[,KEY...]",
+                   help="lower values are better: every imported key, or the keys named "
+                   "(default: higher is better)")
+    p.add_argument("--description", default="", help="what the metric is")
+    p.add_argument("--source", default="", help="where the values come from (URL or text)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="accept blank/NaN values and study pairs without a row (they get no "
+                   "value; the count is printed)")
+    p.set_defaults(func=cmd_import_scores)
 
     p = subparsers.add_parser("import-demo", help="import the bundled demo study")
     p.add_argument("--study", default="Demo study", help="name of the new study")

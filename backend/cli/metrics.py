@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +80,18 @@ def _direction(value: bool | None) -> str:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    """Print the catalogue as a table or JSON."""
-    from backend.services.scoring import metric_catalog
+    """Print the catalogue as a table or JSON.
+
+    Plug-ins refused for a name clash are printed after the table (on stderr with ``--json``,
+    so that stdout stays the list).
+    """
+    from backend.services.scoring import ignored_plugins, metric_catalog
 
     catalog = metric_catalog()
+    ignored = ignored_plugins()
     if args.json:
+        for message in ignored:
+            print(f"warning: {message}", file=sys.stderr)
         payload = [
             {
                 "family": m.family,
@@ -93,6 +101,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
                 "signature": m.signature,
                 "needs_model": m.needs_model,
                 "needs_image": m.needs_image,
+                "plugin": m.origin,
                 "keys": [
                     {
                         "key": k,
@@ -109,6 +118,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     rows = [("FAMILY", "KIND", "KEY", "BETTER", "STATUS")]
     for m in catalog:
         status = "available" if m.available else f"unavailable: {m.reason}"
+        if not m.keys:  # a plug-in that could not be loaded: no keys known
+            rows.append((m.family, m.kind, "-", "", status))
         for i, k in enumerate(m.keys):
             rows.append(
                 (
@@ -124,6 +135,11 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         print("  ".join(r[c].ljust(widths[c]) for c in range(4)) + "  " + r[4])
     n_ok = sum(m.available for m in catalog)
     print(f"\n{n_ok} of {len(catalog)} metric families available here")
+    for m in catalog:
+        if m.origin is not None:
+            print(f"plug-in {m.family}: {m.origin}")
+    for message in ignored:
+        print(f"ignored: {message}")
     return 0
 
 

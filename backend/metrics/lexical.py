@@ -7,8 +7,11 @@ Each family reproduces one public reference implementation exactly (see the metr
   small=1e-9 smoothing), all pairs' n-grams counted with one sort of packed integer keys.
 - ``Bleu2RadCliQ``: fast_bleu 0.0.90 ``BLEU([ref], {"bigram": (.5, .5)})`` on RadCliQ's
   tokens, i.e. NLTK-style sentence BLEU with smoothing method 1 (its default); same counting.
-- ``RougeL``: rouge-score 0.1.2 ``RougeScorer(['rougeL'], use_stemmer=True)``, with cached
-  Porter stems and a bit-parallel LCS.
+- ``Bleu`` with ``tokenize="radeval"``: RadEval 2.2's ``bleu`` (the same scorer on
+  whitespace-split tokens, pycocoevalcap's value kept for an empty reference).
+- ``RougeL``: rouge-score 0.1.2 ``RougeScorer(['rouge1', 'rouge2', 'rougeL'],
+  use_stemmer=True)`` F-measures, with cached Porter stems, all pairs' clipped unigram and
+  bigram matches counted in one sort, and a bit-parallel LCS.
 - ``Meteor``: the METEOR 1.5 jar shipped with pycocoevalcap, driven by one long-lived Java
   process per instance with pipelined ``SCORE`` lines and one ``EVAL`` line per call.
 - ``Cider``: pycocoevalcap 1.2 ``CiderScorer`` (CIDEr-D: clipped tf-idf, Gaussian length
@@ -42,8 +45,8 @@ from backend.metrics.base import (
 )
 from backend.metrics.text import (
     DEFAULT_TOKENIZER,
+    TOKENIZERS,
     TokenIds,
-    check_tokenizer,
     preprocess,
     radcliq_token_ids,
     rouge_valid,
@@ -223,12 +226,24 @@ def _match_counts(tok: TokenIds, n: int) -> np.ndarray:
 
 
 class _TokenizedMetric(BaseMetric):
-    """Validates the ``tokenize`` option at construction time."""
+    """Validates the ``tokenize`` option at construction time.
+
+    ``_EXTRA_SCHEMES`` names values a family accepts beyond the shared
+    ``backend.metrics.text.TOKENIZERS`` (reference-specific ones such as BLEU's ``radeval``).
+    """
+
+    _EXTRA_SCHEMES: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         if "tokenize" in self.options:
-            check_tokenizer(self.options["tokenize"])
+            scheme = self.options["tokenize"]
+            known = (*TOKENIZERS, *self._EXTRA_SCHEMES)
+            if not isinstance(scheme, str) or scheme not in known:
+                raise ValueError(
+                    f"unknown tokenize scheme {scheme!r} for metric '{self.spec.name}'"
+                    f" (known: {', '.join(sorted(known))})"
+                )
 
     def _prep(self, texts: list[str]) -> list[str]:
         scheme = self.options["tokenize"]
@@ -240,11 +255,20 @@ class _TokenizedMetric(BaseMetric):
 # --------------------------------------------------------------------------------------------
 
 
+#: ``tokenize`` value of :class:`Bleu` that reproduces RadEval's ``bleu``: RadEval 2.2 hands
+#: the raw strings to pycocoevalcap's ``BleuScorer``, which splits them on whitespace (no PTB
+#: tokenizer, no lowercasing).
+RADEVAL_TOKENIZER = "radeval"
+
+
 class Bleu(_TokenizedMetric):
     """Per-pair BLEU-1..4 with pycocoevalcap ``BleuScorer`` semantics, plus corpus BLEU-4.
 
     Options:
-        tokenize: preprocessing scheme (see ``backend.metrics.text.TOKENIZERS``).
+        tokenize: preprocessing scheme (see ``backend.metrics.text.TOKENIZERS``), or
+            ``"radeval"``: the ``whitespace`` tokens, and for a pair with an empty reference
+            pycocoevalcap's own value (positive, below 1e-8) instead of 0.0, so that every
+            per-pair value and the corpus value equal RadEval 2.2's ``bleu``.
     """
 
     spec: ClassVar[MetricSpec] = MetricSpec(
@@ -257,6 +281,7 @@ class Bleu(_TokenizedMetric):
         corpus_outputs=("bleu4_corpus",),
     )
     defaults: ClassVar[dict[str, Any]] = {"tokenize": DEFAULT_TOKENIZER}
+    _EXTRA_SCHEMES: ClassVar[tuple[str, ...]] = (RADEVAL_TOKENIZER,)
     _N = 4
 
     def signature(self) -> str:
@@ -268,7 +293,10 @@ class Bleu(_TokenizedMetric):
     ) -> MetricResult:
         n = self._N
         n_pairs = len(references)
-        tok = token_ids([*references, *candidates], self.options["tokenize"])
+        radeval = self.options["tokenize"] == RADEVAL_TOKENIZER
+        # str.split(), as BleuScorer's precook: the 'whitespace' scheme's tokens.
+        scheme = "whitespace" if radeval else self.options["tokenize"]
+        tok = token_ids([*references, *candidates], scheme)
         counts = _match_counts(tok, n)
         testlen = tok.lengths[n_pairs:]
         reflen = tok.lengths[:n_pairs]
@@ -286,9 +314,10 @@ class Bleu(_TokenizedMetric):
         ratio = (testlen.astype(np.float64) + _BLEU_TINY) / (reflen + _BLEU_SMALL)
         short = np.flatnonzero(ratio < 1)
         exponent = 1 - 1 / ratio[short]
-        # pycocoevalcap gives 0.0 for an empty candidate and < 1e-14 for an empty reference
-        # (its tiny constant); 0.0 is stored for both (see the card).
-        empty = np.flatnonzero((testlen == 0) | (reflen == 0)).tolist()
+        # pycocoevalcap gives 0.0 for an empty candidate and, through its tiny constant, a
+        # positive value below 1e-8 for an empty reference; 0.0 is stored for both (see the
+        # card), except under 'radeval', whose point is RadEval's value for every input.
+        empty = [] if radeval else np.flatnonzero((testlen == 0) | (reflen == 0)).tolist()
         for i, e in zip(short.tolist(), exponent.tolist(), strict=True):
             bp = math.exp(e)
             for vals in per_key:
@@ -388,7 +417,7 @@ class Bleu2RadCliQ(BaseMetric):
 
 
 # --------------------------------------------------------------------------------------------
-# ROUGE-L (rouge-score)
+# ROUGE-1, ROUGE-2, ROUGE-L (rouge-score)
 # --------------------------------------------------------------------------------------------
 
 
@@ -423,19 +452,56 @@ def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
     return len(a) - v.bit_count()
 
 
-class RougeL(BaseMetric):
-    """ROUGE-L F-measure identical to rouge-score 0.1.2 ``RougeScorer(['rougeL'])``.
+def _ids_of_token_lists(per_text: Sequence[Sequence[str]], which: np.ndarray) -> TokenIds:
+    """Integer ids of already tokenized texts, text ``which[0]``, ``which[1]``, ... in turn.
 
-    Uses rouge-score's tokenizer on the raw text and NLTK's Porter stemmer (the one
-    rouge-score uses) for words longer than three characters.
+    Args:
+        per_text: The tokens of each distinct text.
+        which: For each position of the output, the index of its text in ``per_text``.
+
+    Returns:
+        The ids, per-text lengths and sorted vocabulary (as ``text.token_ids`` gives them).
+    """
+    vocab = tuple(sorted({t for toks in per_text for t in toks}))
+    lookup = {t: i for i, t in enumerate(vocab)}
+    ids = [
+        np.fromiter(map(lookup.__getitem__, toks), dtype=np.int64, count=len(toks))
+        for toks in per_text
+    ]
+    lengths = np.fromiter(map(len, per_text), dtype=np.int64, count=len(per_text))[which]
+    chunks = [ids[i] for i in which.tolist()]
+    flat = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+    return TokenIds(ids=flat, lengths=lengths, vocab=vocab)
+
+
+def _fmeasure(precision: float, recall: float) -> float:
+    """rouge-score's ``scoring.fmeasure``: the harmonic mean, 0.0 when both are 0."""
+    if precision + recall > 0:
+        return 2 * precision * recall / (precision + recall)
+    return 0.0
+
+
+class RougeL(BaseMetric):
+    """ROUGE-1, ROUGE-2 and ROUGE-L F-measures identical to rouge-score 0.1.2's.
+
+    That is ``RougeScorer(['rouge1', 'rouge2', 'rougeL'], use_stemmer=True)``: rouge-score's
+    tokenizer on the raw text and NLTK's Porter stemmer (the one rouge-score uses) for words
+    longer than three characters. These are the settings and outputs of RadEval 2.2's
+    ``rouge`` (F-measure only); the family keeps its historical class name and signature
+    (``rougeL|...``), so that cached ``rougeL`` values stay valid.
 
     Options:
-        use_stemmer: Porter stemming on (default, as RadCliQ/ER2Score report it) or off.
+        use_stemmer: Porter stemming on (default, as RadCliQ/ER2Score/RadEval report it) or
+            off; applies to all three keys.
     """
 
     spec: ClassVar[MetricSpec] = MetricSpec(
         name="rouge",
-        outputs=(OutputSpec("rougeL", True, "ROUGE-L F-measure (rouge-score, Porter stems)"),),
+        outputs=(
+            OutputSpec("rouge1", True, "ROUGE-1 F-measure (rouge-score, Porter stems)"),
+            OutputSpec("rouge2", True, "ROUGE-2 F-measure (rouge-score, Porter stems)"),
+            OutputSpec("rougeL", True, "ROUGE-L F-measure (rouge-score, Porter stems)"),
+        ),
         citation="Lin, ACL Workshop 2004",
     )
     defaults: ClassVar[dict[str, Any]] = {"use_stemmer": True}
@@ -461,7 +527,12 @@ class RougeL(BaseMetric):
             self._stemmer = porter.PorterStemmer()
 
     def signature(self) -> str:
-        """``rougeL|score:f|tok:rouge_score|stem:porter|version:1`` (``stem:none`` if off)."""
+        """``rougeL|score:f|tok:rouge_score|stem:porter|version:1`` (``stem:none`` if off).
+
+        One signature for all three keys (the cache is keyed by output key and signature);
+        it names ``rougeL`` because that was the family's only key when values were first
+        cached under it.
+        """
         stem = "porter" if self.options["use_stemmer"] else "none"
         return f"rougeL|score:f|tok:rouge_score|stem:{stem}|version:1"
 
@@ -487,26 +558,34 @@ class RougeL(BaseMetric):
     def _score(
         self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None
     ) -> MetricResult:
-        cache: dict[str, list[str]] = {}
-        out: list[float] = []
-        for ref, cand in zip(references, candidates, strict=True):
-            rt = cache.get(ref)
-            if rt is None:
-                rt = cache[ref] = self._tokens(ref)
-            ct = cache.get(cand)
-            if ct is None:
-                ct = cache[cand] = self._tokens(cand)
+        n_pairs = len(references)
+        # References repeat across the candidates of a study: tokenize each text once.
+        position: dict[str, int] = {}
+        for t in (*references, *candidates):
+            position.setdefault(t, len(position))
+        tokens = [self._tokens(t) for t in position]
+        which = np.fromiter(
+            (position[t] for t in (*references, *candidates)), dtype=np.int64, count=2 * n_pairs
+        )
+        # Clipped unigram and bigram matches = rouge-score's n-gram intersection counts.
+        matches = _match_counts(_ids_of_token_lists(tokens, which), 2).tolist()
+        ref_tok = [tokens[i] for i in which[:n_pairs].tolist()]
+        cand_tok = [tokens[i] for i in which[n_pairs:].tolist()]
+        out: dict[str, list[float]] = {"rouge1": [], "rouge2": [], "rougeL": []}
+        for i, (rt, ct) in enumerate(zip(ref_tok, cand_tok, strict=True)):
+            # rouge-score's operations, in its order: P = hits / max(candidate n-grams, 1),
+            # R = hits / max(reference n-grams, 1), F = 2PR / (P + R).
+            for k, key in ((0, "rouge1"), (1, "rouge2")):
+                hits = matches[k][i]
+                precision = hits / max(len(ct) - k, 1)
+                recall = hits / max(len(rt) - k, 1)
+                out[key].append(_fmeasure(precision, recall))
             if not rt or not ct:
-                out.append(0.0)
+                out["rougeL"].append(0.0)
                 continue
             lcs = lcs_length(rt, ct)
-            precision = lcs / len(ct)
-            recall = lcs / len(rt)
-            if precision + recall > 0:
-                out.append(2 * precision * recall / (precision + recall))
-            else:
-                out.append(0.0)
-        return MetricResult(values={"rougeL": out})
+            out["rougeL"].append(_fmeasure(lcs / len(ct), lcs / len(rt)))
+        return MetricResult(values=out)
 
 
 # --------------------------------------------------------------------------------------------

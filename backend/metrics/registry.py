@@ -1,22 +1,39 @@
 """Lazy registry: family name -> "module:Class", output key -> family, and what the scoring
 machinery must know of a family without importing it.
 
-Nothing here imports a metric module until a family is instantiated, so ``import backend``
-stays light (the pattern sacrebleu uses for its tokenizers). The registry is the one place
-that knows a key's direction (:func:`higher_is_better`) and whether a family's values depend
-on the scored set (:func:`corpus_dependent`); ``tests/unit/test_registry.py`` checks both
-against the classes' own specs.
+Nothing here imports a built-in metric module until a family is instantiated, so ``import
+backend`` stays light (the pattern sacrebleu uses for its tokenizers). The registry is the one
+place that knows a key's direction (:func:`higher_is_better`) and whether a family's values
+depend on the scored set (:func:`corpus_dependent`); ``tests/unit/test_registry.py`` checks
+both against the classes' own specs.
+
+Plug-ins: families of other installed packages (entry point group ``radconcord.metrics``,
+:mod:`backend.metrics.plugins`, docs/plugins.md) join :data:`ENTRIES` and
+:data:`KEY_TO_FAMILY` once per process, the first time the registry lists its families or is
+asked about a name no built-in family or key has (:func:`refresh_plugins` reads the entry
+points again). Their classes are imported then, since a plug-in's keys and directions are
+known only from its class; their weights load in ``load()`` like anyone's.
+``RADCONCORD_PLUGINS=0`` skips them.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Hashable, Mapping, Sequence
+import os
+import threading
+from collections.abc import Callable, Hashable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
-from backend.metrics.base import Metric, Resources
+from backend.metrics.base import Metric, MetricUnavailable, Resources
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+#: Where the built-in families' cards are (``<family>.md``).
+CARDS_DIR = Path(__file__).resolve().parent / "cards"
 
 #: Options -> whether the values depend on the whole scored set.
 CorpusRule = Callable[[Mapping[str, Any]], bool]
@@ -37,6 +54,11 @@ class Entry:
         corpus_dependent: Whether a value depends on the whole scored set (CIDEr's document
             frequencies); a function of the options where an option decides (BERTScore idf,
             VLScore's C calibrated on the set).
+        origin: ``None`` for a built-in family; for a plug-in, the package and entry point
+            it comes from (``package NAME VERSION (entry point NAME = module:Class)``).
+        error: Why a plug-in cannot be used (it failed to import, or breaks the contract);
+            such an entry has no keys and every instance request raises
+            :class:`~backend.metrics.base.MetricUnavailable` with this message.
     """
 
     family: str
@@ -46,6 +68,8 @@ class Entry:
     per_pair: bool = True
     lower_is_better: tuple[str, ...] = ()
     corpus_dependent: bool | CorpusRule = False
+    origin: str | None = None
+    error: str | None = None
 
     def __post_init__(self) -> None:
         stray = set(self.lower_is_better) - set(self.keys)
@@ -95,7 +119,7 @@ LLM_REXVAL_KEYS: tuple[str, ...] = (
 _ENTRIES: tuple[Entry, ...] = (
     _e("bleu", "backend.metrics.lexical:Bleu", ("bleu1", "bleu2", "bleu3", "bleu4"), "lexical"),
     _e("bleu2_radcliq", "backend.metrics.lexical:Bleu2RadCliQ", ("bleu2_radcliq",), "lexical"),
-    _e("rouge", "backend.metrics.lexical:RougeL", ("rougeL",), "lexical"),
+    _e("rouge", "backend.metrics.lexical:RougeL", ("rouge1", "rouge2", "rougeL"), "lexical"),
     _e("meteor", "backend.metrics.lexical:Meteor", ("meteor",), "lexical"),
     _e("cider", "backend.metrics.lexical:Cider", ("cider",), "lexical", corpus=True),
     _e(
@@ -153,10 +177,169 @@ _ENTRIES: tuple[Entry, ...] = (
     _e("crimson", "backend.metrics.crimson:Crimson",
        ("crimson", "crimson_false", "crimson_missing", "crimson_attribute"), "learned",
        lower=("crimson_false", "crimson_missing", "crimson_attribute")),
+    # Any RadEval metric through RadEval's own API (extra radconcord[radeval]).
+    _e("radeval", "backend.metrics.radeval_bridge:RadEvalBridge", ("radeval",), "composite"),
 )
 
-ENTRIES: dict[str, Entry] = {e.family: e for e in _ENTRIES}
-KEY_TO_FAMILY: dict[str, str] = {k: e.family for e in _ENTRIES for k in e.keys}
+class _Registry:
+    """The built-in families from import on; the plug-ins from the first use on.
+
+    The lock makes concurrent first uses (the web app's threads) wait for one discovery; a
+    plug-in module that reads the registry while it is being imported (same thread) sees the
+    built-ins instead of starting the discovery again.
+    """
+
+    def __init__(self, entries: Sequence[Entry]) -> None:
+        self.entries: dict[str, Entry] = {e.family: e for e in entries}
+        self.key_to_family: dict[str, str] = {k: e.family for e in entries for k in e.keys}
+        self.classes: dict[str, type] = {}  # usable plug-in family -> its (pinned) class
+        self.plugins: list[str] = []  # plug-in families registered, usable or not
+        self.ignored: list[str] = []
+        self.state = "new"  # new | discovering | done
+        self.lock = threading.RLock()
+
+    def ensure(self) -> None:
+        if self.state == "done":
+            return
+        with self.lock:
+            if self.state != "new":
+                return
+            self.state = "discovering"
+            try:
+                self._discover()
+            finally:
+                self.state = "done"
+
+    def _discover(self) -> None:
+        if os.environ.get("RADCONCORD_PLUGINS", "1").strip().lower() in ("0", "false", "no",
+                                                                         "off"):
+            return
+        from backend.metrics import plugins
+
+        found = plugins.discover(self.entries, self.key_to_family)
+        for entry in found.entries:
+            self.entries[entry.family] = entry
+            self.key_to_family.update((k, entry.family) for k in entry.keys)
+            self.plugins.append(entry.family)
+        self.classes.update(found.classes)
+        self.ignored.extend(found.ignored)
+
+    def forget_plugins(self) -> None:
+        with self.lock:
+            for family in self.plugins:
+                entry = self.entries.pop(family, None)
+                for key in entry.keys if entry is not None else ():
+                    if self.key_to_family.get(key) == family:
+                        del self.key_to_family[key]
+            self.plugins.clear()
+            self.classes.clear()
+            self.ignored.clear()
+            self.state = "new"
+
+
+class _LazyView(MutableMapping[K, V]):
+    """A dict of the registry that discovers the plug-ins when it must: on iteration, size,
+    writes, and lookups of a name no family or key has yet.
+
+    A lookup of a name already taken (a family or an output key) is answered without reading
+    the entry points (about 70 ms in a full environment), so a command naming only built-in
+    families and keys never pays for them: a plug-in may not take such a name, so it could
+    not change the answer. Writes are allowed (tests register doubles with
+    ``monkeypatch.setitem``).
+    """
+
+    def __init__(self, registry: _Registry, data: dict[K, V], other: dict[Any, Any]) -> None:
+        self._registry = registry
+        self._data = data
+        self._other = other  # the names of the other view: taken, so never a plug-in's
+
+    def __getitem__(self, key: K) -> V:
+        try:
+            return self._data[key]
+        except KeyError:
+            if self._registry.state == "done" or key in self._other:
+                raise
+        self._registry.ensure()
+        return self._data[key]
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._registry.ensure()
+        self._data[key] = value
+
+    def __delitem__(self, key: K) -> None:
+        self._registry.ensure()
+        del self._data[key]
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._data:
+            return True
+        if key in self._other:
+            return False
+        self._registry.ensure()
+        return key in self._data
+
+    def __iter__(self) -> Iterator[K]:
+        self._registry.ensure()
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        self._registry.ensure()
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        self._registry.ensure()
+        return repr(self._data)
+
+
+_REGISTRY = _Registry(_ENTRIES)
+
+#: Family -> entry: the built-ins in declaration order, then the plug-ins (by package name).
+ENTRIES: MutableMapping[str, Entry] = _LazyView(_REGISTRY, _REGISTRY.entries,
+                                                 _REGISTRY.key_to_family)
+#: Output key -> family.
+KEY_TO_FAMILY: MutableMapping[str, str] = _LazyView(_REGISTRY, _REGISTRY.key_to_family,
+                                                    _REGISTRY.entries)
+
+
+def refresh_plugins() -> None:
+    """Read the ``radconcord.metrics`` entry points again (after installing a plug-in into a
+    running process, or in tests); the built-ins and any other entries are kept."""
+    _REGISTRY.forget_plugins()
+    _REGISTRY.ensure()
+
+
+def ignored_plugins() -> tuple[str, ...]:
+    """The messages of the plug-ins refused for a name clash (each names both origins)."""
+    _REGISTRY.ensure()
+    return tuple(_REGISTRY.ignored)
+
+
+def plugin_families() -> tuple[str, ...]:
+    """The plug-in families registered, usable or not (those with an ``error``)."""
+    _REGISTRY.ensure()
+    return tuple(_REGISTRY.plugins)
+
+
+def card_text(family: str) -> str | None:
+    """The markdown card of ``family`` (a built-in's file, a plug-in's ``card``), or None.
+
+    Raises:
+        UnknownMetric: for an unknown family.
+    """
+    if family not in ENTRIES:
+        raise UnknownMetric(family)
+    cls = _REGISTRY.classes.get(family)
+    if cls is not None:
+        from backend.metrics import plugins
+
+        try:
+            return plugins.card_text(cls)
+        except plugins.PluginError:
+            return None
+    if ENTRIES[family].origin is not None:
+        return None  # a plug-in that could not be loaded
+    path = CARDS_DIR / f"{family}.md"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 class UnknownMetric(KeyError):
@@ -259,8 +442,17 @@ def shared_instance(resources: Resources, family: str, options: Mapping[str, Any
 
 
 def load_class(family: str) -> type:
-    """Import and return the class registered for ``family``."""
+    """Import and return the class registered for ``family``.
+
+    Raises:
+        MetricUnavailable: a plug-in that could not be loaded (its entry's ``error``).
+    """
     entry = ENTRIES[family]
+    if entry.error is not None:
+        raise MetricUnavailable(entry.error)
+    cls = _REGISTRY.classes.get(family)
+    if cls is not None and entry.origin is not None:
+        return cls
     module_name, _, cls_name = entry.target.partition(":")
     module = importlib.import_module(module_name)
     return getattr(module, cls_name)
@@ -279,4 +471,6 @@ def availability(family: str, **options: Any) -> str | None:
         metric = create(family, **options)
     except ModuleNotFoundError as exc:
         return f"not installed: {exc}"
+    except MetricUnavailable as exc:
+        return str(exc)
     return metric.availability()

@@ -292,6 +292,8 @@ def requested_keys(names: Sequence[str]) -> list[str]:
             keys = (name,)
         else:
             raise ScoringError(str(registry.UnknownMetric(name)))
+        if not keys:
+            continue  # a plug-in that could not be loaded: scoring reports it unavailable
         entry = registry.ENTRIES[registry.KEY_TO_FAMILY[keys[0]]]
         if not entry.per_pair:
             raise ScoringError(

@@ -40,6 +40,8 @@ class MetricCorrelation:
         signature: Signature of the scores used.
         published: Published tau values for this key as ``(paper, value)``.
         pct_of_ceiling: ``|tau| / ceiling tau`` (a fraction); None without a ceiling.
+        imported: Where the values came from when they were imported from a file
+            (``import-scores``: description, source, file, ...); None when computed here.
     """
 
     key: str
@@ -54,6 +56,7 @@ class MetricCorrelation:
     signature: str
     published: tuple[tuple[str, float], ...] = ()
     pct_of_ceiling: float | None = None
+    imported: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,7 @@ def study_correlation(
             signature=m["signature"],
             published=tuple(published.get(key, ())),
             pct_of_ceiling=m.get("pct_of_ceiling"),
+            imported=m.get("imported"),
         )
         for key, m in report["metrics"].items()
     ]

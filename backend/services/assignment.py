@@ -61,7 +61,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from backend.analysis import adaptive
-from backend.analysis.data import AnalysisInputError, metric_direction
+from backend.analysis.data import AnalysisInputError, study_imports
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.repo import get_study
 from backend.services.study_settings import effective
@@ -523,10 +523,13 @@ def scored_keys(db: Database, actor: Actor, *, study_name: str) -> list[str]:
 
 
 def _study_keys(s: Session, study_id: int) -> set[str]:
-    return set(s.scalars(
-        select(MetricScore.key).join(Pair, Pair.input_hash == MetricScore.input_hash)
+    imports = study_imports(s, study_id)
+    # Values another study imported for pairs of the same content are not this study's.
+    return {key for key, family, sig in s.execute(
+        select(MetricScore.key, MetricScore.family, MetricScore.signature_hash)
+        .join(Pair, Pair.input_hash == MetricScore.input_hash)
         .where(Pair.study_id == study_id).distinct()
-    ))
+    ) if imports.counts(key, family, sig)}
 
 
 def set_strategy(
@@ -611,9 +614,11 @@ def _metric_rows(s: Session, study: Study, pair_index: dict[str, list[int]],
     )
     if keys is not None:
         stmt = stmt.where(MetricScore.key.in_(keys))
+    imports = study_imports(s, study.id)
     groups: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for row in s.execute(stmt):
-        groups[row.key][row.signature_hash].append(row)
+        if imports.counts(row.key, row.family, row.signature_hash):
+            groups[row.key][row.signature_hash].append(row)
     wanted = keys if keys is not None else sorted(groups)
     rows = []
     for key in wanted:
@@ -622,15 +627,17 @@ def _metric_rows(s: Session, study: Study, pair_index: dict[str, list[int]],
             rows.append(np.full(n, np.nan))
             continue
         # The same choice as the analysis (backend.analysis.data.load_metric_columns).
-        best = max(sigs, key=lambda h, sigs=sigs: (
-            sum(len(pair_index.get(r.input_hash, ())) for r in sigs[h]),
-            max(r.created_at.timestamp() if r.created_at else 0.0 for r in sigs[h]), h))
+        imported = imports.chosen(key, sigs)
+        best = imported.signature_hash if imported is not None else max(
+            sigs, key=lambda h, sigs=sigs: (
+                sum(len(pair_index.get(r.input_hash, ())) for r in sigs[h]),
+                max(r.created_at.timestamp() if r.created_at else 0.0 for r in sigs[h]), h))
         values = np.full(n, np.nan)
         for r in sigs[best]:
             for i in pair_index.get(r.input_hash, ()):
                 values[i] = np.nan if r.value is None else float(r.value)
         try:
-            higher = metric_direction(key, sigs[best][0].family)
+            higher = imports.direction(key, sigs[best][0].family)
         except AnalysisInputError:
             # An unknown key cannot be oriented; it is left out of the order, not guessed.
             log.warning("adaptive order: metric key %r skipped (direction unknown)", key)

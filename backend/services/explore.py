@@ -35,7 +35,7 @@ from backend.analysis.disagreement import DiffOp, rank_disagreements, word_diff
 from backend.services.errors import InvalidInput, NotFound, require_admin
 from backend.services.repo import get_study
 from backend.services.types import Actor
-from db.models import Assignment, MetricScore, Pair, Rating, Report
+from db.models import Assignment, MetricScore, Pair, Rating, Report, ScoreImport
 from db.session import Database
 
 T = TypeVar("T")
@@ -77,6 +77,8 @@ class DataVersion:
         n_assignments: Assignments (a reopened pair changes ``n_completed``).
         n_scores: Metric score rows joined to the study's pairs.
         scores_created: Latest score written (ISO text).
+        imports: Score imports of the study and the latest one's time (a re-imported file
+            writes no new score row but may change a key's direction).
     """
 
     study: str
@@ -88,6 +90,7 @@ class DataVersion:
     n_assignments: int
     n_scores: int
     scores_created: str
+    imports: str = ""
 
     @property
     def token(self) -> str:
@@ -95,13 +98,14 @@ class DataVersion:
         return "|".join(str(v) for v in (
             self.study, self.n_ratings, self.n_rating_cells, self.ratings_updated,
             self.n_completed,
-            self.completed_at, self.n_assignments, self.n_scores, self.scores_created))
+            self.completed_at, self.n_assignments, self.n_scores, self.scores_created,
+            self.imports))
 
 
 def data_version(db: Database, actor: Actor, *, study_name: str) -> DataVersion:
     """Counts and latest timestamps of the study's ratings, completions and scores (admin).
 
-    Four aggregate queries; cheap enough to run every few seconds.
+    Five aggregate queries; cheap enough to run every few seconds.
 
     Raises:
         PermissionDenied: for a non-admin.
@@ -135,11 +139,16 @@ def data_version(db: Database, actor: Actor, *, study_name: str) -> DataVersion:
             select(func.count(MetricScore.id), func.max(MetricScore.created_at))
             .where(MetricScore.input_hash.in_(hashes))
         ).one()
+        n_imports, imported_at = s.execute(
+            select(func.count(ScoreImport.id), func.max(ScoreImport.imported_at))
+            .where(ScoreImport.study_id == sid)
+        ).one()
     return DataVersion(
         study=study_name, n_ratings=int(n_done) + int(n_imported),
         n_rating_cells=int(n_ratings), ratings_updated=_iso(r_updated),
         n_completed=int(n_done), completed_at=_iso(done_at), n_assignments=int(n_assign),
         n_scores=int(n_scores), scores_created=_iso(s_created),
+        imports=f"{int(n_imports)}@{_iso(imported_at)}",
     )
 
 
@@ -184,6 +193,7 @@ class PairTable:
         directions: ``key -> higher_is_better``.
         signatures: ``key -> signature`` of the values used.
         rows: Pairs in position order.
+        imported: The keys whose values were imported from a file (``import-scores``).
     """
 
     study: str
@@ -192,6 +202,7 @@ class PairTable:
     directions: dict[str, bool]
     signatures: dict[str, str]
     rows: tuple[PairRow, ...]
+    imported: tuple[str, ...] = ()
 
 
 def _load(db: Database, study_name: str) -> tuple[StudyRatings, dict[str, MetricColumn]]:
@@ -220,6 +231,7 @@ def _table(ratings: StudyRatings, columns: dict[str, MetricColumn], target: str)
         study=ratings.study, target=target, keys=tuple(columns),
         directions={k: c.higher_is_better for k, c in columns.items()},
         signatures={k: c.signature for k, c in columns.items()}, rows=rows,
+        imported=tuple(k for k, c in columns.items() if c.imported is not None),
     )
 
 
@@ -276,6 +288,7 @@ class DisagreementList:
         target: ``"total"`` or ``"significant"``.
         n_ranked: Pairs with both a value and a counted rating.
         rows: Up to ``limit`` pairs, largest disagreement first.
+        imported: Whether the key's values were imported from a file (``import-scores``).
     """
 
     study: str
@@ -285,6 +298,7 @@ class DisagreementList:
     target: str
     n_ranked: int
     rows: tuple[Disagreement, ...]
+    imported: bool = False
 
 
 def disagreements(
@@ -345,7 +359,7 @@ def disagreements(
     )
     return DisagreementList(study=study_name, key=key, higher_is_better=col.higher_is_better,
                             signature=col.signature, target=target, n_ranked=int(both.sum()),
-                            rows=rows)
+                            rows=rows, imported=col.imported is not None)
 
 
 @dataclass(frozen=True)
@@ -371,12 +385,13 @@ class RaterCounts:
 
 @dataclass(frozen=True)
 class MetricValue:
-    """One metric key's value for a pair."""
+    """One metric key's value for a pair (``imported``: from a file, ``import-scores``)."""
 
     key: str
     value: float | None
     higher_is_better: bool
     signature: str
+    imported: bool = False
 
 
 @dataclass(frozen=True)
@@ -457,7 +472,7 @@ def pair_detail(db: Database, actor: Actor, *, study_name: str, pair_id: int) ->
         diff=tuple(word_diff(reference, candidate)),
         metrics=tuple(
             MetricValue(key=k, value=_none(c.values[i]), higher_is_better=c.higher_is_better,
-                        signature=c.signature)
+                        signature=c.signature, imported=c.imported is not None)
             for k, c in columns.items()
         ),
         raters=tuple(raters),

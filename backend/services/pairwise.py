@@ -44,7 +44,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from backend.analysis import preference as pref
-from backend.analysis.data import AnalysisInputError, metric_direction
+from backend.analysis.data import AnalysisInputError, StudyImports, study_imports
 from backend.services.assignment import (
     active_raters,
     balanced_new_items,
@@ -730,27 +730,31 @@ def has_comparisons(db: Database, actor: Actor, study_name: str) -> bool:
                              .where(Comparison.study_id == study.id)))
 
 
-def _metric_values(s: Session, pair_hash: dict[int, str], keys: Sequence[str] | None
-                   ) -> dict[str, tuple[str, dict[int, float]]]:
+def _metric_values(s: Session, pair_hash: dict[int, str], keys: Sequence[str] | None,
+                   imports: StudyImports) -> dict[str, tuple[str, dict[int, float]]]:
     """key -> (signature, pair id -> value); per key the signature covering most pairs wins
-    (then the newest), as in :func:`backend.analysis.data.load_metric_columns`."""
+    (then the newest), and an imported key reads its latest import, as in
+    :func:`backend.analysis.data.load_metric_columns`."""
     hashes = set(pair_hash.values())
     if not hashes:
         return {}
-    stmt = (select(MetricScore.input_hash, MetricScore.key, MetricScore.signature_hash,
-                   MetricScore.signature, MetricScore.value, MetricScore.created_at)
+    stmt = (select(MetricScore.input_hash, MetricScore.key, MetricScore.family,
+                   MetricScore.signature_hash, MetricScore.signature, MetricScore.value,
+                   MetricScore.created_at)
             .where(MetricScore.input_hash.in_(hashes)))
     if keys is not None:
         stmt = stmt.where(MetricScore.key.in_(list(keys)))
     by_key: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for row in s.execute(stmt):
-        by_key[row.key][row.signature_hash].append(row)
+        if imports.counts(row.key, row.family, row.signature_hash):
+            by_key[row.key][row.signature_hash].append(row)
     out: dict[str, tuple[str, dict[int, float]]] = {}
     for key, sigs in by_key.items():
         def rank(h: str, sigs: dict[str, list[Any]] = sigs) -> tuple[int, float, str]:
             newest = max(r.created_at for r in sigs[h])
             return (len(sigs[h]), newest.timestamp() if newest else 0.0, h)
-        chosen = sigs[max(sigs, key=rank)]
+        imported = imports.chosen(key, sigs)
+        chosen = sigs[imported.signature_hash if imported is not None else max(sigs, key=rank)]
         value_of = {r.input_hash: r.value for r in chosen}
         out[key] = (chosen[0].signature, {
             pid: float(value_of[h]) if value_of.get(h) is not None else float("nan")
@@ -809,7 +813,8 @@ def study_preference_stats(
         for _, a, b, ha, hb in comps:
             pair_hash[a] = ha
             pair_hash[b] = hb
-        values = _metric_values(s, pair_hash, metrics)
+        imports = study_imports(s, study.id)
+        values = _metric_values(s, pair_hash, metrics, imports)
     if metrics is not None:
         unscored = [k for k in metrics if k not in values]
         if unscored:
@@ -845,7 +850,7 @@ def study_preference_stats(
     for key in sorted(values):
         signature, by_pair = values[key]
         try:
-            hib = metric_direction(key)
+            hib = imports.direction(key)
         except AnalysisInputError as exc:
             raise InvalidInput(str(exc)) from None
         agreement = pref.pairwise_agreement(

@@ -17,7 +17,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from backend.analysis.data import study_imports
 from backend.metrics import registry
+from backend.metrics.base import MetricUnavailable
 from backend.services.errors import InvalidInput, require_admin
 from backend.services.jobs import JobView, enqueue_job, study_id
 from backend.services.types import Actor
@@ -41,6 +43,7 @@ class MetricInfo:
         needs_model: Whether it loads weights.
         needs_image: Whether it needs images.
         citation: Short citation.
+        origin: ``None`` for a built-in family; for a plug-in, its package and entry point.
     """
 
     family: str
@@ -53,6 +56,7 @@ class MetricInfo:
     needs_model: bool = False
     needs_image: bool = False
     citation: str = ""
+    origin: str | None = None
 
 
 def _one_line(exc: BaseException) -> str:
@@ -69,12 +73,16 @@ def describe_family(family: str) -> MetricInfo:
         metric = registry.create(family)
     except ModuleNotFoundError as exc:
         return MetricInfo(family, entry.kind, entry.keys, directions=directions,
-                          reason=f"not installed: {_one_line(exc)}")
+                          reason=f"not installed: {_one_line(exc)}", origin=entry.origin)
+    except MetricUnavailable as exc:
+        # Its own words (a plug-in that could not be loaded says which and why).
+        return MetricInfo(family, entry.kind, entry.keys, directions=directions,
+                          reason=str(exc), origin=entry.origin)
     except Exception as exc:
         # Whatever breaks (a syntax error in a metric module, a bad default) becomes a reason
         # shown in the UI and the CLI rather than a crash of the whole catalogue.
         return MetricInfo(family, entry.kind, entry.keys, directions=directions,
-                          reason=_one_line(exc))
+                          reason=_one_line(exc), origin=entry.origin)
     spec = metric.spec
     try:
         reason = metric.availability()
@@ -97,12 +105,23 @@ def describe_family(family: str) -> MetricInfo:
         needs_model=bool(getattr(spec, "needs_model", False)),
         needs_image=bool(getattr(spec, "needs_image", False)),
         citation=str(getattr(spec, "citation", "")),
+        origin=entry.origin,
     )
 
 
 def metric_catalog() -> list[MetricInfo]:
-    """Every registered family, available or with the reason it is not (registry order)."""
+    """Every registered family, available or with the reason it is not (registry order).
+
+    Plug-ins come after the built-ins; one that could not be loaded is listed with no keys
+    and its error. Plug-ins refused for a name clash are not families: see
+    :func:`ignored_plugins`.
+    """
     return [describe_family(f) for f in registry.ENTRIES]
+
+
+def ignored_plugins() -> list[str]:
+    """One message per metric plug-in refused for a name clash (naming both origins)."""
+    return list(registry.ignored_plugins())
 
 
 def enqueue_scoring(
@@ -174,7 +193,9 @@ def study_scores(db: Any, actor: Actor, study_name: str) -> StudyScores:
 
     For each key the signature whose values were most recently computed for this study's
     pairs is used, so changing an option and rescoring switches the dashboard to the new
-    numbers while the old ones stay cached.
+    numbers while the old ones stay cached. A key imported from a file (``import-scores``)
+    reads its latest import, in the direction that import gave; values another study imported
+    for pairs of the same content are not this study's.
 
     Raises:
         NotFound: no such study.
@@ -182,22 +203,33 @@ def study_scores(db: Any, actor: Actor, study_name: str) -> StudyScores:
     require_admin(actor)
     sid = study_id(db, study_name)
     with db.begin() as s:
+        imports = study_imports(s, sid)
         hashes = select(Pair.input_hash).where(Pair.study_id == sid).scalar_subquery()
         latest: dict[str, tuple[Any, str, str]] = {}
-        for key, sig_hash, sig, newest in s.execute(
+        present: dict[str, dict[str, str]] = {}
+        for key, family, sig_hash, sig, newest in s.execute(
             select(
                 MetricScore.key,
+                MetricScore.family,
                 MetricScore.signature_hash,
                 func.min(MetricScore.signature),
                 func.max(MetricScore.created_at),
             )
             .where(MetricScore.input_hash.in_(hashes))
-            .group_by(MetricScore.key, MetricScore.signature_hash)
+            .group_by(MetricScore.key, MetricScore.family, MetricScore.signature_hash)
         ):
+            # Another study's imported values for pairs of the same content are not ours.
+            if not imports.counts(key, family, sig_hash):
+                continue
+            present.setdefault(key, {})[sig_hash] = sig
             best = latest.get(key)
             # Ties (same timestamp) break on the hash so the choice is deterministic.
             if best is None or (newest, sig_hash) > (best[0], best[1]):
                 latest[key] = (newest, sig_hash, sig)
+        for key, sigs in present.items():
+            chosen = imports.chosen(key, sigs)
+            if chosen is not None:  # an imported key reads its latest import
+                latest[key] = (None, chosen.signature_hash, sigs[chosen.signature_hash])
         pairs = s.execute(
             select(Pair.id, Pair.position, Pair.source, Pair.input_hash)
             .where(Pair.study_id == sid, Pair.kind == PAIR_STUDY)
@@ -215,6 +247,7 @@ def study_scores(db: Any, actor: Actor, study_name: str) -> StudyScores:
                 values[(key, ih)] = math.nan if value is None else float(value)
     order = {k: i for i, k in enumerate(registry.KEY_TO_FAMILY)}
     keys = tuple(sorted(latest, key=lambda k: (order.get(k, len(order)), k)))
+    imported = imports.latest
     rows = [
         {
             "pair_id": pid,
@@ -227,7 +260,8 @@ def study_scores(db: Any, actor: Actor, study_name: str) -> StudyScores:
     return StudyScores(
         study=study_name,
         keys=keys,
-        directions=_directions(study_name, keys),
+        directions={**_directions(study_name, [k for k in keys if k not in imported]),
+                    **{k: imported[k].higher_is_better for k in keys if k in imported}},
         signatures={k: latest[k][2] for k in keys},
         rows=rows,
     )

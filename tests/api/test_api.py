@@ -109,8 +109,8 @@ def test_score_with_a_cache_shares_the_cli_cache(clean_env, tmp_path, capsys, mo
     assert cache.is_file()
     db = Database(f"sqlite:///{cache}")
     with db.begin() as s:
-        # 5 scorable distinct inputs x (4 bleu keys + rougeL) stored.
-        assert s.scalar(select(func.count()).select_from(MetricScore)) == 5 * 5
+        # 5 scorable distinct inputs x (4 bleu keys + rouge1, rouge2, rougeL) stored.
+        assert s.scalar(select(func.count()).select_from(MetricScore)) == 5 * 7
     db.dispose()
     again = radconcord.score(references=REFERENCES, candidates=CANDIDATES, ids=IDS,
                              metrics=["bleu4", "rougeL"], cache=str(cache))
@@ -276,8 +276,8 @@ def test_load_study_contents(rated_study):
     pid = study.pairs.index[0]
     assert summed.loc[(pid, "ann")] == errors.loc[pid, "ann"]
     # Every key the families stored: the bleu family stores bleu1..4, chexpert its accuracy.
-    assert set(study.scores.columns) == {"bleu1", "bleu2", "bleu3", "bleu4", "rougeL",
-                                         "chexpert_acc", "chexpert_f1"}
+    assert set(study.scores.columns) == {"bleu1", "bleu2", "bleu3", "bleu4", "rouge1", "rouge2",
+                                         "rougeL", "chexpert_acc", "chexpert_f1"}
     # The stored values are what radconcord.score computes for the same texts.
     fresh = radconcord.score(references=list(study.pairs["reference"]),
                              candidates=list(study.pairs["candidate"]), metrics=["rougeL"])

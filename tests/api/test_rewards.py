@@ -35,12 +35,14 @@ def test_reward_equals_score_for_strings_and_chat_messages():
 
 
 def test_reference_column_and_empty_completions():
-    reward = reward_fn("rouge", reference_column="solution")  # a family with one key
-    assert reward.key == "rougeL"
+    reward = reward_fn("bleu2_radcliq", reference_column="solution")  # a family with one key
+    assert reward.key == "bleu2_radcliq"
     values = reward(completions=[COMPLETIONS[0], "   "], solution=REFS)
     assert values[0] == radconcord.score(references=REFS[:1], candidates=COMPLETIONS[:1],
-                                         metrics=["rougeL"])["rougeL"].iloc[0]
+                                         metrics=["bleu2_radcliq"])["bleu2_radcliq"].iloc[0]
     assert values[1] == 0.0
+    with pytest.raises(radconcord.InputError, match="'rouge' gives 3 keys"):
+        reward_fn("rouge")  # rouge1, rouge2, rougeL: name one
     assert reward_fn("rougeL", empty_value=None)(completions=[""], reference=["x"]) == [None]
     with pytest.raises(radconcord.InputError, match="no 'reference' column.*got: solution"):
         reward_fn("rougeL")(completions=["a"], solution=["b"])

@@ -48,7 +48,9 @@ def _bootstrap(root: Path, mode: str) -> str:
 
 
 def _stamp(root: Path, mode: str) -> str:
-    digest = hashlib.sha256((root / "pyproject.toml").read_bytes()).hexdigest()
+    # pyproject.toml and the script's own steps: a changed step reinstalls.
+    digest = hashlib.sha256((root / "pyproject.toml").read_bytes()
+                            + (root / "scripts" / "bootstrap.sh").read_bytes()).hexdigest()
     return f"{mode} {digest}"
 
 

@@ -155,7 +155,8 @@ def test_explorer_opens_the_pair_from_query_params(rated_env, make_app, all_text
     # Word diff: "Small left pleural effusion. Lungs otherwise clear." -> "Lungs are clear..."
     assert "line-through" in text and "otherwise" in text
     scores = at.dataframe[1].value
-    assert list(scores["Metric"]) == ["bleu1", "bleu2", "bleu3", "bleu4", "rougeL"]
+    assert list(scores["Metric"]) == ["bleu1", "bleu2", "bleu3", "bleu4", "rouge1", "rouge2",
+                                     "rougeL"]
     # Pair numbers are 1-based, as raters see them (the second pair is pair 2).
     assert at.subheader[0].value == f"Pair 2: case case-b, source {rated_env.secret_source}"
     raters = at.dataframe[2].value
@@ -186,7 +187,8 @@ def test_probes_page_runs_lexical_probes(rated_env, make_app, all_text):
     kinds = at.dataframe[0].value
     assert list(kinds["Reports perturbed"] + kinds["Nothing to perturb"]) == [3] * 5
     table = at.dataframe[1].value
-    assert list(table["Metric"]) == ["bleu1", "bleu2", "bleu3", "bleu4", "rougeL"]
+    assert list(table["Metric"]) == ["bleu1", "bleu2", "bleu3", "bleu4", "rouge1", "rouge2",
+                                    "rougeL"]
     assert table["Delta"].notna().all()
     assert at.get("plotly_chart")
 

@@ -58,6 +58,7 @@ from webapp import state
 from webapp.components import job_ref, plots, reviewer_panels, tables
 from webapp.components.csv_download import csv_download
 from webapp.components.job_panel import job_panel
+from webapp.components.leaderboard_panel import leaderboard_panel
 from webapp.components.score_now import score_now
 
 # Seconds between live refreshes; RADCONCORD_DASHBOARD_REFRESH_S changes it (tests use 1).
@@ -179,6 +180,8 @@ def _tau_table(corr: analysis.StudyCorrelation) -> None:
             "rho 95% CI": _ci(m.spearman_lo, m.spearman_hi),
             "n": m.n,
             "Direction": "higher is better" if m.higher_is_better else "lower is better",
+            # Imported: values computed elsewhere (import-scores), direction given at import.
+            "Origin": "imported" if m.imported else "computed",
             "Signature": m.signature,
         }
         for m in corr.metrics
@@ -197,6 +200,13 @@ def _tau_table(corr: analysis.StudyCorrelation) -> None:
     )
     csv_download(rows, file_name=f"{corr.report['study']}-correlations.csv",
                  key="dash_tau_download", label="Download correlations (CSV)")
+    imported = [m for m in corr.metrics if m.imported]
+    if imported:
+        st.caption("Imported (computed elsewhere, from a file): " + "; ".join(
+            f"**{m.key}** from {m.imported.get('file_name')}"
+            + (f" ({m.imported['description']})" if m.imported.get("description") else "")
+            + (f", source {m.imported['source']}" if m.imported.get("source") else "")
+            for m in imported) + ".")
 
 
 def _pair_download(table: explore.PairTable) -> None:
@@ -519,3 +529,6 @@ if refit_job is not None:
     done = job_panel(refit_job, key="refit")
     if done is not None and done.status == "done" and done.kind == refit.KIND:
         _refit_result(done.result or {})
+
+st.subheader("Leaderboard (benchmark protocol)")
+leaderboard_panel(db, actor, study_names, study, resamples=resamples, seed=seed)

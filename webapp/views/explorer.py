@@ -54,6 +54,7 @@ if not table.keys:
 default_key = st.session_state.get("explorer_key")
 key = c2.selectbox("Metric", table.keys,
                    index=table.keys.index(default_key) if default_key in table.keys else 0,
+                   format_func=lambda k: f"{k} (imported)" if k in table.imported else k,
                    key="exp_key")
 limit = int(c4.number_input("Show", min_value=5, max_value=1000, value=50, step=5,
                             key="exp_limit"))
@@ -65,7 +66,9 @@ st.caption(
     " |normalised rank of the metric (oriented, "
     f"{'higher' if ranking.higher_is_better else 'lower'} is better) - normalised rank of "
     "the raters' mean errors (fewer is better)|; 1 means opposite ends. Signature: "
-    f"`{ranking.signature}`."
+    f"`{ranking.signature}`"
+    + (" (imported: computed elsewhere, direction given at import)." if ranking.imported
+       else ".")
 )
 rows = [
     {
@@ -130,6 +133,7 @@ with left:
     st.dataframe(
         [{"Metric": m.key, "Value": tables.num(m.value, 4),
           "Direction": "higher is better" if m.higher_is_better else "lower is better",
+          "Origin": "imported" if m.imported else "computed",
           "Signature": m.signature} for m in detail.metrics],
         hide_index=True, width="stretch", key="exp_scores",
     )

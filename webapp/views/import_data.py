@@ -1,4 +1,5 @@
-"""Admin: create a study from a cases file (with images), ReXVal's two CSV files or RadPref.
+"""Admin: create a study from a cases file (with images), ReXVal's two CSV files or RadPref;
+add a metric's values computed elsewhere to a study (scores file).
 
 Uploaded files are saved under the data folder (``job_inputs.new_upload_dir``) and parsed
 here first, so a bad file is refused at once, named as it was uploaded (never by the server's
@@ -15,6 +16,12 @@ images is queued as an ``import`` job instead: the worker de-identifies and writ
 **RadPref** (CRIMSON's reader-preference files: ``preference_data.json`` and the annotators'
 ``user_N.json``) becomes a pairwise + 1-5 study (``backend.services.radpref``); the uploads
 are parsed in memory (100 cases x 3 annotators is small) and the import is one transaction.
+
+**Scores file** imports per-pair values of a metric computed elsewhere (an API, another
+cluster, a notebook) into an existing study, as ``import-scores`` does
+(``backend.services.score_imports``: the same file, options and error messages, the file named
+as uploaded); below the form, the study's imports, newest first (the latest of each key is
+what the study's views read).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import streamlit as st
 from backend.datasets import radpref as radpref_files
 from backend.datasets import rexval
 from backend.datasets.pairs import read_cases
-from backend.services import imports, job_inputs, radpref
+from backend.services import imports, job_inputs, radpref, score_imports, studies
 from backend.services.errors import InvalidInput
 from webapp import state
 from webapp.components import job_ref
@@ -123,7 +130,8 @@ def _run(folder: Path, names: dict[Path, str], large: bool,
 
 
 st.title("Import")
-cases_tab, rexval_tab, radpref_tab = st.tabs(["Cases file", "ReXVal files", "RadPref files"])
+cases_tab, rexval_tab, radpref_tab, scores_tab = st.tabs(
+    ["Cases file", "ReXVal files", "RadPref files", "Scores file"])
 
 with cases_tab:
     st.caption(
@@ -295,6 +303,85 @@ with radpref_tab:
             _show_radpref(state.call(radpref.import_radpref, db, actor, data=data,
                                      study_name=radpref_name.strip(),
                                      dry_run=bool(radpref_dry)))
+
+
+
+def _show_scores(summary: score_imports.ScoreImportSummary) -> None:
+    with st.container(key="scores_result", border=True):
+        st.success(f"Imported {len(summary.imports)} metric key(s) from {summary.file_name} "
+                   f"into study **{summary.study_name}**. They show on the **Dashboard**, "
+                   "the explorer, the report and the export with scores, marked as imported.")
+        for line in summary.lines():
+            st.markdown(f"- {line}")
+
+
+def _score_history(study: str) -> None:
+    history = state.call(score_imports.list_score_imports, db, actor, study_name=study)
+    if not history:
+        st.caption(f"Study {study!r} has no imported scores yet.")
+        return
+    st.markdown(f"**Imported scores of {study}** (newest first; the study reads the latest "
+                "import of each key, older values stay stored)")
+    st.dataframe([{"Key": i.key,
+                   "Direction": "higher is better" if i.higher_is_better else "lower is better",
+                   "File": i.file_name, "Pairs with a value": i.n_pairs,
+                   "Missing": i.n_missing, "Description": i.description,
+                   "Source": i.source, "Imported": i.imported_at, "By": i.imported_by,
+                   "Signature": i.signature} for i in history],
+                 hide_index=True, key="scores_history")
+
+
+with scores_tab:
+    st.caption(
+        "Values of a metric computed elsewhere (an API, another cluster, a notebook), CSV or "
+        "JSONL: each row names a pair by `pair_number` (1-based, as in the study's JSONL "
+        "export) or `pair_id` (the export's opaque id), with a `value` column (give the "
+        "metric key) or one column per metric key (all imported, or the keys given). The key "
+        "must not be a registered metric's. Importing another file for a key keeps the old "
+        "values and makes the new ones the study's.")
+    score_studies = [s.name for s in state.call(studies.list_studies, db, actor)]
+    with st.form("import_scores"):
+        scores_study = st.selectbox("Study", score_studies, key="scores_study")
+        scores_file = st.file_uploader("Scores file", type=["csv", "jsonl", "ndjson", "json"],
+                                       key="scores_file")
+        scores_metric = st.text_input(
+            "Metric key", key="scores_metric",
+            help="The key of the 'value' column; for a file with one column per key, the "
+                 "keys to import, comma-separated (empty: every column).")
+        s1, s2 = st.columns(2)
+        scores_lower = s1.checkbox("Lower is better", key="scores_lower",
+                                   help="For every imported key (default: higher is better).")
+        scores_lower_keys = s2.text_input(
+            "...or lower is better for these keys only", key="scores_lower_keys",
+            help="Comma-separated keys of this file.")
+        scores_description = st.text_input("Description", key="scores_description")
+        scores_source = st.text_input("Source (URL or text)", key="scores_source")
+        scores_missing = st.checkbox(
+            "Allow missing values", key="scores_allow_missing",
+            help="Accept blank/NaN values and pairs without a row; they get no value.")
+        scores_submitted = st.form_submit_button("Import scores", type="primary")
+    if scores_submitted:
+        if not scores_study:
+            st.error("Study: import a study first.")
+        elif scores_file is None:
+            st.error("Scores file: choose a CSV or JSONL file.")
+        else:
+            folder = job_inputs.new_upload_dir()
+            try:
+                path = _save(scores_file, folder)
+                lower: bool | str = scores_lower_keys if scores_lower_keys.strip() \
+                    else scores_lower
+                _show_scores(call_with_uploads(
+                    folder, {path: scores_file.name}, score_imports.import_scores, db, actor,
+                    study_name=scores_study, path=path, metric=scores_metric.strip() or None,
+                    lower_is_better=lower, description=scores_description,
+                    source=scores_source, allow_missing=scores_missing,
+                    file_name=scores_file.name))
+            finally:
+                # The values are in the database; the upload is not kept.
+                shutil.rmtree(folder, ignore_errors=True)
+    if scores_study:
+        _score_history(scores_study)
 
 job_id = job_ref.current(JOB_KEY)
 if job_id is not None:

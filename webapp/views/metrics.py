@@ -32,6 +32,8 @@ st.caption(f"{n_available} of {len(catalog)} metric families can run on this mac
            "Scoring and every other long task run in worker processes "
            "(`python -m backend worker`), never in the web app; scores are cached by pair "
            "content and metric signature.")
+for message in scoring.ignored_plugins():
+    st.warning(f"Metric plug-in not registered: {message}", icon=":material/extension_off:")
 
 st.dataframe(
     [
@@ -47,6 +49,7 @@ st.dataframe(
             "Model": m.needs_model,
             "Image": m.needs_image,
             "Signature": m.signature or "",
+            "Plug-in": m.origin or "",
         }
         for m in catalog
     ],
@@ -57,6 +60,8 @@ st.dataframe(
         "Model": st.column_config.CheckboxColumn(width="small", help="Loads model weights"),
         "Image": st.column_config.CheckboxColumn(width="small", help="Needs the images"),
         "Why not": st.column_config.TextColumn(width="large"),
+        "Plug-in": st.column_config.TextColumn(
+            help="The package a plug-in family comes from (docs/plugins.md); blank: built in"),
     },
 )
 
