@@ -143,6 +143,7 @@ def test_probes_and_build_pages_queue_jobs_and_load_no_model(study_env, tmp_path
     shown = _drive(study_env, tmp_path, mode="show", probe_job=str(probe_job),
                    build_job=str(build_job))
     assert shown["probe_errors"] == [] and shown["build_errors"] == []
-    assert shown["probe_metrics"] == ["bleu1", "bleu2", "bleu3", "bleu4", "rougeL"]
+    assert shown["probe_metrics"] == ["bleu1", "bleu2", "bleu3", "bleu4", "rouge1", "rouge2",
+                                       "rougeL"]
     assert any("Created study **Oracle in a subprocess**" in t for t in shown["build_text"])
     assert shown["heavy"] == []
