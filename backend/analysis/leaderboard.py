@@ -46,7 +46,7 @@ from backend.analysis.bootstrap import (
 )
 from backend.analysis.ceiling import MIN_RATERS, CeilingResult, human_ceiling, pct_of_ceiling
 from backend.analysis.pairwise import bootstrap_pvalues, holm
-from backend.analysis.stats import orient
+from backend.analysis.stats import orient, to_json_safe
 
 __all__ = [
     "CSV_COLUMNS",
@@ -73,7 +73,6 @@ __all__ = [
     "board_json",
     "count_board",
     "csv_rows",
-    "json_safe",
     "preference_board",
     "rank_values",
 ]
@@ -733,28 +732,6 @@ def preference_board(
 # ------------------------------------------------------------------------------ JSON
 
 
-def json_safe(obj: Any) -> Any:  # noqa: ANN401 - any JSON-like structure
-    """Numpy values as Python ones and non-finite floats as ``None``, recursively.
-
-    Args:
-        obj: Nested dicts, lists, tuples, numpy arrays and scalars.
-    """
-    if isinstance(obj, Mapping):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return json_safe(obj.tolist())
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        v = float(obj)
-        return v if math.isfinite(v) else None
-    return obj
-
-
 def _est(e: Estimate | None) -> dict[str, Any] | None:
     if e is None:
         return None
@@ -813,13 +790,13 @@ def board_json(board: CountBoard | PreferenceBoard) -> dict[str, Any]:
         board: From :func:`count_board` or :func:`preference_board`.
     """
     if isinstance(board, CountBoard):
-        return json_safe({
+        return to_json_safe({
             "kind": board.kind, "headline": HEADLINE["counts"],
             "n_pairs": board.n_pairs, "n_raters": board.n_raters,
             "raters_per_pair": board.raters_per_pair, "sources": board.sources,
             "targets": {t: _target_json(tb) for t, tb in board.targets.items()},
         })
-    return json_safe({
+    return to_json_safe({
         "kind": board.kind, "headline": HEADLINE["preference"],
         "preference_source": board.preference_source,
         "n_comparisons": board.n_comparisons, "n_judged": board.n_judged,

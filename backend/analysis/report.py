@@ -96,6 +96,7 @@ from backend.analysis.stats import (
     orient,
     rank_correlations_batch,
     rank_correlations_varying_target,
+    to_json_safe,
 )
 from backend.analysis.systems import DEFAULT_PERMUTATIONS, systems_json
 from backend.metrics import registry
@@ -203,27 +204,6 @@ def _refit_section(
     out: dict[str, Any] = {"available": True, **result.as_dict()}
     out["signatures"] = {k: columns[k].signature for k in RADCLIQ_INPUTS}
     return out
-
-
-def to_json_safe(obj: Any) -> Any:  # noqa: ANN401 - any JSON-like structure
-    """Recursively turn numpy values into Python ones and non-finite floats into ``None``.
-
-    Args:
-        obj: Nested dicts, lists, tuples, numpy arrays and scalars.
-    """
-    if isinstance(obj, dict):
-        return {str(k): to_json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_json_safe(v) for v in obj]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return _f(obj)
-    if isinstance(obj, np.ndarray):
-        return to_json_safe(obj.tolist())
-    return obj
 
 
 def correlate_study(

@@ -29,6 +29,10 @@ Orientation: correlations are computed between a metric oriented so that higher 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -394,3 +398,27 @@ def spearman(x: ArrayLike, y: ArrayLike) -> float:
     """
     xv = np.asarray(x, dtype=np.float64)
     return float(spearman_batch(xv, y)[0, 0])
+
+
+def to_json_safe(obj: Any) -> Any:  # noqa: ANN401 - any JSON-like structure
+    """Recursively turn numpy values into Python ones and non-finite floats into ``None``.
+
+    The one JSON form of every analysis result (correlate's report, the leaderboard).
+
+    Args:
+        obj: Nested mappings, lists, tuples, numpy arrays and scalars.
+    """
+    if isinstance(obj, Mapping):
+        return {str(k): to_json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_json_safe(obj.tolist())
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        value = float(obj)
+        return value if math.isfinite(value) else None
+    return obj

@@ -45,6 +45,7 @@ from sqlalchemy.orm import aliased
 
 from backend.analysis import leaderboard as lb
 from backend.analysis.data import AnalysisInputError, StudyRatings, load_ratings
+from backend.analysis.stats import to_json_safe
 from backend.datasets import radpref, rexval
 from backend.metrics import registry
 from backend.metrics.base import MetricUnavailable
@@ -702,7 +703,7 @@ def _document(datasets: list[dict[str, Any]], signatures: dict[str, Any],
               unavailable: Mapping[str, str]) -> dict[str, Any]:
     from backend import config
 
-    return lb.json_safe({
+    return to_json_safe({
         "tool": "radconcord benchmark", "radconcord_version": config.APP_VERSION,
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": list(command) if command is not None else None,
