@@ -2,6 +2,6 @@
 
 import sys
 
-from backend.cli import main
+from radconcord.backend.cli import main
 
 sys.exit(main())

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from backend.errors import InvalidInput
+from radconcord.backend.errors import InvalidInput
 
 _CHUNK = 1 << 20
 

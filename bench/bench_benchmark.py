@@ -34,7 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from backend.datasets import radpref, rexval  # noqa: E402
+from radconcord.backend.datasets import radpref, rexval  # noqa: E402
 
 COLD_GOAL_S = 120.0
 WARM_GOAL_S = 10.0

@@ -87,7 +87,7 @@ def report(rng: random.Random) -> str:
 def load_ours(path: str | None) -> Any:
     """``BertScore`` from this checkout, or from the module file ``path``."""
     if path is None:
-        from backend.metrics.bertscore import BertScore
+        from radconcord.backend.metrics.bertscore import BertScore
 
         return BertScore
     spec = importlib.util.spec_from_file_location("bench_bertscore_ours", path)
@@ -165,8 +165,8 @@ def main() -> int:
     import torch
     import transformers
 
-    from backend.metrics import hf
-    from backend.metrics.base import MetricResult
+    from radconcord.backend.metrics import hf
+    from radconcord.backend.metrics.base import MetricResult
 
     ours_cls = load_ours(args.ours)
     if args.threads:
@@ -244,7 +244,7 @@ def main() -> int:
         print(f"          max_abs_diff on F: {worst:.2e}")
 
     if "bf16" in scenarios:
-        from backend.metrics.bertscore import cpu_has_native_bf16
+        from radconcord.backend.metrics.bertscore import cpu_has_native_bf16
 
         if not cpu_has_native_bf16():
             print("bf16      skipped: this CPU has no native bf16")

@@ -24,8 +24,8 @@ from scipy import stats
 # Plain script run from anywhere: make the repository importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.analysis.bootstrap import bootstrap_correlations, draw_resamples  # noqa: E402
-from backend.analysis.stats import rank_correlations_batch  # noqa: E402
+from radconcord.backend.analysis.bootstrap import bootstrap_correlations, draw_resamples  # noqa: E402
+from radconcord.backend.analysis.stats import rank_correlations_batch  # noqa: E402
 
 LOOP_RESAMPLES = 50
 

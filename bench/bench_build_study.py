@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backend.datasets import oracle  # noqa: E402
-from backend.datasets.corpus import load_iu_corpus  # noqa: E402
+from radconcord.backend.datasets import oracle  # noqa: E402
+from radconcord.backend.datasets.corpus import load_iu_corpus  # noqa: E402
 
 METRICS = ["bleu4", "rougeL"]
 
@@ -45,9 +45,9 @@ def main() -> int:
           f"{iu.sha256[:16]}..., loaded in {time.perf_counter() - t0:.2f} s")
 
     # 1. The study build through the service, as `build-study --tests iu --corpus iu` does.
-    from backend.services import build_study
-    from backend.services.types import Actor
-    from db.session import Database
+    from radconcord.backend.services import build_study
+    from radconcord.backend.services.types import Actor
+    from radconcord.db.session import Database
 
     with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
         db = Database(f"sqlite:///{Path(tmp) / 'bench.db'}")

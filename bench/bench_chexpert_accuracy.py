@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend.metrics.chexpert import ChexpertLabels, RuleLabeler, label_report  # noqa: E402
-from backend.metrics.labels import OBSERVATIONS, binarize, pair_counts  # noqa: E402
+from radconcord.backend.metrics.chexpert import ChexpertLabels, RuleLabeler, label_report  # noqa: E402
+from radconcord.backend.metrics.labels import OBSERVATIONS, binarize, pair_counts  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "chexpert_sentences.tsv"
 

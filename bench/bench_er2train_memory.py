@@ -59,7 +59,7 @@ SENTENCES = [
 
 def synthetic_items(cases: int, candidates: int, seed: int) -> list[Any]:
     """ReXVal-shaped rated candidates (texts and error counts made up here)."""
-    from backend.metrics.er2score import RatedCandidate
+    from radconcord.backend.metrics.er2score import RatedCandidate
 
     rng = random.Random(seed)
     items = []
@@ -102,8 +102,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         sys.modules[mspec.name] = er2  # dataclasses look their module up there
         mspec.loader.exec_module(er2)
     else:
-        from backend.metrics import er2score as er2
-    from backend.metrics import llm
+        from radconcord.backend.metrics import er2score as er2
+    from radconcord.backend.metrics import llm
 
     items = synthetic_items(spec["cases"], spec["candidates"], spec["seed"])
     train, held = er2.split_groups(items, spec["heldout"], spec["seed"])

@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend.metrics.lexical import Bleu, Bleu2RadCliQ, Cider, Meteor, RougeL  # noqa: E402
-from backend.metrics.text import clear_token_cache, preprocess, radcliq_tokens  # noqa: E402
+from radconcord.backend.metrics.lexical import Bleu, Bleu2RadCliQ, Cider, Meteor, RougeL  # noqa: E402
+from radconcord.backend.metrics.text import clear_token_cache, preprocess, radcliq_tokens  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "report_pairs.jsonl"
 
@@ -105,7 +105,7 @@ def _jvm_cpu(pid: int) -> float:
 
 def meteor_profile(refs: list[str], cands: list[str]) -> None:
     """Where METEOR's time goes (see the module docstring)."""
-    import backend.metrics.lexical as lexical
+    import radconcord.backend.metrics.lexical as lexical
 
     jar = lexical.find_meteor_jar()
     n = len(refs)

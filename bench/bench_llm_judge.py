@@ -74,7 +74,7 @@ def pairs(n: int) -> tuple[list[str], list[str]]:
 
 def make(family: str, **options):
     """An instance of ``family`` with ``options``."""
-    from backend.metrics import registry
+    from radconcord.backend.metrics import registry
 
     return registry.create(family, **options)
 
@@ -117,7 +117,7 @@ def main() -> None:
 
     import torch
 
-    from backend.metrics.llm_server import LLMServer
+    from radconcord.backend.metrics.llm_server import LLMServer
 
     if args.threads:
         # On a shared, oversubscribed CPU two OpenMP threads can be several times slower

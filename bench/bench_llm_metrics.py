@@ -28,8 +28,8 @@ from helpers_llm import (  # noqa: E402
     smollm2_gguf,
 )
 
-from backend.metrics import er2score, llm  # noqa: E402
-from backend.metrics.green import Green  # noqa: E402
+from radconcord.backend.metrics import er2score, llm  # noqa: E402
+from radconcord.backend.metrics.green import Green  # noqa: E402
 
 REFS = ("No acute cardiopulmonary process.", "Mild cardiomegaly. Small left pleural effusion.")
 CANDS = ("Lungs are clear. No pleural effusion.", "Large right pleural effusion.")

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.metrics import chexbert, vlscore  # noqa: E402
+from radconcord.backend.metrics import chexbert, vlscore  # noqa: E402
 
 SENTENCES = [
     "Heart size is normal.",

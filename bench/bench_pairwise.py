@@ -26,10 +26,10 @@ from scipy import stats
 # Plain script run from anywhere: make the repository importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.analysis.bootstrap import draw_resamples  # noqa: E402
-from backend.analysis.ceiling import resampled_rater_means  # noqa: E402
-from backend.analysis.pairwise import metric_pairs, pairwise_section  # noqa: E402
-from backend.analysis.stats import (  # noqa: E402
+from radconcord.backend.analysis.bootstrap import draw_resamples  # noqa: E402
+from radconcord.backend.analysis.ceiling import resampled_rater_means  # noqa: E402
+from radconcord.backend.analysis.pairwise import metric_pairs, pairwise_section  # noqa: E402
+from radconcord.backend.analysis.stats import (  # noqa: E402
     rank_correlations_batch,
     rank_correlations_varying_target,
 )

@@ -63,7 +63,7 @@ def main() -> int:
     from radgraph.rewards import compute_reward
 
     helpers = _load_helpers()
-    from backend.metrics import radgraph as rg
+    from radconcord.backend.metrics import radgraph as rg
 
     work = Path(tempfile.mkdtemp(prefix="bench-radgraph-"))
     os.environ.setdefault("RADCONCORD_DATA_DIR", str(work / "data"))

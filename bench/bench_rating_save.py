@@ -37,11 +37,11 @@ sys.path.insert(0, str(REPO))
 
 from argon2 import PasswordHasher  # noqa: E402
 
-from backend.services import auth, rating  # noqa: E402
-from backend.services.assignment import assign_raters  # noqa: E402
-from backend.services.types import Actor  # noqa: E402
-from db.models import Case, Pair, Report, Study  # noqa: E402
-from db.session import Database  # noqa: E402
+from radconcord.backend.services import auth, rating  # noqa: E402
+from radconcord.backend.services.assignment import assign_raters  # noqa: E402
+from radconcord.backend.services.types import Actor  # noqa: E402
+from radconcord.db.models import Case, Pair, Report, Study  # noqa: E402
+from radconcord.db.session import Database  # noqa: E402
 
 TARGET_P95_MS = 50.0
 N_PAIRS = 40

@@ -96,10 +96,10 @@ def write_cases_csv(path: Path, n_rows: int, prefix: str) -> None:
 
 def child_import(url: str, csv_path: str, study: str) -> None:
     """Import ``csv_path`` as ``study``; print a JSON line with timings and peak memory."""
-    from backend.datasets.pairs import parse_cases
-    from backend.services.imports import import_cases
-    from backend.services.types import Actor
-    from db.session import Database
+    from radconcord.backend.datasets.pairs import parse_cases
+    from radconcord.backend.services.imports import import_cases
+    from radconcord.backend.services.types import Actor
+    from radconcord.db.session import Database
 
     db = Database(url, migrate=False)
     t0 = time.perf_counter()
@@ -119,7 +119,7 @@ def _make_study(db, name: str, n_pairs: int) -> int:  # noqa: ANN001
     """A study of ``n_pairs`` text pairs inserted in bulk (old and new schema alike)."""
     from sqlalchemy import insert
 
-    from db.models import Case, Pair, Report, Study
+    from radconcord.db.models import Case, Pair, Report, Study
 
     scoped = hasattr(Case, "study_id")
     rng = random.Random(name)
@@ -155,9 +155,9 @@ def _make_study(db, name: str, n_pairs: int) -> int:  # noqa: ANN001
 def _raters(db, n: int):  # noqa: ANN001, ANN202
     from argon2 import PasswordHasher
 
-    from backend.services import auth, rating
-    from backend.services.assignment import assign_raters
-    from backend.services.types import Actor
+    from radconcord.backend.services import auth, rating
+    from radconcord.backend.services.assignment import assign_raters
+    from radconcord.backend.services.types import Actor
 
     auth._hasher = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
     _make_study(db, "Rated", N_RATED_PAIRS)
@@ -167,7 +167,7 @@ def _raters(db, n: int):  # noqa: ANN001, ANN202
         auth.create_user(db, Actor.system(), username=name, password=f"{name}-pw-long",
                          role="rater")
         with db.begin() as s:
-            from db.models import User
+            from radconcord.db.models import User
 
             user = s.query(User).filter_by(username=name).one()
             actors.append(Actor(user.id, name, "rater"))
@@ -196,9 +196,9 @@ def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 
 def scenario_load(url: str, tmp: Path, n_rows: int, n_raters: int, scored_pairs: int) -> dict:
     """Raters saving while an import and a scoring job run; returns the figures."""
-    from backend import jobs
-    from backend.services import rating
-    from db.session import Database
+    from radconcord.backend import jobs
+    from radconcord.backend.services import rating
+    from radconcord.db.session import Database
 
     db = Database(url)
     actors, queues = _raters(db, n_raters)
@@ -275,7 +275,7 @@ def scenario_load(url: str, tmp: Path, n_rows: int, n_raters: int, scored_pairs:
 
 def scenario_import(url: str, tmp: Path, n_rows: int) -> dict:
     """One import of ``n_rows`` rows alone in a fresh process: rows/s and peak RSS."""
-    from db.session import Database
+    from radconcord.db.session import Database
 
     Database(url).dispose()  # migrate once, outside the measured process
     csv_path = tmp / "big.csv"

@@ -32,7 +32,7 @@ from scipy import stats
 # Plain script run from anywhere: make the repository importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.analysis.systems import paired_randomization, systems_json  # noqa: E402
+from radconcord.backend.analysis.systems import paired_randomization, systems_json  # noqa: E402
 
 SCIPY_METRICS = 2
 

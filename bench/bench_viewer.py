@@ -56,8 +56,8 @@ def make_film(side: int, folder: Path) -> Path:
 
 def body_for(path: Path) -> bytes:
     """The pixel route's response body for the whole film (full resolution)."""
-    from backend.services import images as image_service
-    from webapp.api import images as images_api
+    from radconcord.backend.services import images as image_service
+    from radconcord.webapp.api import images as images_api
 
     return images_api.encode(image_service._viewer_cached(str(path), "bench", 1 << 15))
 

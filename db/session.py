@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend import config
+from radconcord.backend import config
 
 SQLITE_BUSY_TIMEOUT_MS = 15_000
 # PostgreSQL errors that mean "another transaction was in the way; the same work can simply be

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backend.metrics.base import MetricUnavailable
+from radconcord.backend.metrics.base import MetricUnavailable
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from backend.scoring.runner import MetricPool
+    from radconcord.backend.scoring.runner import MetricPool
 
 __all__ = [
     "InputError",
@@ -75,7 +75,7 @@ def _database(target: str | os.PathLike[str] | None, *, where: str = _SCORE,
         InputError: ``target`` is not a URL or path, is a folder, or its folder cannot hold
             a SQLite database (missing and not creatable, or read-only).
     """
-    from db.session import Database, DataFolderError
+    from radconcord.db.session import Database, DataFolderError
 
     text = _location(where, arg, target) if target is not None else None
     if text is not None and "://" not in text:
@@ -119,8 +119,8 @@ def _sequence(where: str, arg: str, value: Any, what: str) -> list[Any]:  # noqa
 
 def _texts(name: str, values: Any) -> list[str]:  # noqa: ANN401 - anything a user passes
     """Check one side of the pairs: a sequence of report texts within the reader's limits."""
-    from backend.errors import InvalidInput
-    from backend.scoring.pairs_reader import check_report
+    from radconcord.backend.errors import InvalidInput
+    from radconcord.backend.scoring.pairs_reader import check_report
 
     try:
         if isinstance(values, str | bytes):
@@ -262,10 +262,10 @@ def score(
     """
     import pandas as pd
 
-    from backend.metrics import registry
-    from backend.scoring.runner import ScorePair, ScoringError, resolve_device
-    from backend.scoring.runner import score as run_score
-    from backend.util import file_sha256
+    from radconcord.backend.metrics import registry
+    from radconcord.backend.scoring.runner import ScorePair, ScoringError, resolve_device
+    from radconcord.backend.scoring.runner import score as run_score
+    from radconcord.backend.util import file_sha256
 
     names = _names(_SCORE, "metrics", metrics)
     refs = _texts("references", references)
@@ -307,7 +307,7 @@ def score(
     finally:
         if db is not None:
             db.dispose()
-    from backend.scoring.runner import requested_keys
+    from radconcord.backend.scoring.runner import requested_keys
 
     keys = requested_keys(names)
     data = {k: table.columns.get(k, [math.nan] * len(pair_ids)) for k in keys}
@@ -344,7 +344,7 @@ def metrics() -> pd.DataFrame:
     """
     import pandas as pd
 
-    from backend.services.scoring import ignored_plugins, metric_catalog
+    from radconcord.backend.services.scoring import ignored_plugins, metric_catalog
 
     rows = []
     for m in metric_catalog():
@@ -478,9 +478,9 @@ def correlate(
     import numpy as np
     import pandas as pd
 
-    from backend.analysis.bootstrap import bootstrap_many, draw_resamples
-    from backend.analysis.stats import orient
-    from backend.metrics import registry
+    from radconcord.backend.analysis.bootstrap import bootstrap_many, draw_resamples
+    from radconcord.backend.analysis.stats import orient
+    from radconcord.backend.metrics import registry
 
     frame = _as_frame(scores)
     if metrics is not None:
@@ -606,7 +606,7 @@ class Study:
         import numpy as np
         import pandas as pd
 
-        from backend.analysis.data import TARGETS
+        from radconcord.backend.analysis.data import TARGETS
 
         if target not in TARGETS:
             raise InputError(f"target must be one of {TARGETS}, got {target!r}")
@@ -624,7 +624,7 @@ class Study:
 def _study_database(database_url: str | os.PathLike[str] | None,
                     where: str) -> Any:  # noqa: ANN401 - db.session.Database
     """An existing study database (never a new empty SQLite file)."""
-    from backend import config
+    from radconcord.backend import config
 
     url = (_location(where, "database_url", database_url) if database_url is not None
            else config.database_url())
@@ -674,8 +674,8 @@ def correlate_study(
     """
     import inspect
 
-    from backend.analysis.data import AnalysisInputError
-    from backend.analysis.report import correlate_study as run
+    from radconcord.backend.analysis.data import AnalysisInputError
+    from radconcord.backend.analysis.report import correlate_study as run
 
     where = "radconcord.correlate_study"
     known = set(inspect.signature(run).parameters) - {"db", "study_name"}
@@ -716,8 +716,12 @@ def load_study(name: str, *, database_url: str | os.PathLike[str] | None = None)
     import pandas as pd
     from sqlalchemy import select
 
-    from backend.analysis.data import AnalysisInputError, load_metric_columns, load_ratings
-    from db.models import Pair, Report
+    from radconcord.backend.analysis.data import (
+        AnalysisInputError,
+        load_metric_columns,
+        load_ratings,
+    )
+    from radconcord.db.models import Pair, Report
 
     name = _study_name("radconcord.load_study", name)
     db = _study_database(database_url, "radconcord.load_study")
@@ -818,9 +822,9 @@ def import_scores(
         InputError: A bad file (the message names the file, row and field), key or option,
             no such study; nothing is written.
     """
-    from backend.errors import ServiceError
-    from backend.services.score_imports import import_scores as run
-    from backend.types import Actor
+    from radconcord.backend.errors import ServiceError
+    from radconcord.backend.services.score_imports import import_scores as run
+    from radconcord.backend.types import Actor
 
     where = "radconcord.import_scores"
     study = _study_name(where, study)

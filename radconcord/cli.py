@@ -41,7 +41,7 @@ def app_command(argv: list[str]) -> list[str]:
     Args:
         argv: Extra ``streamlit run`` options (``--server.port 8600``), passed last.
     """
-    import webapp
+    import radconcord.webapp as webapp
 
     server = Path(webapp.__file__).resolve().parent / "server.py"
     address = os.environ.get("RADCONCORD_HOST", "127.0.0.1")
@@ -63,7 +63,7 @@ def installed_data_dir() -> Path | None:
     ``backend.config.data_dir`` already chooses the user's data folder for an installed
     package; the script also exports it so the app's server process inherits the same one.
     """
-    from backend import config
+    from radconcord.backend import config
 
     if config.is_checkout():
         return None
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["RADCONCORD_DATA_DIR"] = str(data)
     if args[:1] == ["app"]:
         return _app(args[1:])
-    from backend.cli import main as backend_main
+    from radconcord.backend.cli import main as backend_main
 
     # Usage lines and --help name the command the user typed, not `python -m backend`.
     return backend_main(args, prog="radconcord", epilog=APP_HELP)

@@ -12,7 +12,7 @@ package with one of each.
 ...             for r, c in zip(references, candidates)]
 """
 
-from backend.metrics.base import (
+from radconcord.backend.metrics.base import (
     BaseMetric,
     Metric,
     MetricInputError,
@@ -23,7 +23,7 @@ from backend.metrics.base import (
     Resources,
     validate_pairs,
 )
-from backend.metrics.plugins import CARD_SECTIONS, GROUP, card_problems, metric
+from radconcord.backend.metrics.plugins import CARD_SECTIONS, GROUP, card_problems, metric
 
 __all__ = [
     "CARD_SECTIONS",

@@ -131,7 +131,7 @@ class MetricReward:
     def pool(self) -> Any:  # noqa: ANN401 - backend.scoring.runner.MetricPool
         """The warm metric instances and models kept between calls."""
         if self._pool is None:
-            from backend.scoring.runner import MetricPool
+            from radconcord.backend.scoring.runner import MetricPool
 
             self._pool = MetricPool()
         return self._pool
@@ -228,8 +228,8 @@ def reward_fn(
         InputError: Unknown metric, a family with several keys, a metric that does not score
             pairs, or an unknown option (checked now, not at the first training step).
     """
-    from backend.metrics import registry
-    from backend.scoring.runner import ScoringError, requested_keys
+    from radconcord.backend.metrics import registry
+    from radconcord.backend.scoring.runner import ScoringError, requested_keys
 
     try:
         keys = requested_keys([metric])
@@ -243,7 +243,7 @@ def reward_fn(
     family = registry.KEY_TO_FAMILY[key]
     if batch_size < 1:
         raise InputError(f"reward_fn: batch_size must be at least 1 (got {batch_size})")
-    from backend.metrics.base import MetricUnavailable
+    from radconcord.backend.metrics.base import MetricUnavailable
 
     try:
         registry.create(family, **options)

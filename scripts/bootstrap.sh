@@ -33,11 +33,11 @@ PY="${PYTHON:-python3}"
 TORCH="${RADCONCORD_TORCH:-torch==2.13.0}"
 if [ "$mode" = "test" ]; then extras="dev"; else extras="all"; fi
 # The package itself, editable (the checkout is what runs), with its dependencies from
-# pyproject.toml; skipped when pyproject.toml and the mode did not change since the last run.
+# pyproject.toml and setup.py; skipped when they and the mode did not change since the last run.
 stamp=".venv/.radconcord-installed"
 # This script's own install steps count too: a changed step reinstalls on machines that ran
 # the old one.
-hash="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-64)"
+hash="$(cat pyproject.toml setup.py scripts/bootstrap.sh | sha256sum | cut -c1-64)"
 want="$mode $hash"
 have="$(cat "$stamp" 2>/dev/null || true)"
 # A test install ([dev]) holds everything the app needs ([all]): run-app.sh after test.sh

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from backend.scoring.hashing import input_hash
-from db.session import Database
+from radconcord.backend.scoring.hashing import input_hash
+from radconcord.db.session import Database
 from tests.pgserver import PgServer, PgServerError
 
 
@@ -87,7 +87,7 @@ def make_study() -> Callable[..., list[str]]:
     Each case gets one reference and one candidate per source (pairs cycle through the
     sources); the input hash follows the project's definition (backend/scoring/hashing.py).
     """
-    from db.models import Case, Pair, Report, Study
+    from radconcord.db.models import Case, Pair, Report, Study
 
     def _make(
         database: Database, name: str, n_pairs: int, sources: tuple[str, ...] = ("gen-a", "gen-b")
@@ -133,7 +133,7 @@ def fast_password_hashing(monkeypatch) -> None:
     """Cheap argon2 parameters for tests that create many accounts (real argon2id still)."""
     from argon2 import PasswordHasher
 
-    from backend.services import auth
+    from radconcord.backend.services import auth
 
     cheap = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
     monkeypatch.setattr(auth, "_hasher", cheap)

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from backend.services.assignment import assign_raters
-from backend.types import Actor
-from db.models import Assignment, Case, MetricScore, Pair, Rating, Report, Study, User
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.types import Actor
+from radconcord.db.models import Assignment, Case, MetricScore, Pair, Rating, Report, Study, User
 
 SYSTEM = Actor.system()
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)

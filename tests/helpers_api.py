@@ -6,9 +6,9 @@ import datetime as dt
 
 import numpy as np
 
-from backend.scoring.hashing import input_hash
-from db.models import Assignment, Case, Pair, Rating, Report, Study, User
-from db.session import Database
+from radconcord.backend.scoring.hashing import input_hash
+from radconcord.db.models import Assignment, Case, Pair, Rating, Report, Study, User
+from radconcord.db.session import Database
 
 STUDY = "api-study"
 RATERS = ("ann", "bob", "cat")

@@ -112,7 +112,7 @@ def build_tiny_radgraph(
     import torch
     from radgraph.allennlp.data import Vocabulary
 
-    from backend.metrics.radgraph import register_tokenizer
+    from radconcord.backend.metrics.radgraph import register_tokenizer
 
     tmp_path = Path(tmp_path)
     bert_dir = build_tiny_bert(tmp_path, name=f"{name}-bert", own_vocab=True, seed=seed)

@@ -102,7 +102,7 @@ def steps_kind(ctx: Any, params: dict[str, Any]) -> dict[str, Any]:
 
 def install_test_kind(setitem: Callable[[Any, Any, Any], None] | None = None) -> None:
     """Register :data:`STEPS_KIND`; ``setitem`` is pytest's ``monkeypatch.setitem``."""
-    from backend.jobs import registry
+    from radconcord.backend.jobs import registry
 
     put = setitem or (lambda d, k, v: d.__setitem__(k, v))
     put(registry.KINDS, STEPS_KIND, f"{MODULE_NAME}:steps_kind")
@@ -194,7 +194,7 @@ def wait_for(
     Returns:
         The job's :class:`~backend.jobs.JobInfo` that satisfied ``predicate``.
     """
-    from backend import jobs
+    from radconcord.backend import jobs
 
     deadline = time.monotonic() + timeout
     info = None
@@ -242,7 +242,7 @@ def kill_9(proc: subprocess.Popen[bytes]) -> None:
 
 def wait_until_stale(db: Any, job_id: int, stale_after: float, timeout: float = 30.0) -> None:
     """Sleep until the job's heartbeat is older than ``stale_after`` seconds."""
-    from backend import jobs
+    from radconcord.backend import jobs
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -282,7 +282,7 @@ def kill_and_resume(
     Returns:
         ``(killed, final)``: the job right after the kill and after ``w2`` exited.
     """
-    from backend.jobs import queue
+    from radconcord.backend.jobs import queue
 
     log1, log2 = tmp_path / "w1.log", tmp_path / "w2.log"
     proc = start_worker(url, worker_id="w1", log_path=log1, setup=setup, env=env, args=args,

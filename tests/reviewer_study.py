@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from backend.scoring.runner import ScorePair, score
-from backend.services import assignment, auth, imports, rating
-from backend.services.types import Actor, CandidateInput, CaseInput
-from db.models import Pair, Report, Study
-from db.session import Database
+from radconcord.backend.scoring.runner import ScorePair, score
+from radconcord.backend.services import assignment, auth, imports, rating
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.db.models import Pair, Report, Study
+from radconcord.db.session import Database
 
 STUDY = "Reviewer study"
 SOURCES = ("gen-far", "gen-near")

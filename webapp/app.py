@@ -37,10 +37,10 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 from streamlit.errors import FragmentHandledException  # noqa: E402
 
-from backend.services import roles  # noqa: E402
-from backend.services.types import Actor  # noqa: E402
-from db.session import DataFolderError  # noqa: E402
-from webapp import state  # noqa: E402
+from radconcord.backend.services import roles  # noqa: E402
+from radconcord.backend.services.types import Actor  # noqa: E402
+from radconcord.db.session import DataFolderError  # noqa: E402
+from radconcord.webapp import state  # noqa: E402
 
 # Not "pages/": a folder of that name beside the entry script switches Streamlit to its
 # legacy multipage mode, which would route to EVERY script in it whatever the role.

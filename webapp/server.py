@@ -25,9 +25,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-# `streamlit run webapp/server.py` puts webapp/ on sys.path, not the repository root.
+# `streamlit run webapp/server.py` puts webapp/ on sys.path, not the repository root. In a
+# checkout the root holds radconcord/, the one import name; an installed wheel has it on the
+# path already (and its parent folder must not go on it: that would expose webapp as a name).
 _ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
+if (Path(_ROOT) / "radconcord" / "__init__.py").is_file() and _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import streamlit as st  # noqa: E402
@@ -36,9 +38,9 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from backend.services import sessions  # noqa: E402
-from db.session import Database, exit_on_data_folder_error  # noqa: E402
-from webapp import api, state  # noqa: E402
+from radconcord.backend.services import sessions  # noqa: E402
+from radconcord.db.session import Database, exit_on_data_folder_error  # noqa: E402
+from radconcord.webapp import api, state  # noqa: E402
 
 log = logging.getLogger(__name__)
 

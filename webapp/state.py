@@ -38,11 +38,11 @@ from typing import Any, NoReturn, TypeVar
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from backend import config
-from backend.services import sessions
-from backend.services.errors import ServiceError, require_admin
-from backend.services.types import Actor
-from db.session import Database
+from radconcord.backend import config
+from radconcord.backend.services import sessions
+from radconcord.backend.services.errors import ServiceError, require_admin
+from radconcord.backend.services.types import Actor
+from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def seed_demo_enabled() -> bool:
 
 def _seed_if_empty(db: Database) -> None:
     # Imported lazily: the seed module reads the bundled demo assets and is only needed once.
-    from backend.services import seed
+    from radconcord.backend.services import seed
 
     if not sessions.any_account(db):
         log.info("empty database at %s: seeding the demo study", db.url)
@@ -101,7 +101,7 @@ def _queue_first_scoring(db: Database) -> None:
     was queued (see ``backend.services.score_now``). A failure here never keeps the app from
     starting: the dashboard's "Score now" queues the same job.
     """
-    from backend.services import score_now, seed
+    from radconcord.backend.services import score_now, seed
 
     try:
         score_now.queue_first_scoring(db, seed.DEMO_STUDY)

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from backend.analysis.bootstrap import draw_resamples
-from backend.analysis.stats import kendall_tau_b_batch
+from radconcord.backend.analysis.bootstrap import draw_resamples
+from radconcord.backend.analysis.stats import kendall_tau_b_batch
 
 STRATEGIES = ("random", "adaptive")
 DEFAULT_STRATEGY = "random"

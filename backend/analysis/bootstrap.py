@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from backend.analysis.stats import counts_from_indices, rank_correlations_batch
+from radconcord.backend.analysis.stats import counts_from_indices, rank_correlations_batch
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_LEVEL = 0.95

@@ -31,8 +31,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from backend.analysis.bootstrap import DEFAULT_LEVEL, Resamples, percentile_interval
-from backend.analysis.stats import rank_correlations_batch, rank_correlations_varying_target
+from radconcord.backend.analysis.bootstrap import DEFAULT_LEVEL, Resamples, percentile_interval
+from radconcord.backend.analysis.stats import (
+    rank_correlations_batch,
+    rank_correlations_varying_target,
+)
 
 MIN_RATERS = 3
 UNITS = ("pair", "case", "rater_pair")

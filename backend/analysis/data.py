@@ -50,8 +50,8 @@ from numpy.typing import NDArray
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.metrics import registry
-from db.models import (
+from radconcord.backend.metrics import registry
+from radconcord.db.models import (
     PAIR_STUDY,
     STUDY_STAGING,
     Adjudication,
@@ -64,7 +64,7 @@ from db.models import (
     Study,
     User,
 )
-from db.session import Database
+from radconcord.db.session import Database
 
 N_CATEGORIES = 6
 TARGETS = ("total", "significant")
@@ -438,7 +438,7 @@ def expand_metric_names(names: Iterable[str]) -> list[str]:
     Args:
         names: Family names or output keys; comma-separated items are split.
     """
-    from backend.metrics import registry
+    from radconcord.backend.metrics import registry
 
     out: list[str] = []
     for raw in names:
@@ -451,7 +451,7 @@ def expand_metric_names(names: Iterable[str]) -> list[str]:
 
 
 def _key_order(key: str) -> tuple[int, str]:
-    from backend.metrics import registry
+    from radconcord.backend.metrics import registry
 
     order = {k: i for i, k in enumerate(registry.KEY_TO_FAMILY)}
     return (order.get(key, len(order)), key)

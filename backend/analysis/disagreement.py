@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import rankdata
 
-from backend.analysis.stats import orient
+from radconcord.backend.analysis.stats import orient
 
 __all__ = [
     "DiffOp",

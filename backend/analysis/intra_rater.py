@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from backend.analysis.agreement import icc2
+from radconcord.backend.analysis.agreement import icc2
 
 N_CATEGORIES = 6
 #: Scopes in display order.

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from backend.analysis import monitoring as mon
-from backend.analysis import preference as pref
+from radconcord.backend.analysis import monitoring as mon
+from radconcord.backend.analysis import preference as pref
 
 #: A run of this many consecutive identical answers is flagged as straight-lining.
 STRAIGHT_RUN = mon.STRAIGHT_RUN

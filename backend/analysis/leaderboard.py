@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from backend.analysis import preference as pref
-from backend.analysis.bootstrap import (
+from radconcord.backend.analysis import preference as pref
+from radconcord.backend.analysis.bootstrap import (
     DEFAULT_LEVEL,
     Resamples,
     bootstrap_correlations,
@@ -44,9 +44,14 @@ from backend.analysis.bootstrap import (
     draw_resamples,
     percentile_interval,
 )
-from backend.analysis.ceiling import MIN_RATERS, CeilingResult, human_ceiling, pct_of_ceiling
-from backend.analysis.pairwise import bootstrap_pvalues, holm
-from backend.analysis.stats import orient, to_json_safe
+from radconcord.backend.analysis.ceiling import (
+    MIN_RATERS,
+    CeilingResult,
+    human_ceiling,
+    pct_of_ceiling,
+)
+from radconcord.backend.analysis.pairwise import bootstrap_pvalues, holm
+from radconcord.backend.analysis.stats import orient, to_json_safe
 
 __all__ = [
     "CSV_COLUMNS",

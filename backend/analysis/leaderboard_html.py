@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from backend.analysis import html_report as hr
+from radconcord.backend.analysis import html_report as hr
 
 _EXTRA_CSS = (
     ".na td{color:#777}.reported td{font-style:italic;color:#555}"

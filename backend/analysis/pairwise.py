@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats as sp_stats
 
-from backend.analysis.bootstrap import DEFAULT_LEVEL
+from radconcord.backend.analysis.bootstrap import DEFAULT_LEVEL
 
 CORRECTIONS = ("holm", "bh")
 WILLIAMS_LABEL = (

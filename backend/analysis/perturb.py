@@ -190,8 +190,8 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
 def is_clinical(sentence: str) -> bool:
     """Whether the CheXpert labeler finds a mention other than "No Finding" in ``sentence``."""
-    from backend.metrics.chexpert import label_report
-    from backend.metrics.labels import OBSERVATIONS
+    from radconcord.backend.metrics.chexpert import label_report
+    from radconcord.backend.metrics.labels import OBSERVATIONS
 
     no_finding = OBSERVATIONS.index("No Finding")
     return any(v is not None for i, v in enumerate(label_report(sentence)) if i != no_finding)

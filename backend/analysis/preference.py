@@ -40,7 +40,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from backend.analysis.bootstrap import DEFAULT_LEVEL, draw_resamples, percentile_interval
+from radconcord.backend.analysis.bootstrap import DEFAULT_LEVEL, draw_resamples, percentile_interval
 
 #: Sources of the raters' preference (see the module docstring).
 SOURCES = ("votes", "mean_rating")

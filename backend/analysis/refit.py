@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from backend.analysis.stats import kendall_tau_b
+from radconcord.backend.analysis.stats import kendall_tau_b
 
 RADCLIQ_INPUTS: tuple[str, ...] = ("radgraph_combined", "bertscore_f", "semb", "bleu2_radcliq")
 DEFAULT_FOLDS = 5

@@ -69,8 +69,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from backend.analysis.agreement import agreement_summary
-from backend.analysis.bootstrap import (
+from radconcord.backend.analysis.agreement import agreement_summary
+from radconcord.backend.analysis.bootstrap import (
     DEFAULT_LEVEL,
     CorrelationBootstrap,
     Resamples,
@@ -78,8 +78,13 @@ from backend.analysis.bootstrap import (
     bootstrap_many,
     draw_resamples,
 )
-from backend.analysis.ceiling import UNITS, human_ceiling, pct_of_ceiling, resampled_rater_means
-from backend.analysis.data import (
+from radconcord.backend.analysis.ceiling import (
+    UNITS,
+    human_ceiling,
+    pct_of_ceiling,
+    resampled_rater_means,
+)
+from radconcord.backend.analysis.data import (
     N_CATEGORIES,
     AnalysisInputError,
     MetricColumn,
@@ -88,20 +93,20 @@ from backend.analysis.data import (
     load_metric_columns,
     load_ratings,
 )
-from backend.analysis.failure_modes import DEFAULT_FDR, failure_mode_tests
-from backend.analysis.pairwise import CORRECTIONS, pairwise_section
-from backend.analysis.refit import RADCLIQ_INPUTS, refit
-from backend.analysis.stats import (
+from radconcord.backend.analysis.failure_modes import DEFAULT_FDR, failure_mode_tests
+from radconcord.backend.analysis.pairwise import CORRECTIONS, pairwise_section
+from radconcord.backend.analysis.refit import RADCLIQ_INPUTS, refit
+from radconcord.backend.analysis.stats import (
     kendall_tau_b,
     orient,
     rank_correlations_batch,
     rank_correlations_varying_target,
     to_json_safe,
 )
-from backend.analysis.systems import DEFAULT_PERMUTATIONS, systems_json
-from backend.metrics import registry
-from backend.types import CATEGORIES
-from db.session import Database
+from radconcord.backend.analysis.systems import DEFAULT_PERMUTATIONS, systems_json
+from radconcord.backend.metrics import registry
+from radconcord.backend.types import CATEGORIES
+from radconcord.db.session import Database
 
 logger = logging.getLogger(__name__)
 

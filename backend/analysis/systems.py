@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from backend.analysis.bootstrap import DEFAULT_LEVEL, draw_resamples, percentile_interval
-from backend.analysis.stats import kendall_tau_b
+from radconcord.backend.analysis.bootstrap import DEFAULT_LEVEL, draw_resamples, percentile_interval
+from radconcord.backend.analysis.stats import kendall_tau_b
 
 #: Key of the human errors in ``randomization`` entries (beside the metric keys).
 HUMAN_KEY = "human_errors"

@@ -15,30 +15,30 @@ import logging
 import os
 import sys
 
-from backend.cli.common import UserError
+from radconcord.backend.cli.common import UserError
 
 __all__ = ["COMMAND_MODULES", "CommandModuleError", "UserError", "build_parser", "main"]
 
 # Every module that contributes subcommands; each has register(subparsers). All of them must
 # import: a family that fails is an error, never a command that silently disappears.
 COMMAND_MODULES = (
-    "backend.cli.metrics",
-    "backend.cli.scoring",
-    "backend.cli.data",
-    "backend.cli.export",
-    "backend.cli.llm",
-    "backend.cli.studies",
-    "backend.cli.accounts",
-    "backend.cli.analysis",
-    "backend.cli.jobs",
-    "backend.cli.report",
-    "backend.cli.simulation",
-    "backend.cli.radpref",
-    "backend.cli.calibration",
-    "backend.cli.pairwise",
-    "backend.cli.adjudication",
-    "backend.cli.monitoring",
-    "backend.cli.benchmark",
+    "radconcord.backend.cli.metrics",
+    "radconcord.backend.cli.scoring",
+    "radconcord.backend.cli.data",
+    "radconcord.backend.cli.export",
+    "radconcord.backend.cli.llm",
+    "radconcord.backend.cli.studies",
+    "radconcord.backend.cli.accounts",
+    "radconcord.backend.cli.analysis",
+    "radconcord.backend.cli.jobs",
+    "radconcord.backend.cli.report",
+    "radconcord.backend.cli.simulation",
+    "radconcord.backend.cli.radpref",
+    "radconcord.backend.cli.calibration",
+    "radconcord.backend.cli.pairwise",
+    "radconcord.backend.cli.adjudication",
+    "radconcord.backend.cli.monitoring",
+    "radconcord.backend.cli.benchmark",
 )
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from backend.cli.common import database, service_errors
+from radconcord.backend.cli.common import database, service_errors
 
 
 def _adjudicators(args: argparse.Namespace) -> int:
-    from backend.services import adjudication
-    from backend.types import Actor
+    from radconcord.backend.services import adjudication
+    from radconcord.backend.types import Actor
 
     with database() as db, service_errors():
         if args.add:

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UserError, database, user_errors
-from backend.cli.progress import progress_bar
-from backend.util import atomic_write
+from radconcord.backend.cli.common import UserError, database, user_errors
+from radconcord.backend.cli.progress import progress_bar
+from radconcord.backend.util import atomic_write
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
@@ -81,8 +81,8 @@ def run_correlate(args: argparse.Namespace) -> int:
     Args:
         args: Parsed arguments.
     """
-    from backend.analysis.data import AnalysisInputError
-    from backend.analysis.report import correlate_study
+    from radconcord.backend.analysis.data import AnalysisInputError
+    from radconcord.backend.analysis.report import correlate_study
 
     if args.bootstrap < 0:
         raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
@@ -145,9 +145,9 @@ def run_correlate(args: argparse.Namespace) -> int:
 def _preference_block(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Database
                       keys: list[str] | None) -> dict[str, Any] | None:
     """The pairwise block of a study with judged comparisons, else None."""
-    from backend.services import pairwise
-    from backend.services.errors import InvalidInput, NotFound
-    from backend.types import Actor
+    from radconcord.backend.services import pairwise
+    from radconcord.backend.services.errors import InvalidInput, NotFound
+    from radconcord.backend.types import Actor
 
     admin = Actor.system()
     try:
@@ -205,7 +205,7 @@ def preference_only(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Datab
     Raises:
         Exception: ``error`` itself when the study has no judged comparisons either.
     """
-    from backend.analysis.data import expand_metric_names
+    from radconcord.backend.analysis.data import expand_metric_names
 
     keys = expand_metric_names(args.metrics) if args.metrics else None
     block = _preference_block(db, args, keys)

@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import UserError, database, service_errors
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
@@ -70,9 +70,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
     Args:
         args: Parsed arguments.
     """
-    from backend.cli.progress import progress_bar
-    from backend.services import benchmark
-    from backend.types import Actor
+    from radconcord.backend.cli.progress import progress_bar
+    from radconcord.backend.services import benchmark
+    from radconcord.backend.types import Actor
 
     if args.bootstrap < 0:
         raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")

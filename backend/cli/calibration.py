@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import UserError, database, service_errors
 
 
 def _pair_numbers(text: str | None) -> list[int] | None:
@@ -19,8 +19,8 @@ def _pair_numbers(text: str | None) -> list[int] | None:
 
 
 def _training_items(args: argparse.Namespace) -> int:
-    from backend.services import calibration
-    from backend.types import Actor
+    from radconcord.backend.services import calibration
+    from radconcord.backend.types import Actor
 
     actor = Actor.system()
     pairs = _pair_numbers(args.pairs)
@@ -73,8 +73,8 @@ def _training_items(args: argparse.Namespace) -> int:
 
 
 def _qualification(args: argparse.Namespace) -> int:
-    from backend.services import calibration
-    from backend.types import Actor
+    from radconcord.backend.services import calibration
+    from radconcord.backend.types import Actor
 
     with database() as db, service_errors():
         rows = calibration.qualification_status(db, Actor.system(), study_name=args.study)

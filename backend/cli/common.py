@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from db.session import Database
+    from radconcord.db.session import Database
 
 
 class UserError(Exception):
@@ -45,7 +45,7 @@ def database(url: str | None = None) -> Iterator[Database]:
             not writable (the message names the folder and the problem).
     """
     # SQLAlchemy and the models load only when a command opens the database.
-    from db.session import Database, DataFolderError
+    from radconcord.db.session import Database, DataFolderError
 
     try:
         db = Database(url)
@@ -59,6 +59,6 @@ def database(url: str | None = None) -> Iterator[Database]:
 
 def service_errors() -> contextlib.AbstractContextManager[None]:
     """:func:`user_errors` for the services' errors (``ServiceError`` and its subclasses)."""
-    from backend.errors import ServiceError
+    from radconcord.backend.errors import ServiceError
 
     return user_errors(ServiceError)

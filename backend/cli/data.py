@@ -12,16 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UserError, database, service_errors, user_errors
-from backend.util import file_sha256
+from radconcord.backend.cli.common import UserError, database, service_errors, user_errors
+from radconcord.backend.util import file_sha256
 
 
 def cmd_import_pairs(args: argparse.Namespace) -> int:
     """Import a CSV/JSONL file of cases as a new study (or, with ``--dry-run``, preview it)."""
-    from backend.cli.progress import progress_bar
-    from backend.datasets.pairs import read_cases
-    from backend.services.imports import import_cases, preview_import, preview_lines
-    from backend.types import Actor
+    from radconcord.backend.cli.progress import progress_bar
+    from radconcord.backend.datasets.pairs import read_cases
+    from radconcord.backend.services.imports import import_cases, preview_import, preview_lines
+    from radconcord.backend.types import Actor
 
     path = Path(args.input)
     images = Path(args.images) if args.images else None
@@ -61,9 +61,9 @@ def cmd_import_pairs(args: argparse.Namespace) -> int:
 
 def cmd_import_rexval(args: argparse.Namespace) -> int:
     """Import ReXVal's two files as a new study with its raters and ratings."""
-    from backend.cli.progress import progress_bar
-    from backend.services.imports import import_rexval
-    from backend.types import Actor
+    from radconcord.backend.cli.progress import progress_bar
+    from radconcord.backend.services.imports import import_rexval
+    from radconcord.backend.types import Actor
 
     with database() as db, service_errors(), \
             progress_bar(f"import {args.study}", unit="pair") as progress:
@@ -84,8 +84,8 @@ def cmd_import_rexval(args: argparse.Namespace) -> int:
 
 def cmd_import_demo(args: argparse.Namespace) -> int:
     """Import the bundled demo study."""
-    from backend.services.seed import import_demo
-    from backend.types import Actor
+    from radconcord.backend.services.seed import import_demo
+    from radconcord.backend.types import Actor
 
     with database() as db, service_errors():
         summary = import_demo(db, Actor.system(), study_name=args.study)
@@ -99,8 +99,8 @@ _ALL_KEYS = "\0all"
 
 def cmd_import_scores(args: argparse.Namespace) -> int:
     """Import a file of per-pair values computed elsewhere into a study (one line per key)."""
-    from backend.services.score_imports import import_scores
-    from backend.types import Actor
+    from radconcord.backend.services.score_imports import import_scores
+    from radconcord.backend.types import Actor
 
     # A bare --lower-is-better is every imported key; with keys, those keys only.
     lower: bool | str = True if args.lower_is_better == _ALL_KEYS else (
@@ -238,9 +238,9 @@ def _top_k(text: str) -> int | None:
 
 def cmd_build_study(args: argparse.Namespace) -> int:
     """Build the study, optionally assign raters and export it."""
-    from backend.scoring.runner import ScoringError, parse_set_options
-    from backend.services import build_study
-    from backend.types import Actor
+    from radconcord.backend.scoring.runner import ScoringError, parse_set_options
+    from radconcord.backend.services import build_study
+    from radconcord.backend.types import Actor
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     raters = [r.strip() for r in (args.raters or "").split(",") if r.strip()]
@@ -250,7 +250,7 @@ def cmd_build_study(args: argparse.Namespace) -> int:
         raise UserError(f"{args.export}: output folder exists and is not empty")
     from contextlib import nullcontext
 
-    from backend.cli.progress import progress_bar
+    from radconcord.backend.cli.progress import progress_bar
 
     actor = Actor.system()
     bar = nullcontext(None) if args.quiet else progress_bar(f"build {args.name}", unit="step")

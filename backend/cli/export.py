@@ -13,13 +13,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import UserError, database, service_errors
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Export a study as ReXVal files or JSONL with a manifest."""
-    from backend.services.exports import export_study
-    from backend.types import Actor
+    from radconcord.backend.services.exports import export_study
+    from radconcord.backend.types import Actor
 
     with database() as db, service_errors():
         try:

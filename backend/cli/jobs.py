@@ -17,14 +17,14 @@ import threading
 import time
 from typing import Any
 
-from backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import UserError, database, service_errors
 
 log = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
     """Add the ``worker`` command and the ``jobs`` command group."""
-    from backend.jobs import DEFAULT_STALE_AFTER, kind_names
+    from radconcord.backend.jobs import DEFAULT_STALE_AFTER, kind_names
 
     w = subparsers.add_parser(
         "worker",
@@ -103,9 +103,9 @@ def build_worker(args: argparse.Namespace, db: Any) -> Any:
     Raises:
         UserError: a bad device, kind or timing.
     """
-    from backend.errors import InvalidInput
-    from backend.jobs.registry import KINDS
-    from backend.jobs.worker import Worker, normalise_device
+    from radconcord.backend.errors import InvalidInput
+    from radconcord.backend.jobs.registry import KINDS
+    from radconcord.backend.jobs.worker import Worker, normalise_device
 
     if args.poll <= 0 or args.stale_after <= 0:
         raise UserError("--poll and --stale-after must be positive")
@@ -141,7 +141,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         _check_cuda(worker.device)
         if not logging.getLogger().isEnabledFor(logging.INFO):
             # A worker is a service: its job log is what an operator reads.
-            logging.getLogger("backend.jobs").setLevel(logging.INFO)
+            logging.getLogger("radconcord.backend.jobs").setLevel(logging.INFO)
         previous = {}
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -171,7 +171,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _study_id(db: Any, name: str) -> int:
-    from backend.scoring.jobs import study_id_by_name
+    from radconcord.backend.scoring.jobs import study_id_by_name
 
     with db.read() as s:
         sid = study_id_by_name(s, name)
@@ -188,7 +188,7 @@ def _progress(job: Any) -> str:
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
     """Print jobs, newest first, one line each."""
-    from backend import jobs
+    from radconcord.backend import jobs
 
     if args.kind is not None and args.kind not in jobs.KINDS:
         raise UserError(f"--kind: unknown job kind '{args.kind}' (known: {', '.join(jobs.KINDS)})")
@@ -213,7 +213,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
     """Cancel one job and say what happened."""
-    from backend import jobs
+    from radconcord.backend import jobs
 
     with database() as db, service_errors():
         before = jobs.get(db, args.job_id)
@@ -231,7 +231,7 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
 
 def cmd_jobs_workers(args: argparse.Namespace) -> int:
     """Print the workers alive now (``--all``: every known one)."""
-    from backend import jobs
+    from radconcord.backend import jobs
 
     with database() as db:
         rows = jobs.list_workers(db, include_gone=args.all)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from backend.cli.common import UserError
+from radconcord.backend.cli.common import UserError
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
@@ -45,8 +45,8 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
 
 def cmd_llm_serve(args: argparse.Namespace) -> int:
     """Load the model and serve until interrupted."""
-    from backend.metrics.hf import ModelNotAvailable
-    from backend.metrics.llm_server import LLMServer
+    from radconcord.backend.metrics.hf import ModelNotAvailable
+    from radconcord.backend.metrics.llm_server import LLMServer
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port} is not a TCP port (0-65535)")

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UserError, database, service_errors, user_errors
-from backend.cli.progress import progress_bar
+from radconcord.backend.cli.common import UserError, database, service_errors, user_errors
+from radconcord.backend.cli.progress import progress_bar
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
@@ -85,7 +85,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     Plug-ins refused for a name clash are printed after the table (on stderr with ``--json``,
     so that stdout stays the list).
     """
-    from backend.services.scoring import ignored_plugins, metric_catalog
+    from radconcord.backend.services.scoring import ignored_plugins, metric_catalog
 
     catalog = metric_catalog()
     ignored = ignored_plugins()
@@ -145,12 +145,12 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 def cmd_uncertainty(args: argparse.Namespace) -> int:
     """Score SMAS variance per case and write JSON atomically."""
-    from backend.metrics.base import MetricInputError
-    from backend.metrics.smas import SmasVar
-    from backend.scoring.io import ScoreInputError, read_pairs
-    from backend.scoring.pairs_reader import field_error
-    from backend.scoring.runner import ScoringError, parse_set_options
-    from backend.util import atomic_write
+    from radconcord.backend.metrics.base import MetricInputError
+    from radconcord.backend.metrics.smas import SmasVar
+    from radconcord.backend.scoring.io import ScoreInputError, read_pairs
+    from radconcord.backend.scoring.pairs_reader import field_error
+    from radconcord.backend.scoring.runner import ScoringError, parse_set_options
+    from radconcord.backend.util import atomic_write
 
     with user_errors(ScoreInputError, ScoringError):
         pf = read_pairs(args.input)
@@ -193,9 +193,9 @@ def _fmt(x: float) -> str:
 
 def cmd_train_er2score(args: argparse.Namespace) -> int:
     """Train an ER2Score adapter on a study's ratings and print both held-out taus."""
-    from backend.metrics import hf
-    from backend.services.er2train import train_from_study
-    from backend.types import Actor
+    from radconcord.backend.metrics import hf
+    from radconcord.backend.services.er2train import train_from_study
+    from radconcord.backend.types import Actor
 
     with user_errors(ValueError):
         device = hf.pick_device(args.device)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import UserError, database, service_errors
 
 MONITORING_CSV = "monitoring.csv"
 INTRA_CSV = "intra_rater.csv"
@@ -51,7 +51,7 @@ def _out_dir(raw: str | None) -> Path | None:
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
-    from backend.util import atomic_write, records_to_csv
+    from radconcord.backend.util import atomic_write, records_to_csv
 
     with atomic_write(path, newline="") as fh:
         fh.write(records_to_csv(rows, columns))
@@ -96,8 +96,8 @@ def _print_judgements(study: str, rows: list[dict[str, Any]]) -> None:
 
 
 def _qc(args: argparse.Namespace) -> int:
-    from backend.services import qc
-    from backend.types import Actor
+    from radconcord.backend.services import qc
+    from radconcord.backend.types import Actor
 
     out = _out_dir(args.out)
     with database() as db, service_errors():

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import UserError, database, service_errors
 
 EXPORT_COLUMNS = ("comparison_position", "comparison_id", "case_id", "pair_a_position",
                   "pair_b_position", "source_a", "source_b", "rater", "preference", "rating_a",
@@ -21,8 +21,8 @@ EXPORT_COLUMNS = ("comparison_position", "comparison_id", "case_id", "pair_a_pos
 
 
 def _make(args: argparse.Namespace) -> int:
-    from backend.services import pairwise
-    from backend.types import Actor
+    from radconcord.backend.services import pairwise
+    from radconcord.backend.types import Actor
 
     with database(args.database_url) as db, service_errors():
         summary = pairwise.make_comparisons(db, Actor.system(), args.study, seed=args.seed)
@@ -32,8 +32,8 @@ def _make(args: argparse.Namespace) -> int:
 
 
 def _assign(args: argparse.Namespace) -> int:
-    from backend.services import pairwise
-    from backend.types import Actor
+    from radconcord.backend.services import pairwise
+    from radconcord.backend.types import Actor
 
     raters = [r.strip() for r in args.raters.split(",") if r.strip()]
     with database(args.database_url) as db, service_errors():
@@ -47,9 +47,9 @@ def _assign(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from backend.services import pairwise
-    from backend.types import Actor
-    from backend.util import SafeCsvWriter, atomic_write
+    from radconcord.backend.services import pairwise
+    from radconcord.backend.types import Actor
+    from radconcord.backend.util import SafeCsvWriter, atomic_write
 
     out: Path = args.output
     if not out.parent.is_dir():
@@ -77,8 +77,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from backend.services import pairwise
-    from backend.types import Actor
+    from radconcord.backend.services import pairwise
+    from radconcord.backend.types import Actor
 
     with database(args.database_url) as db, service_errors():
         stats = pairwise.study_preference_stats(

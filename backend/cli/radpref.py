@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import UserError, database, service_errors
 
 
 def _import(args: argparse.Namespace) -> int:
-    from backend.datasets import radpref as files
-    from backend.services import radpref
-    from backend.types import Actor
+    from radconcord.backend.datasets import radpref as files
+    from radconcord.backend.services import radpref
+    from radconcord.backend.types import Actor
 
     with service_errors():
         data = files.read(Path(args.preferences), Path(args.annotations), strict=args.strict)
@@ -40,8 +40,8 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from backend.services import radpref
-    from backend.types import Actor
+    from radconcord.backend.services import radpref
+    from radconcord.backend.types import Actor
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

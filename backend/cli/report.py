@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import UserError, database, service_errors
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
@@ -48,9 +48,9 @@ def run_report(args: argparse.Namespace) -> int:
     Args:
         args: Parsed arguments.
     """
-    from backend.services import reports
-    from backend.types import Actor
-    from backend.util import free_output_dir
+    from radconcord.backend.services import reports
+    from radconcord.backend.types import Actor
+    from radconcord.backend.util import free_output_dir
 
     if args.bootstrap < 0:
         raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UserError, database, user_errors
-from backend.metrics.base import MetricInputError, MetricUnavailable
+from radconcord.backend.cli.common import UserError, database, user_errors
+from radconcord.backend.metrics.base import MetricInputError, MetricUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,8 @@ def _split_metrics(text: str) -> list[str]:
 
 def cmd_score(args: argparse.Namespace) -> int:
     """Run ``score``; see the module docstring."""
-    from backend.scoring import jobs
-    from backend.scoring.runner import ScoringError, parse_set_options
+    from radconcord.backend.scoring import jobs
+    from radconcord.backend.scoring.runner import ScoringError, parse_set_options
 
     metrics = _split_metrics(args.metrics)
     if args.batch_size < 1:
@@ -98,8 +98,8 @@ def _run(
     pairs: list[Any], metrics: list[str], options: dict[str, Any], args: argparse.Namespace, db: Any
 ) -> Any:
     """Call the runner, turning its user-facing errors into ``UserError``."""
-    from backend.cli.progress import progress_bar
-    from backend.scoring.runner import MetricFailed, ScoringError, score
+    from radconcord.backend.cli.progress import progress_bar
+    from radconcord.backend.scoring.runner import MetricFailed, ScoringError, score
 
     try:
         # The runner counts pairs x metric families ("36 pairs" for 12 pairs of 3 families
@@ -155,7 +155,7 @@ def _report(table: Any) -> None:
 
 
 def _score_file(args: argparse.Namespace, metrics: list[str], options: dict[str, Any]) -> int:
-    from backend.scoring.io import ScoreInputError, read_pairs, write_scores_csv
+    from radconcord.backend.scoring.io import ScoreInputError, read_pairs, write_scores_csv
 
     if args.enqueue:
         raise UserError("--enqueue works with --study only")
@@ -195,10 +195,10 @@ def _exit_status(table: Any) -> int:
 
 
 def _score_study(args: argparse.Namespace, metrics: list[str], options: dict[str, Any]) -> int:
-    from backend import jobs as job_queue
-    from backend.errors import ServiceError
-    from backend.scoring import jobs
-    from backend.scoring.runner import ScoringError
+    from radconcord.backend import jobs as job_queue
+    from radconcord.backend.errors import ServiceError
+    from radconcord.backend.scoring import jobs
+    from radconcord.backend.scoring.runner import ScoringError
 
     if args.output:
         raise UserError("--output works with --input; study scores are stored in the database")

@@ -11,13 +11,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UserError, database, service_errors
-from backend.cli.progress import progress_bar
+from radconcord.backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.progress import progress_bar
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from backend.services import simulation
-    from backend.types import Actor
+    from radconcord.backend.services import simulation
+    from radconcord.backend.types import Actor
 
     out = Path(args.output)
     if not out.parent.is_dir():
@@ -52,8 +52,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _strategy(args: argparse.Namespace) -> int:
-    from backend.services import assignment
-    from backend.types import Actor
+    from radconcord.backend.services import assignment
+    from radconcord.backend.types import Actor
 
     with database(args.database_url) as db, service_errors():
         setting = assignment.set_strategy(

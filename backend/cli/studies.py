@@ -10,11 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import UserError, database, service_errors
 
 
 def _init_db(args: argparse.Namespace) -> int:
-    from backend.services.seed import ensure_database
+    from radconcord.backend.services.seed import ensure_database
 
     with database() as db:
         revision = ensure_database(db)
@@ -23,7 +23,7 @@ def _init_db(args: argparse.Namespace) -> int:
 
 
 def _seed_demo(args: argparse.Namespace) -> int:
-    from backend.services.seed import DEMO_USERS, seed_demo
+    from radconcord.backend.services.seed import DEMO_USERS, seed_demo
 
     with database() as db, service_errors():
         result = seed_demo(db)
@@ -41,8 +41,8 @@ def _seed_demo(args: argparse.Namespace) -> int:
 
 
 def _assign(args: argparse.Namespace) -> int:
-    from backend.services import assignment
-    from backend.types import Actor
+    from radconcord.backend.services import assignment
+    from radconcord.backend.types import Actor
 
     raters = [r.strip() for r in args.raters.split(",") if r.strip()]
     with database() as db, service_errors():
@@ -69,8 +69,8 @@ def _assign(args: argparse.Namespace) -> int:
 
 
 def _archive(args: argparse.Namespace) -> int:
-    from backend.services import studies
-    from backend.types import Actor
+    from radconcord.backend.services import studies
+    from radconcord.backend.types import Actor
 
     fn = studies.unarchive_study if args.undo else studies.archive_study
     with database() as db, service_errors():
@@ -80,8 +80,8 @@ def _archive(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    from backend.services import studies
-    from backend.types import Actor
+    from radconcord.backend.services import studies
+    from radconcord.backend.types import Actor
 
     confirm = args.confirm
     if confirm is None:
@@ -100,8 +100,8 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace) -> int:
-    from backend.services import study_settings
-    from backend.types import Actor
+    from radconcord.backend.services import study_settings
+    from radconcord.backend.types import Actor
 
     changes = {}
     for item in args.set or []:
@@ -127,7 +127,7 @@ def _settings(args: argparse.Namespace) -> int:
             if "repeat_share" in changes:
                 # Raters already assigned get their hidden repeats now (as on the Assign
                 # page); raters assigned later get them with their assignment.
-                from backend.services import assignment
+                from radconcord.backend.services import assignment
 
                 added = assignment.add_missing_repeats(db, Actor.system(),
                                                        study_name=args.study)

@@ -27,8 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.errors import InvalidInput
-from backend.util import MAX_JSON_DEPTH, atomic_write, file_sha256, json_too_deep, json_type
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.util import (
+    MAX_JSON_DEPTH,
+    atomic_write,
+    file_sha256,
+    json_too_deep,
+    json_type,
+)
 
 log = logging.getLogger(__name__)
 

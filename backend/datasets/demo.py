@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from backend import config
-from backend.errors import InvalidInput
-from backend.types import CandidateInput, CaseInput, ImageInput
+from radconcord.backend import config
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.types import CandidateInput, CaseInput, ImageInput
 
 
 def demo_dir() -> Path:

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from backend.errors import InvalidInput
-from backend.scoring.pairs_reader import read_records
-from backend.util import free_output_dir, json_type, publish_dir
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.scoring.pairs_reader import read_records
+from radconcord.backend.util import free_output_dir, json_type, publish_dir
 
 PAIRS_FILE = "pairs.jsonl"
 RATINGS_FILE = "ratings.jsonl"

@@ -43,14 +43,14 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from backend.datasets.corpus import CorpusReport, normalise
-from backend.metrics import registry
-from backend.metrics.base import MetricUnavailable, signature_hash
-from backend.scoring import engines
-from backend.scoring.engines import Engine
-from backend.scoring.engines import LocalEngine as LocalEngine  # re-exported for callers
-from backend.scoring.engines import RayEngine as RayEngine  # re-exported for callers
-from backend.scoring.runner import MetricPool, ScoringError, resolve_device
+from radconcord.backend.datasets.corpus import CorpusReport, normalise
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import MetricUnavailable, signature_hash
+from radconcord.backend.scoring import engines
+from radconcord.backend.scoring.engines import Engine
+from radconcord.backend.scoring.engines import LocalEngine as LocalEngine  # re-exported for callers
+from radconcord.backend.scoring.engines import RayEngine as RayEngine  # re-exported for callers
+from radconcord.backend.scoring.runner import MetricPool, ScoringError, resolve_device
 
 log = logging.getLogger(__name__)
 

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.errors import InvalidInput
-from backend.scoring.pairs_reader import (
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.scoring.pairs_reader import (
     MAX_FILE_BYTES,
     MAX_LABEL_CHARS,
     MAX_REPORT_BYTES,
@@ -58,8 +58,8 @@ from backend.scoring.pairs_reader import (
     record_images,
     require_columns,
 )
-from backend.types import CandidateInput, CaseInput, ImageInput
-from backend.util import json_type
+from radconcord.backend.types import CandidateInput, CaseInput, ImageInput
+from radconcord.backend.util import json_type
 
 __all__ = ["LAYOUTS", "MAX_FILE_BYTES", "MAX_REPORT_BYTES", "CasesFile", "images_in_folder",
            "parse_cases", "read_cases", "unusable_lookup_id"]

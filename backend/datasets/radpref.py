@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.errors import InvalidInput
+from radconcord.backend.errors import InvalidInput
 
 PREFERENCES_FILE = "preference_data.json"
 ANNOTATIONS_DIR = "radiologist_annotations"

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.errors import InvalidInput
-from backend.util import SafeCsvWriter, csv_unescape
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.util import SafeCsvWriter, csv_unescape
 
 GT_FILENAME = "50_samples_gt_and_candidates.csv"
 RATINGS_FILENAME = "6_valid_raters_per_rater_error_categories.csv"

@@ -67,7 +67,7 @@ from pydicom.uid import (
     generate_uid,
 )
 
-from backend.imaging.load import (
+from radconcord.backend.imaging.load import (
     MAX_PIXELS_PER_FRAME,
     ImageLoadError,
     check_dicom_pixel_limit,

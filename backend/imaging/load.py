@@ -32,7 +32,7 @@ import numpy as np
 from PIL import Image
 
 # Re-exported: importers (services.imports) take the file hash from here.
-from backend.util import file_sha256 as file_sha256
+from radconcord.backend.util import file_sha256 as file_sha256
 
 logger = logging.getLogger(__name__)
 

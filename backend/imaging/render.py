@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from backend.imaging.load import LoadedImage
-from backend.imaging.window import PRESETS, Window, display_values, resolve_window
+from radconcord.backend.imaging.load import LoadedImage
+from radconcord.backend.imaging.window import PRESETS, Window, display_values, resolve_window
 
 DEFAULT_MAX_SIDE = 1024
 THUMBNAIL_SIDE = 256

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend.imaging.load import LoadedImage, VoiLut
+from radconcord.backend.imaging.load import LoadedImage, VoiLut
 
 PRESETS = ("header", "lung", "bone", "manual")
 FALLBACK_PERCENTILES = (0.5, 99.5)

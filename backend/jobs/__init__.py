@@ -8,8 +8,8 @@ A new kind: a module under ``backend/jobs/kinds/`` with ``run(ctx, params) -> di
 and one line in :data:`backend.jobs.registry.KINDS`.
 """
 
-from backend.jobs.context import JobCancelled, JobContext
-from backend.jobs.queue import (
+from radconcord.backend.jobs.context import JobCancelled, JobContext
+from radconcord.backend.jobs.queue import (
     CANCELLED,
     DEFAULT_STALE_AFTER,
     DONE,
@@ -26,7 +26,7 @@ from backend.jobs.queue import (
     list_workers,
     wait,
 )
-from backend.jobs.registry import KINDS, UnknownJobKind, kind_names, load_kind
+from radconcord.backend.jobs.registry import KINDS, UnknownJobKind, kind_names, load_kind
 
 __all__ = [
     "CANCELLED",

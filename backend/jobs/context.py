@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from backend.scoring.runner import MetricPool
+    from radconcord.backend.scoring.runner import MetricPool
 
 #: Why a job was interrupted (``JobCancelled.reason``).
 CANCELLED_BY_USER, CLAIM_LOST, WORKER_STOPPING = "cancelled", "lost", "stopping"
@@ -90,7 +90,7 @@ class JobContext:
         Raises:
             JobCancelled: the job was cancelled, its claim was lost, or the worker stops.
         """
-        from backend.jobs import queue
+        from radconcord.backend.jobs import queue
 
         self.last_progress = (int(done), int(total))
         now = time.monotonic()
@@ -109,7 +109,7 @@ class JobContext:
         Reads the job row at most every :data:`PROGRESS_EVERY` s (the heartbeat thread
         also looks), so calling it in a tight loop is cheap.
         """
-        from backend.jobs import queue
+        from radconcord.backend.jobs import queue
 
         now = time.monotonic()
         if self._interrupt is None and now - self._last_write >= PROGRESS_EVERY:

@@ -27,10 +27,10 @@ from typing import Any
 
 from sqlalchemy import delete, false, or_, select, true, update
 
-from backend.errors import InvalidInput, NotFound
-from backend.jobs import registry
-from backend.jobs.context import CANCELLED_BY_USER, CLAIM_LOST
-from db.models import Job, Study, WorkerProcess
+from radconcord.backend.errors import InvalidInput, NotFound
+from radconcord.backend.jobs import registry
+from radconcord.backend.jobs.context import CANCELLED_BY_USER, CLAIM_LOST
+from radconcord.db.models import Job, Study, WorkerProcess
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 #: States a job never leaves.

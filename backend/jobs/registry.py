@@ -12,18 +12,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from backend.jobs.context import JobContext
+    from radconcord.backend.jobs.context import JobContext
 
 #: ``run(ctx, params) -> result dict | None`` of each kind, as ``"module:function"``.
 KINDS: dict[str, str] = {
-    "score": "backend.jobs.kinds.score:run",
-    "probes": "backend.jobs.kinds.probes:run",
-    "build_oracle": "backend.jobs.kinds.build_oracle:run",
-    "train_er2score": "backend.jobs.kinds.train_er2score:run",
-    "refit_radcliq": "backend.jobs.kinds.refit_radcliq:run",
-    "import": "backend.jobs.kinds.imports:run",
-    "simulate_rating": "backend.jobs.kinds.simulate_rating:run",
-    "report": "backend.jobs.kinds.report:run",
+    "score": "radconcord.backend.jobs.kinds.score:run",
+    "probes": "radconcord.backend.jobs.kinds.probes:run",
+    "build_oracle": "radconcord.backend.jobs.kinds.build_oracle:run",
+    "train_er2score": "radconcord.backend.jobs.kinds.train_er2score:run",
+    "refit_radcliq": "radconcord.backend.jobs.kinds.refit_radcliq:run",
+    "import": "radconcord.backend.jobs.kinds.imports:run",
+    "simulate_rating": "radconcord.backend.jobs.kinds.simulate_rating:run",
+    "report": "radconcord.backend.jobs.kinds.report:run",
 }
 
 KindFn = Callable[["JobContext", dict[str, Any]], "dict[str, Any] | None"]

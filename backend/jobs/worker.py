@@ -28,16 +28,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from backend.errors import InvalidInput, ServiceError
-from backend.jobs import queue, registry
-from backend.jobs.context import (
+from radconcord.backend.errors import InvalidInput, ServiceError
+from radconcord.backend.jobs import queue, registry
+from radconcord.backend.jobs.context import (
     CANCELLED_BY_USER,
     CLAIM_LOST,
     WORKER_STOPPING,
     JobCancelled,
     JobContext,
 )
-from backend.jobs.queue import JobInfo
+from radconcord.backend.jobs.queue import JobInfo
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,8 @@ _WORKER_DEVICE = re.compile(r"cpu|cuda|cuda:[0-9]+")
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions whose message is meant for the admin as is (no type name, no traceback)."""
-    from backend.metrics.base import MetricInputError, MetricUnavailable
-    from backend.scoring.runner import MetricFailed, ScoringError
+    from radconcord.backend.metrics.base import MetricInputError, MetricUnavailable
+    from radconcord.backend.scoring.runner import MetricFailed, ScoringError
 
     return (ServiceError, ScoringError, MetricUnavailable, MetricFailed, MetricInputError)
 
@@ -103,7 +103,7 @@ class Worker:
         Raises:
             InvalidInput: unknown device or kind, non-positive timings.
         """
-        from backend.scoring.runner import DEFAULT_BATCH_SIZE, MetricPool
+        from radconcord.backend.scoring.runner import DEFAULT_BATCH_SIZE, MetricPool
 
         if stale_after <= 0:
             raise InvalidInput(f"stale_after must be positive (got {stale_after})")

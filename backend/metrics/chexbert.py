@@ -24,9 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from backend.metrics import hf, labels
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec, Resources
-from backend.util import cached_file_sha256
+from radconcord.backend.metrics import hf, labels
+from radconcord.backend.metrics.base import (
+    BaseMetric,
+    MetricResult,
+    MetricSpec,
+    OutputSpec,
+    Resources,
+)
+from radconcord.backend.util import cached_file_sha256
 
 logger = logging.getLogger(__name__)
 

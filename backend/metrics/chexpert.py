@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
-from backend.metrics.labels import (
+from radconcord.backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from radconcord.backend.metrics.labels import (
     BINARISATION,
     NEGATIVE,
     OBSERVATIONS,

@@ -27,8 +27,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from backend.metrics import registry
-from backend.metrics.base import (
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import (
     BaseMetric,
     MetricResult,
     MetricSpec,
@@ -36,7 +36,7 @@ from backend.metrics.base import (
     OutputSpec,
     Resources,
 )
-from backend.metrics.labels import (
+from radconcord.backend.metrics.labels import (
     BINARISATION,
     INDEX_5,
     OBSERVATIONS,

@@ -35,9 +35,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from backend.metrics import crimson_prompt as P
-from backend.metrics.base import MetricInputError, MetricResult, MetricSpec, OutputSpec
-from backend.metrics.llm_backends import BACKEND_DEFAULTS, LLMMetric, Message, prompt_hash
+from radconcord.backend.metrics import crimson_prompt as P
+from radconcord.backend.metrics.base import MetricInputError, MetricResult, MetricSpec, OutputSpec
+from radconcord.backend.metrics.llm_backends import (
+    BACKEND_DEFAULTS,
+    LLMMetric,
+    Message,
+    prompt_hash,
+)
 
 logger = logging.getLogger(__name__)
 

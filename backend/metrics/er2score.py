@@ -52,9 +52,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.metrics import hf, llm
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec, Resources
-from backend.util import staging_dir
+from radconcord.backend.metrics import hf, llm
+from radconcord.backend.metrics.base import (
+    BaseMetric,
+    MetricResult,
+    MetricSpec,
+    OutputSpec,
+    Resources,
+)
+from radconcord.backend.util import staging_dir
 
 logger = logging.getLogger(__name__)
 

@@ -39,9 +39,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from backend.metrics import llm
-from backend.metrics.base import MetricResult, MetricSpec, OutputSpec
-from backend.metrics.llm_backends import BACKEND_DEFAULTS, LLMMetric, Message, prompt_hash
+from radconcord.backend.metrics import llm
+from radconcord.backend.metrics.base import MetricResult, MetricSpec, OutputSpec
+from radconcord.backend.metrics.llm_backends import (
+    BACKEND_DEFAULTS,
+    LLMMetric,
+    Message,
+    prompt_hash,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from backend.config import model_dir
+from radconcord.backend.config import model_dir
 
 logger = logging.getLogger(__name__)
 

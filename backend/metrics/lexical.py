@@ -36,14 +36,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from backend.metrics.base import (
+from radconcord.backend.metrics.base import (
     BaseMetric,
     MetricResult,
     MetricSpec,
     MetricUnavailable,
     OutputSpec,
 )
-from backend.metrics.text import (
+from radconcord.backend.metrics.text import (
     DEFAULT_TOKENIZER,
     TOKENIZERS,
     TokenIds,

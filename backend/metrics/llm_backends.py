@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol
 
-from backend.metrics import hf, llm
-from backend.metrics.base import BaseMetric, Resources
+from radconcord.backend.metrics import hf, llm
+from radconcord.backend.metrics.base import BaseMetric, Resources
 
 logger = logging.getLogger(__name__)
 

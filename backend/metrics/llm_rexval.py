@@ -27,9 +27,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from backend.metrics.base import MetricResult, MetricSpec, OutputSpec
-from backend.metrics.llm import truncate_words
-from backend.metrics.llm_backends import BACKEND_DEFAULTS, LLMMetric, Message, prompt_hash
+from radconcord.backend.metrics.base import MetricResult, MetricSpec, OutputSpec
+from radconcord.backend.metrics.llm import truncate_words
+from radconcord.backend.metrics.llm_backends import (
+    BACKEND_DEFAULTS,
+    LLMMetric,
+    Message,
+    prompt_hash,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from backend.metrics import hf, llm
-from backend.metrics.base import Resources
+from radconcord.backend.metrics import hf, llm
+from radconcord.backend.metrics.base import Resources
 
 logger = logging.getLogger(__name__)
 

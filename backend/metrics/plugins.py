@@ -36,7 +36,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from backend.metrics.base import (
+from radconcord.backend.metrics.base import (
     BaseMetric,
     MetricInputError,
     MetricResult,
@@ -46,7 +46,7 @@ from backend.metrics.base import (
 )
 
 if TYPE_CHECKING:
-    from backend.metrics.registry import Entry
+    from radconcord.backend.metrics.registry import Entry
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +343,7 @@ def discover(
         The plug-ins kept, their classes, and the refused ones' messages. Never raises for a
         plug-in's fault.
     """
-    from backend.metrics.registry import Entry
+    from radconcord.backend.metrics.registry import Entry
 
     if entry_points is None:
         entry_points = metadata.entry_points(group=GROUP)

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from backend.metrics import registry
-from backend.metrics.base import (
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import (
     BaseMetric,
     Metric,
     MetricResult,

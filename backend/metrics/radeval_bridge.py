@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from backend.metrics.base import (
+from radconcord.backend.metrics.base import (
     BaseMetric,
     MetricResult,
     MetricSpec,

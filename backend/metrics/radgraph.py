@@ -56,10 +56,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.config import data_dir, model_dir
-from backend.metrics import hf
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec, Resources
-from backend.util import cached_file_sha256, staging_dir
+from radconcord.backend.config import data_dir, model_dir
+from radconcord.backend.metrics import hf
+from radconcord.backend.metrics.base import (
+    BaseMetric,
+    MetricResult,
+    MetricSpec,
+    OutputSpec,
+    Resources,
+)
+from radconcord.backend.util import cached_file_sha256, staging_dir
 
 logger = logging.getLogger(__name__)
 

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from backend.metrics import hf
-from backend.metrics.base import (
+from radconcord.backend.metrics import hf
+from radconcord.backend.metrics.base import (
     BaseMetric,
     MetricResult,
     MetricSpec,

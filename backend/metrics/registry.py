@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from backend.metrics.base import Metric, MetricUnavailable, Resources
+from radconcord.backend.metrics.base import Metric, MetricUnavailable, Resources
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -88,6 +88,9 @@ def _e(
     lower: tuple[str, ...] | list[str] = (),
     corpus: bool | CorpusRule = False,
 ) -> Entry:
+    # Built-in targets are written relative to this package (".lexical:Bleu"), like an import.
+    if target.startswith("."):
+        target = f"{__package__}{target}"
     return Entry(family, target, tuple(keys), kind, per_pair, tuple(lower), corpus)
 
 
@@ -117,43 +120,43 @@ LLM_REXVAL_KEYS: tuple[str, ...] = (
 
 
 _ENTRIES: tuple[Entry, ...] = (
-    _e("bleu", "backend.metrics.lexical:Bleu", ("bleu1", "bleu2", "bleu3", "bleu4"), "lexical"),
-    _e("bleu2_radcliq", "backend.metrics.lexical:Bleu2RadCliQ", ("bleu2_radcliq",), "lexical"),
-    _e("rouge", "backend.metrics.lexical:RougeL", ("rouge1", "rouge2", "rougeL"), "lexical"),
-    _e("meteor", "backend.metrics.lexical:Meteor", ("meteor",), "lexical"),
-    _e("cider", "backend.metrics.lexical:Cider", ("cider",), "lexical", corpus=True),
+    _e("bleu", ".lexical:Bleu", ("bleu1", "bleu2", "bleu3", "bleu4"), "lexical"),
+    _e("bleu2_radcliq", ".lexical:Bleu2RadCliQ", ("bleu2_radcliq",), "lexical"),
+    _e("rouge", ".lexical:RougeL", ("rouge1", "rouge2", "rougeL"), "lexical"),
+    _e("meteor", ".lexical:Meteor", ("meteor",), "lexical"),
+    _e("cider", ".lexical:Cider", ("cider",), "lexical", corpus=True),
     _e(
         "bertscore",
-        "backend.metrics.bertscore:BertScore",
+        ".bertscore:BertScore",
         ("bertscore_p", "bertscore_r", "bertscore_f"),
         "embedding",
         corpus=_bertscore_idf,
     ),
-    _e("smas", "backend.metrics.smas:Smas", ("smas",), "embedding"),
-    _e("smas_var", "backend.metrics.smas:SmasVar", ("smas_var",), "uncertainty", per_pair=False,
+    _e("smas", ".smas:Smas", ("smas",), "embedding"),
+    _e("smas_var", ".smas:SmasVar", ("smas_var",), "uncertainty", per_pair=False,
        lower=("smas_var",)),
-    _e("chexpert", "backend.metrics.chexpert:ChexpertLabels", ("chexpert_acc", "chexpert_f1"),
+    _e("chexpert", ".chexpert:ChexpertLabels", ("chexpert_acc", "chexpert_f1"),
        "clinical"),
-    _e("crg", "backend.metrics.crg:Crg", ("crg",), "clinical"),
-    _e("radcliq", "backend.metrics.radcliq:RadCliQ", ("radcliq_v0", "radcliq_v1", "radcliq_v1_inv"),
+    _e("crg", ".crg:Crg", ("crg",), "clinical"),
+    _e("radcliq", ".radcliq:RadCliQ", ("radcliq_v0", "radcliq_v1", "radcliq_v1_inv"),
        "composite", lower=("radcliq_v0", "radcliq_v1"), corpus=_radcliq_inputs),
-    _e("temporal_f1", "backend.metrics.temporal:TemporalF1", ("temporal_f1",), "clinical"),
-    _e("ratescore", "backend.metrics.ratescore:RaTEScore", ("ratescore",), "clinical"),
-    _e("srrbert", "backend.metrics.srrbert:SrrBert",
+    _e("temporal_f1", ".temporal:TemporalF1", ("temporal_f1",), "clinical"),
+    _e("ratescore", ".ratescore:RaTEScore", ("ratescore",), "clinical"),
+    _e("srrbert", ".srrbert:SrrBert",
        ("srrbert_weighted_f1", "srrbert_weighted_precision", "srrbert_weighted_recall"),
        "clinical"),
-    _e("semb", "backend.metrics.chexbert:SEmb", ("semb",), "clinical"),
-    _e("chexbert", "backend.metrics.chexbert:ChexbertLabels", ("chexbert_acc", "chexbert_f1"),
+    _e("semb", ".chexbert:SEmb", ("semb",), "clinical"),
+    _e("chexbert", ".chexbert:ChexbertLabels", ("chexbert_acc", "chexbert_f1"),
        "clinical"),
     _e(
         "radgraph",
-        "backend.metrics.radgraph:RadGraph",
+        ".radgraph:RadGraph",
         ("radgraph_simple", "radgraph_partial", "radgraph_complete", "radgraph_combined"),
         "clinical",
     ),
     _e(
         "vlscore",
-        "backend.metrics.vlscore:VLScore",
+        ".vlscore:VLScore",
         ("vlscore", "vl_cosine", "vl_image_cosine", "vl_sphere"),
         "image",
         lower=("vl_sphere",),
@@ -161,24 +164,24 @@ _ENTRIES: tuple[Entry, ...] = (
     ),
     _e(
         "green",
-        "backend.metrics.green:Green",
+        ".green:Green",
         ("green", *(f"green_sig_{c}" for c in "abcdef"), "green_matched"),
         "learned",
         lower=tuple(f"green_sig_{c}" for c in "abcdef"),
     ),
     _e(
         "er2score",
-        "backend.metrics.er2score:ER2Score",
+        ".er2score:ER2Score",
         ("er2score", *(f"er2_cat{i}" for i in range(1, 7))),
         "learned",
     ),
-    _e("llm_rexval", "backend.metrics.llm_rexval:LlmRexval", LLM_REXVAL_KEYS, "learned",
+    _e("llm_rexval", ".llm_rexval:LlmRexval", LLM_REXVAL_KEYS, "learned",
        lower=LLM_REXVAL_KEYS),
-    _e("crimson", "backend.metrics.crimson:Crimson",
+    _e("crimson", ".crimson:Crimson",
        ("crimson", "crimson_false", "crimson_missing", "crimson_attribute"), "learned",
        lower=("crimson_false", "crimson_missing", "crimson_attribute")),
     # Any RadEval metric through RadEval's own API (extra radconcord[radeval]).
-    _e("radeval", "backend.metrics.radeval_bridge:RadEvalBridge", ("radeval",), "composite"),
+    _e("radeval", ".radeval_bridge:RadEvalBridge", ("radeval",), "composite"),
 )
 
 class _Registry:
@@ -214,7 +217,7 @@ class _Registry:
         if os.environ.get("RADCONCORD_PLUGINS", "1").strip().lower() in ("0", "false", "no",
                                                                          "off"):
             return
-        from backend.metrics import plugins
+        from radconcord.backend.metrics import plugins
 
         found = plugins.discover(self.entries, self.key_to_family)
         for entry in found.entries:
@@ -330,7 +333,7 @@ def card_text(family: str) -> str | None:
         raise UnknownMetric(family)
     cls = _REGISTRY.classes.get(family)
     if cls is not None:
-        from backend.metrics import plugins
+        from radconcord.backend.metrics import plugins
 
         try:
             return plugins.card_text(cls)

@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from backend.metrics import hf
-from backend.metrics.base import (
+from radconcord.backend.metrics import hf
+from radconcord.backend.metrics.base import (
     BaseMetric,
     MetricInputError,
     MetricResult,

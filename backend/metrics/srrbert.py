@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from backend.metrics import hf
-from backend.metrics.base import (
+from radconcord.backend.metrics import hf
+from radconcord.backend.metrics.base import (
     BaseMetric,
     MetricResult,
     MetricSpec,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from radconcord.backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
 
 #: BioViL-T's temporal vocabulary as Libra and RadEval list it (44 words).
 KEYWORDS: frozenset[str] = frozenset({

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from backend.metrics import hf
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from radconcord.backend.metrics import hf
+from radconcord.backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
 
 logger = logging.getLogger(__name__)
 
@@ -161,8 +161,8 @@ class _Embedder:
 
 def load_pixels(path: Path) -> np.ndarray:
     """An image as the viewer shows it by default (header window, MONOCHROME1 inverted)."""
-    from backend.imaging.load import load_image
-    from backend.imaging.render import RenderSettings, render_array
+    from radconcord.backend.imaging.load import load_image
+    from radconcord.backend.imaging.render import RenderSettings, render_array
 
     arr, _ = render_array(load_image(path), RenderSettings(max_side=IMAGE_SIDE))
     return arr

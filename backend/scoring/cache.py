@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from db.models import MetricScore
+from radconcord.db.models import MetricScore
 
 # Keep IN (...) lists well below every backend's bound-parameter limit.
 _CHUNK = 500

@@ -20,8 +20,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from backend.metrics import registry
-from backend.scoring.runner import MetricPool, ScoringError, inference_context, resolve_device
+from radconcord.backend.metrics import registry
+from radconcord.backend.scoring.runner import (
+    MetricPool,
+    ScoringError,
+    inference_context,
+    resolve_device,
+)
 
 ChunkProgress = Callable[[int], None]
 
@@ -175,7 +180,7 @@ class RayEngine:
         self._ray = ray
         self._started = False
         if not ray.is_initialized():
-            from backend.config import REPO_ROOT
+            from radconcord.backend.config import REPO_ROOT
 
             # Workers must import `backend` the way this process does.
             ray.init(address=address, num_cpus=num_cpus, include_dashboard=False,

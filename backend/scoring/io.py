@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.errors import InvalidInput
-from backend.scoring.hashing import input_hash
-from backend.scoring.pairs_reader import (
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.scoring.hashing import input_hash
+from radconcord.backend.scoring.pairs_reader import (
     IMAGE_SEPARATOR,
     MAX_REPORT_BYTES,
     Record,
@@ -43,7 +43,7 @@ from backend.scoring.pairs_reader import (
     record_images,
     require_columns,
 )
-from backend.util import SafeCsvWriter, atomic_write, file_sha256
+from radconcord.backend.util import SafeCsvWriter, atomic_write, file_sha256
 
 __all__ = ["IMAGE_SEPARATOR", "MAX_REPORT_BYTES", "PairFile", "PairRecord", "ScoreInputError",
            "detect_format", "read_pairs", "write_scores_csv"]

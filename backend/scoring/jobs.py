@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend import config
-from backend.metrics import registry
-from backend.scoring.runner import ScorePair, ScoringError
-from db.models import STUDY_STAGING, Image, Pair, Report, Study
+from radconcord.backend import config
+from radconcord.backend.metrics import registry
+from radconcord.backend.scoring.runner import ScorePair, ScoringError
+from radconcord.db.models import STUDY_STAGING, Image, Pair, Report, Study
 
 
 def validate_request(

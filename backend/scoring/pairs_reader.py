@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.errors import InvalidInput
-from backend.types import ImageInput
-from backend.util import MAX_JSON_DEPTH, csv_unescape, json_too_deep, json_type
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.types import ImageInput
+from radconcord.backend.util import MAX_JSON_DEPTH, csv_unescape, json_too_deep, json_type
 
 # Largest file read by default: import-pairs loads it whole into one transaction's worth of
 # cases; the score command passes ``max_bytes=None`` (it streams nothing to the database).

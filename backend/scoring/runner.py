@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from backend.metrics import registry
-from backend.metrics.base import (
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import (
     Metric,
     MetricInputError,
     MetricResult,
@@ -51,8 +51,8 @@ from backend.metrics.base import (
     Resources,
     signature_hash,
 )
-from backend.scoring import cache
-from backend.scoring.hashing import input_hash as compute_input_hash
+from radconcord.backend.scoring import cache
+from radconcord.backend.scoring.hashing import input_hash as compute_input_hash
 
 log = logging.getLogger(__name__)
 

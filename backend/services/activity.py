@@ -85,10 +85,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from backend.services import sessions
-from backend.services.errors import InvalidInput
-from backend.services.types import Actor
-from db.models import (
+from radconcord.backend.services import sessions
+from radconcord.backend.services.errors import InvalidInput
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import (
     STUDY_STAGING,
     ActivitySpan,
     Assignment,
@@ -99,7 +99,7 @@ from db.models import (
     Pair,
     Study,
 )
-from db.session import Database
+from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 

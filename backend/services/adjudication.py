@@ -39,15 +39,15 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from backend.analysis.adjudication import queue_reason
-from backend.services.errors import (
+from radconcord.backend.analysis.adjudication import queue_reason
+from radconcord.backend.services.errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
     ServiceError,
     require_admin,
 )
-from backend.services.rating import (
+from radconcord.backend.services.rating import (
     CELLS,
     HIDDEN_STATUSES,
     MAX_COUNT,
@@ -55,11 +55,11 @@ from backend.services.rating import (
     as_utc,
     utcnow,
 )
-from backend.services.repo import get_study
-from backend.services.roles import ADJUDICATOR
-from backend.services.study_settings import effective
-from backend.services.types import CATEGORIES, Actor
-from db.models import (
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.roles import ADJUDICATOR
+from radconcord.backend.services.study_settings import effective
+from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.db.models import (
     PAIR_STUDY,
     STUDY_STAGING,
     Adjudication,
@@ -72,7 +72,7 @@ from db.models import (
     StudyRole,
     User,
 )
-from db.session import Database
+from radconcord.db.session import Database
 
 Cell = tuple[int, bool]
 #: The reason stored for a pair adjudicated while it was not in the queue.

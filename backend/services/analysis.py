@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from backend.analysis.data import AnalysisInputError, StudyNotFound
-from backend.services.errors import InvalidInput, NotFound, require_admin
-from backend.services.types import Actor
-from db.session import Database
+from radconcord.backend.analysis.data import AnalysisInputError, StudyNotFound
+from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.services.types import Actor
+from radconcord.db.session import Database
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,7 @@ def study_correlation(
         NotFound: unknown study.
         InvalidInput: nothing to correlate, or an unknown ``counts``.
     """
-    from backend.analysis.report import correlate_study
+    from radconcord.backend.analysis.report import correlate_study
 
     require_admin(actor)
     _check_counts(counts)
@@ -275,16 +275,16 @@ def study_correlation(
 
 
 def _check_counts(counts: str) -> None:
-    from backend.analysis.data import COUNTS_MODES
+    from radconcord.backend.analysis.data import COUNTS_MODES
 
     if counts not in COUNTS_MODES:
         raise InvalidInput(f"counts must be one of {', '.join(COUNTS_MODES)}, got {counts!r}")
 
 
 def _agreement(db: Database, study_name: str, target: str) -> dict[str, Any]:
-    from backend.analysis.agreement import agreement_summary
-    from backend.analysis.data import N_CATEGORIES, load_ratings
-    from backend.analysis.report import to_json_safe
+    from radconcord.backend.analysis.agreement import agreement_summary
+    from radconcord.backend.analysis.data import N_CATEGORIES, load_ratings
+    from radconcord.backend.analysis.report import to_json_safe
 
     def compute(study_name: str) -> dict[str, Any]:
         # Adjudicated loading only to count the adjudicated pairs: rater_errors stay raw.
@@ -362,9 +362,9 @@ def study_failure_modes(
         NotFound: unknown study.
         InvalidInput: ``fdr`` outside (0, 1), or an unknown ``counts``.
     """
-    from backend.analysis.data import N_CATEGORIES, load_ratings
-    from backend.analysis.failure_modes import failure_mode_tests
-    from backend.analysis.report import to_json_safe
+    from radconcord.backend.analysis.data import N_CATEGORIES, load_ratings
+    from radconcord.backend.analysis.failure_modes import failure_mode_tests
+    from radconcord.backend.analysis.report import to_json_safe
 
     require_admin(actor)
     if not 0.0 < fdr < 1.0:

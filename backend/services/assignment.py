@@ -60,13 +60,13 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from backend.analysis import adaptive
-from backend.analysis.data import AnalysisInputError, study_imports
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.repo import get_study
-from backend.services.study_settings import effective
-from backend.services.types import Actor
-from db.models import (
+from radconcord.backend.analysis import adaptive
+from radconcord.backend.analysis.data import AnalysisInputError, study_imports
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.study_settings import effective
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import (
     PAIR_REPEAT,
     PAIR_STUDY,
     PAIR_TRAINING,
@@ -77,7 +77,7 @@ from db.models import (
     Study,
     User,
 )
-from db.session import Database
+from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,15 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from sqlalchemy import func, select
 
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied, require_admin
-from backend.services.types import ROLES, Actor
-from db.models import User
-from db.session import Database
+from radconcord.backend.services.errors import (
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    require_admin,
+)
+from radconcord.backend.services.types import ROLES, Actor
+from radconcord.db.models import User
+from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +113,7 @@ def generate_one_time_password() -> str:
 
 def _demo_passwords() -> dict[str, str]:
     # Imported here: backend.services.seed imports this module.
-    from backend.services.seed import DEMO_USERS
+    from radconcord.backend.services.seed import DEMO_USERS
 
     return {password: username for username, password, _, _ in DEMO_USERS}
 
@@ -161,7 +166,7 @@ def _revoke_sessions(
     it, so the browser making a password change stays logged in.
     """
     # Imported here: backend.services.sessions imports this module.
-    from backend.services.sessions import revoke_user_sessions
+    from radconcord.backend.services.sessions import revoke_user_sessions
 
     return revoke_user_sessions(
         s, user_id, reason, keep_session_id=keep_session_id  # type: ignore[arg-type]

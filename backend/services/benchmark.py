@@ -43,24 +43,38 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
-from backend.analysis import leaderboard as lb
-from backend.analysis.data import AnalysisInputError, StudyRatings, load_ratings
-from backend.analysis.stats import to_json_safe
-from backend.datasets import radpref, rexval
-from backend.metrics import registry
-from backend.metrics.base import MetricUnavailable
-from backend.scoring import jobs as scoring_jobs
-from backend.scoring.runner import MetricPool, ScorePair, ScoringError, requested_keys, score
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.imports import REXVAL_RATER_PREFIX
-from backend.services.radpref import username_of
-from backend.services.reports import input_hashes, package_versions
-from backend.services.study_settings import effective
-from backend.services.types import Actor
-from backend.util import atomic_write, file_sha256, records_to_csv
-from db.models import PAIR_STUDY, STUDY_STAGING, Comparison, Judgement, MetricScore, Pair, Study
-from db.models import User as UserRow
-from db.session import Database
+from radconcord.backend.analysis import leaderboard as lb
+from radconcord.backend.analysis.data import AnalysisInputError, StudyRatings, load_ratings
+from radconcord.backend.analysis.stats import to_json_safe
+from radconcord.backend.datasets import radpref, rexval
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import MetricUnavailable
+from radconcord.backend.scoring import jobs as scoring_jobs
+from radconcord.backend.scoring.runner import (
+    MetricPool,
+    ScorePair,
+    ScoringError,
+    requested_keys,
+    score,
+)
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.imports import REXVAL_RATER_PREFIX
+from radconcord.backend.services.radpref import username_of
+from radconcord.backend.services.reports import input_hashes, package_versions
+from radconcord.backend.services.study_settings import effective
+from radconcord.backend.services.types import Actor
+from radconcord.backend.util import atomic_write, file_sha256, records_to_csv
+from radconcord.db.models import (
+    PAIR_STUDY,
+    STUDY_STAGING,
+    Comparison,
+    Judgement,
+    MetricScore,
+    Pair,
+    Study,
+)
+from radconcord.db.models import User as UserRow
+from radconcord.db.session import Database
 
 KINDS = ("rexval", "radpref", "study")
 AVAILABLE = "available"
@@ -562,7 +576,7 @@ def _columns(db: Database, ds: Dataset, keys: Sequence[str] | None
              ) -> tuple[list[lb.MetricValues], list[lb.NotAvailable]]:
     """Stored columns as ``correlate`` reads them (one signature per key, imported scores
     with the direction given at import); a key without a known direction is n/a."""
-    from backend.analysis.data import load_metric_columns
+    from radconcord.backend.analysis.data import load_metric_columns
 
     assert ds.ratings is not None
     na: list[lb.NotAvailable] = []
@@ -598,7 +612,7 @@ def add_imported(db: Database, ds: Dataset, scored: Scored) -> None:
     """Add a study's imported keys (``import-scores``: values computed elsewhere, family
     ``external``) that the run did not score itself; they are ranked like the others, their
     signature names the imported file."""
-    from backend.analysis import data
+    from radconcord.backend.analysis import data
 
     family = getattr(data, "EXTERNAL_FAMILY", "external")
     have = {v.key for v in scored.values} | {u.key for u in scored.not_available}
@@ -618,7 +632,7 @@ def add_imported(db: Database, ds: Dataset, scored: Scored) -> None:
 def reported_figures() -> list[lb.Reported]:
     """The published ReXVal figures (``correlate``'s table, from the metric cards' "Values
     from papers" sections), each with the card that cites it."""
-    from backend.analysis.report import PUBLISHED
+    from radconcord.backend.analysis.report import PUBLISHED
 
     cards = Path(registry.__file__).resolve().parent / "cards"
     out = []
@@ -701,7 +715,7 @@ def _dataset_json(ds: Dataset, scored: Scored, board: dict[str, Any]) -> dict[st
 def _document(datasets: list[dict[str, Any]], signatures: dict[str, Any],
               protocol: dict[str, Any], command: Sequence[str] | None,
               unavailable: Mapping[str, str]) -> dict[str, Any]:
-    from backend import config
+    from radconcord.backend import config
 
     return to_json_safe({
         "tool": "radconcord benchmark", "radconcord_version": config.APP_VERSION,
@@ -834,7 +848,7 @@ def csv_text(doc: Mapping[str, Any]) -> str:
 
 def html_text(doc: Mapping[str, Any], *, inline_plotlyjs: bool = True) -> str:
     """``leaderboard.html``: self-contained (plotly.js inlined)."""
-    from backend.analysis.leaderboard_html import render_html
+    from radconcord.backend.analysis.leaderboard_html import render_html
 
     plotlyjs = None
     if inline_plotlyjs:

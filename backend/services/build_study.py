@@ -35,22 +35,22 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
-from backend import config
-from backend.datasets import corpus as corpus_mod
-from backend.datasets import oracle
-from backend.datasets.corpus import Corpus, CorpusReport
-from backend.imaging.deid import DEID_PROFILE
-from backend.services import assignment, exports, imports, job_inputs
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.repo import get_study
-from backend.services.types import Actor, CandidateInput, CaseInput
-from backend.util import MANIFEST, free_output_dir, publish_dir
-from db.models import STUDY_STAGING, Assignment, Case, Pair, Study, User
-from db.session import Database
+from radconcord.backend import config
+from radconcord.backend.datasets import corpus as corpus_mod
+from radconcord.backend.datasets import oracle
+from radconcord.backend.datasets.corpus import Corpus, CorpusReport
+from radconcord.backend.imaging.deid import DEID_PROFILE
+from radconcord.backend.services import assignment, exports, imports, job_inputs
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.backend.util import MANIFEST, free_output_dir, publish_dir
+from radconcord.db.models import STUDY_STAGING, Assignment, Case, Pair, Study, User
+from radconcord.db.session import Database
 
 if TYPE_CHECKING:
-    from backend.scoring.runner import MetricPool
-    from backend.services.jobs import JobView
+    from radconcord.backend.scoring.runner import MetricPool
+    from radconcord.backend.services.jobs import JobView
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ def enqueue_build(
         PermissionDenied: The actor is not an admin.
         InvalidInput: Bad name, files, metrics, k or raters; nothing is queued.
     """
-    from backend.services import jobs
+    from radconcord.backend.services import jobs
 
     require_admin(actor)
     name = _check_name(db, study_name)
@@ -508,7 +508,7 @@ def export_build(db: Database, actor: Actor, *, study_name: str, out_dir: Path) 
         info = {"name": study.name, "description": study.description, "seed": study.seed,
                 "raters_per_pair": study.raters_per_pair,
                 "provenance": dict(study.provenance or {})}
-    from backend.datasets import hf_export
+    from radconcord.backend.datasets import hf_export
 
     n_pairs = 0
 

@@ -36,13 +36,13 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from backend.services import assignment, rating
-from backend.services.definitions import DEFINITIONS
-from backend.services.errors import InvalidInput, NotFound, require_admin
-from backend.services.repo import get_study
-from backend.services.study_settings import effective
-from backend.services.types import CATEGORIES, Actor
-from db.models import (
+from radconcord.backend.services import assignment, rating
+from radconcord.backend.services.definitions import DEFINITIONS
+from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.study_settings import effective
+from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.db.models import (
     PAIR_REPEAT,
     PAIR_STUDY,
     PAIR_TRAINING,
@@ -54,7 +54,7 @@ from db.models import (
     Study,
     User,
 )
-from db.session import Database
+from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backend.services.types import CATEGORIES
+from radconcord.backend.services.types import CATEGORIES
 
 
 @dataclass(frozen=True)

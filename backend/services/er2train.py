@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
-from backend.analysis.data import StudyNotFound, load_ratings
-from backend.services.errors import InvalidInput, NotFound, require_admin
-from backend.services.types import Actor
-from db.models import PAIR_STUDY, Pair, Report
-from db.session import Database
+from radconcord.backend.analysis.data import StudyNotFound, load_ratings
+from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import PAIR_STUDY, Pair, Report
+from radconcord.db.session import Database
 
 if TYPE_CHECKING:
-    from backend.services.jobs import JobView
+    from radconcord.backend.services.jobs import JobView
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def gather_training_set(db: Database, actor: Actor, *, study: str) -> TrainingSe
         PermissionDenied: not an admin.
         NotFound: no such study.
     """
-    from backend.metrics.er2score import RatedCandidate
+    from radconcord.backend.metrics.er2score import RatedCandidate
 
     require_admin(actor)
     try:
@@ -155,7 +155,7 @@ def _check_output(output: Path) -> None:
 def _check_data(db: Database, actor: Actor, *, study: str, base: str,
                 base_revision: str | None, heldout: float, seed: int) -> tuple[Any, Any, Any]:
     """``(model ref, train items, held-out items)``, refusing an unusable base or study."""
-    from backend.metrics import er2score, llm
+    from radconcord.backend.metrics import er2score, llm
 
     ref = llm.LMRef(base, base_revision)
     reason = llm.availability(ref)
@@ -215,9 +215,9 @@ def enqueue_training(
         InvalidInput: bad options or output folder, an unusable base model, no training
             pairs.
     """
-    from backend.jobs import queue
-    from backend.services import jobs
-    from backend.services.job_inputs import resolve_data_path
+    from radconcord.backend.jobs import queue
+    from radconcord.backend.services import jobs
+    from radconcord.backend.services.job_inputs import resolve_data_path
 
     require_admin(actor)
     _check_settings(epochs=epochs, lr=lr, heldout=heldout, batch_size=batch_size,
@@ -310,7 +310,7 @@ def train_from_study(
         NotFound: no such study.
         InvalidInput: bad options, an unusable base model or no training pairs.
     """
-    from backend.metrics import er2score
+    from radconcord.backend.metrics import er2score
 
     require_admin(actor)
     _check_settings(epochs=epochs, lr=lr, heldout=heldout, batch_size=batch_size,

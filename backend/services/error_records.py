@@ -28,14 +28,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from backend.services import rating
-from backend.services.errors import InvalidInput, NotFound, require_admin
-from backend.services.repo import get_study
-from backend.services.study_settings import effective
-from backend.services.types import CATEGORIES, Actor
-from backend.util import is_db_id
-from db.models import PAIR_STUDY, ErrorRecord, Pair, Report, Study, User
-from db.session import Database
+from radconcord.backend.services import rating
+from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.study_settings import effective
+from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.backend.util import is_db_id
+from radconcord.db.models import PAIR_STUDY, ErrorRecord, Pair, Report, Study, User
+from radconcord.db.session import Database
 
 MODE = "error_records"
 SPAN = "span"

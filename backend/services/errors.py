@@ -3,6 +3,12 @@
 Kept so that ``from backend.services.errors import ...`` keeps working for pages and services.
 """
 
-from backend.errors import InvalidInput, NotFound, PermissionDenied, ServiceError, require_admin
+from radconcord.backend.errors import (
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    ServiceError,
+    require_admin,
+)
 
 __all__ = ["InvalidInput", "NotFound", "PermissionDenied", "ServiceError", "require_admin"]

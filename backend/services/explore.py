@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 from sqlalchemy import exists, func, select
 
-from backend.analysis.data import (
+from radconcord.backend.analysis.data import (
     N_CATEGORIES,
     AnalysisInputError,
     MetricColumn,
@@ -31,12 +31,12 @@ from backend.analysis.data import (
     load_metric_columns,
     load_ratings,
 )
-from backend.analysis.disagreement import DiffOp, rank_disagreements, word_diff
-from backend.services.errors import InvalidInput, NotFound, require_admin
-from backend.services.repo import get_study
-from backend.services.types import Actor
-from db.models import Assignment, MetricScore, Pair, Rating, Report, ScoreImport
-from db.session import Database
+from radconcord.backend.analysis.disagreement import DiffOp, rank_disagreements, word_diff
+from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, MetricScore, Pair, Rating, Report, ScoreImport
+from radconcord.db.session import Database
 
 T = TypeVar("T")
 
@@ -327,8 +327,8 @@ def disagreements(
         NotFound: unknown study.
         InvalidInput: ``key`` has no scores on the study, or a bad ``limit``.
     """
-    from backend.analysis.disagreement import normalised_ranks
-    from backend.analysis.stats import orient
+    from radconcord.backend.analysis.disagreement import normalised_ranks
+    from radconcord.backend.analysis.stats import orient
 
     require_admin(actor)
     if limit is not None and limit < 1:
@@ -426,7 +426,7 @@ def pair_detail(db: Database, actor: Actor, *, study_name: str, pair_id: int) ->
         PermissionDenied: for a non-admin.
         NotFound: unknown study, or no such pair in it.
     """
-    from db.models import User
+    from radconcord.db.models import User
 
     require_admin(actor)
     ratings, columns = _load(db, study_name)

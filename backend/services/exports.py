@@ -109,22 +109,22 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import aliased, selectinload
 
-from backend import config
-from backend.analysis.data import (
+from radconcord.backend import config
+from radconcord.backend.analysis.data import (
     AnalysisInputError,
     load_metric_columns,
     load_ratings,
     study_imports,
 )
-from backend.datasets import rexval
-from backend.imaging.deid import DEID_PROFILE
-from backend.services import activity, study_settings
-from backend.services.assignment import study_strategy
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.repo import get_study
-from backend.services.types import CATEGORIES, Actor
-from backend.util import MANIFEST, SafeCsvWriter, free_output_dir, publish_dir
-from db.models import (
+from radconcord.backend.datasets import rexval
+from radconcord.backend.imaging.deid import DEID_PROFILE
+from radconcord.backend.services import activity, study_settings
+from radconcord.backend.services.assignment import study_strategy
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.backend.util import MANIFEST, SafeCsvWriter, free_output_dir, publish_dir
+from radconcord.db.models import (
     PAIR_REPEAT,
     PAIR_STUDY,
     ActivitySpan,
@@ -138,7 +138,7 @@ from db.models import (
     RatingEvent,
     User,
 )
-from db.session import MIGRATIONS_DIR, Database
+from radconcord.db.session import MIGRATIONS_DIR, Database
 
 FORMATS = ("rexval", "jsonl")
 _RATER_RE = re.compile(r"rexval_rater_([0-9]+)")
@@ -599,7 +599,14 @@ def _quality_files(db: Database, actor: Actor, study_name: str,
                    index: dict[int, int]) -> dict[str, list[dict[str, Any]]]:
     """Rows of the quality-control files (name -> rows), raters as ``rater_index``."""
     # Imported here: these services sit beside this one and import the rating service.
-    from backend.services import adjudication, calibration, error_records, flags, pairwise, qc
+    from radconcord.backend.services import (
+        adjudication,
+        calibration,
+        error_records,
+        flags,
+        pairwise,
+        qc,
+    )
 
     with db.read() as s:
         study_id = get_study(s, study_name).id

@@ -17,12 +17,22 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied, require_admin
-from backend.services.rating import HIDDEN_STATUSES, READ_ONLY_STATUSES, as_utc, write_retrying
-from backend.services.repo import get_study
-from backend.services.types import Actor
-from db.models import Assignment, Pair, Study, User
-from db.session import Database
+from radconcord.backend.services.errors import (
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    require_admin,
+)
+from radconcord.backend.services.rating import (
+    HIDDEN_STATUSES,
+    READ_ONLY_STATUSES,
+    as_utc,
+    write_retrying,
+)
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Pair, Study, User
+from radconcord.db.session import Database
 
 #: The longest note a flag may carry, in characters.
 MAX_NOTE_CHARS = 1000

@@ -26,16 +26,21 @@ import numpy as np
 from PIL import Image as PILImage
 from sqlalchemy import exists, or_, select
 
-from backend import config
-from backend.imaging.load import ImageLoadError, LoadedImage, load_image
-from backend.imaging.render import DEFAULT_MAX_SIDE, THUMBNAIL_SIDE, RenderSettings, render_png
-from backend.imaging.window import Window, resolve_window
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.rating import HIDDEN_STATUSES
-from backend.services.types import Actor
-from backend.util import is_db_id
-from db.models import Assignment, Comparison, Image, Judgement, Pair, Study, StudyRole
-from db.session import Database
+from radconcord.backend import config
+from radconcord.backend.imaging.load import ImageLoadError, LoadedImage, load_image
+from radconcord.backend.imaging.render import (
+    DEFAULT_MAX_SIDE,
+    THUMBNAIL_SIDE,
+    RenderSettings,
+    render_png,
+)
+from radconcord.backend.imaging.window import Window, resolve_window
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.rating import HIDDEN_STATUSES
+from radconcord.backend.services.types import Actor
+from radconcord.backend.util import is_db_id
+from radconcord.db.models import Assignment, Comparison, Image, Judgement, Pair, Study, StudyRole
+from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 

@@ -52,9 +52,9 @@ from sqlalchemy import delete, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from backend import config
-from backend.datasets import rexval
-from backend.imaging.deid import (
+from radconcord.backend import config
+from radconcord.backend.datasets import rexval
+from radconcord.backend.imaging.deid import (
     BURNED_IN_WARNING,
     DEID_PROFILE,
     DeidentificationError,
@@ -62,11 +62,11 @@ from backend.imaging.deid import (
     clean_raster,
     deidentify_file,
 )
-from backend.imaging.load import ImageLoadError, file_sha256, load_image, sniff_format
-from backend.scoring.hashing import input_hash
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.types import Actor, CandidateInput, CaseInput
-from db.models import (
+from radconcord.backend.imaging.load import ImageLoadError, file_sha256, load_image, sniff_format
+from radconcord.backend.scoring.hashing import input_hash
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.db.models import (
     STUDY_STAGING,
     Assignment,
     Case,
@@ -78,7 +78,7 @@ from db.models import (
     Study,
     User,
 )
-from db.session import Database
+from radconcord.db.session import Database
 
 logger = logging.getLogger(__name__)
 
@@ -1025,7 +1025,7 @@ class ImportPreview:
 
 
 def _name_problem(db: Database, study_name: str) -> str | None:
-    from backend.services.job_inputs import check_name_not_pending
+    from radconcord.backend.services.job_inputs import check_name_not_pending
 
     name = (study_name or "").strip()
     if not name:
@@ -1079,7 +1079,7 @@ def preview_import(
         PermissionDenied: The actor is not an admin.
         InvalidInput: An unreadable or malformed file (file, row and field named).
     """
-    from backend.datasets.pairs import read_cases
+    from radconcord.backend.datasets.pairs import read_cases
 
     require_admin(actor)
     parsed = read_cases(cases_file, images_dir=images_dir, layout=layout, collect_missing=True)
@@ -1228,9 +1228,9 @@ def enqueue_import(
         PermissionDenied: The actor is not an admin.
         InvalidInput: Bad name, format or files (named); nothing is queued.
     """
-    from backend.datasets.pairs import parse_cases
-    from backend.services import jobs
-    from backend.services.job_inputs import check_name_not_pending, data_relative
+    from radconcord.backend.datasets.pairs import parse_cases
+    from radconcord.backend.services import jobs
+    from radconcord.backend.services.job_inputs import check_name_not_pending, data_relative
 
     require_admin(actor)
     if fmt not in IMPORT_FORMATS:

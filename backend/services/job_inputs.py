@@ -19,8 +19,8 @@ import secrets
 import shutil
 from pathlib import Path
 
-from backend import config
-from backend.errors import InvalidInput
+from radconcord.backend import config
+from radconcord.backend.errors import InvalidInput
 
 UPLOADS_SUBDIR = "uploads"
 #: Upload folders older than this are removed when a new one is made.
@@ -121,7 +121,7 @@ def check_name_not_pending(db: object, study_name: str) -> None:
     Raises:
         InvalidInput: such a job exists (its id is named).
     """
-    from backend.jobs import queue
+    from radconcord.backend.jobs import queue
 
     for kind in CREATING_KINDS:
         for job in queue.list_jobs(db, kind=kind):

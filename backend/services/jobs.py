@@ -15,11 +15,11 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from backend import jobs
-from backend.errors import InvalidInput, NotFound, require_admin
-from backend.jobs.queue import WORKER_ALIVE_AFTER, JobInfo, WorkerInfo, can_take
-from backend.services.repo import get_study
-from backend.types import Actor
+from radconcord.backend import jobs
+from radconcord.backend.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.jobs.queue import WORKER_ALIVE_AFTER, JobInfo, WorkerInfo, can_take
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.types import Actor
 
 #: A job as the pages see it.
 JobView = JobInfo

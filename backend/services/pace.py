@@ -31,13 +31,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from backend.services import rating
-from backend.services.errors import InvalidInput, NotFound
-from backend.services.rating import HIDDEN_STATUSES
-from backend.services.study_settings import effective
-from backend.services.types import Actor
-from db.models import PAIR_TRAINING, ActivitySpan, Assignment, Pair, Study
-from db.session import Database
+from radconcord.backend.services import rating
+from radconcord.backend.services.errors import InvalidInput, NotFound
+from radconcord.backend.services.rating import HIDDEN_STATUSES
+from radconcord.backend.services.study_settings import effective
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import PAIR_TRAINING, ActivitySpan, Assignment, Pair, Study
+from radconcord.db.session import Database
 
 #: A gap between activity spans longer than this (seconds) is a pause that ends a stretch.
 PAUSE_SECONDS = 300.0

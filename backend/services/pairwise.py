@@ -43,22 +43,22 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
-from backend.analysis import preference as pref
-from backend.analysis.data import AnalysisInputError, StudyImports, study_imports
-from backend.services.assignment import (
+from radconcord.backend.analysis import preference as pref
+from radconcord.backend.analysis.data import AnalysisInputError, StudyImports, study_imports
+from radconcord.backend.services.assignment import (
     active_raters,
     balanced_new_items,
     seeded_batch,
     seeded_rng,
 )
-from backend.services.errors import (
+from radconcord.backend.services.errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
     ServiceError,
     require_admin,
 )
-from backend.services.rating import (
+from radconcord.backend.services.rating import (
     BUSY_ACTION_MESSAGE,
     HIDDEN_STATUSES,
     READ_ONLY_STATUSES,
@@ -66,10 +66,10 @@ from backend.services.rating import (
     as_utc,
     write_retrying,
 )
-from backend.services.repo import get_study
-from backend.services.study_settings import effective
-from backend.services.types import Actor
-from db.models import (
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.study_settings import effective
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import (
     PAIR_STUDY,
     Case,
     Comparison,
@@ -81,7 +81,7 @@ from db.models import (
     Study,
     User,
 )
-from db.session import Database
+from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 

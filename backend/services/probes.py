@@ -32,17 +32,23 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from backend.analysis.data import metric_direction
-from backend.analysis.perturb import KIND_LABELS, KINDS, SIGNIFICANT, Perturbation, generate
-from backend.services.errors import InvalidInput, ServiceError, require_admin
-from backend.services.repo import get_study
-from backend.services.types import Actor
-from db.models import PAIR_STUDY, Pair, Report
-from db.session import Database
+from radconcord.backend.analysis.data import metric_direction
+from radconcord.backend.analysis.perturb import (
+    KIND_LABELS,
+    KINDS,
+    SIGNIFICANT,
+    Perturbation,
+    generate,
+)
+from radconcord.backend.services.errors import InvalidInput, ServiceError, require_admin
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import PAIR_STUDY, Pair, Report
+from radconcord.db.session import Database
 
 if TYPE_CHECKING:
-    from backend.scoring.runner import MetricPool
-    from backend.services.jobs import JobView
+    from radconcord.backend.scoring.runner import MetricPool
+    from radconcord.backend.services.jobs import JobView
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +163,7 @@ def _check_request(
         NotFound: unknown study.
         InvalidInput: no or unknown metric, bad ``max_reports``, no reference report.
     """
-    from backend.scoring.runner import ScoringError, requested_keys
+    from radconcord.backend.scoring.runner import ScoringError, requested_keys
 
     require_admin(actor)
     names = [m.strip() for m in metrics if m and m.strip()]
@@ -204,7 +210,7 @@ def enqueue_probes(
         NotFound: unknown study.
         InvalidInput: no or unknown metric, bad ``max_reports``, no reference report.
     """
-    from backend.services import jobs
+    from radconcord.backend.services import jobs
 
     names, _ = _check_request(db, actor, study_name=study_name, metrics=metrics,
                               max_reports=max_reports)
@@ -251,7 +257,13 @@ def run_probes(
             reference report, or no perturbation possible.
         ServiceError: a metric failed while scoring (its message names it).
     """
-    from backend.scoring.runner import MetricFailed, ScorePair, ScoringError, requested_keys, score
+    from radconcord.backend.scoring.runner import (
+        MetricFailed,
+        ScorePair,
+        ScoringError,
+        requested_keys,
+        score,
+    )
 
     names, reports = _check_request(db, actor, study_name=study_name, metrics=metrics,
                                     max_reports=max_reports)

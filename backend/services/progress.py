@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
-from backend.services.activity import summarize
-from backend.services.errors import require_admin
-from backend.services.rating import as_utc
-from backend.services.repo import get_study
-from backend.services.types import Actor
-from db.models import PAIR_STUDY, Assignment, Pair, User
-from db.session import Database
+from radconcord.backend.services.activity import summarize
+from radconcord.backend.services.errors import require_admin
+from radconcord.backend.services.rating import as_utc
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import PAIR_STUDY, Assignment, Pair, User
+from radconcord.db.session import Database
 
 
 @dataclass(frozen=True)

@@ -39,16 +39,16 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from backend.analysis import intra_rater as ir
-from backend.analysis import judge_monitoring as jm
-from backend.analysis import monitoring as mon
-from backend.services.activity import clipped_seconds
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.radpref import DETAILS_KEY as RADPREF_DETAILS
-from backend.services.rating import as_utc
-from backend.services.repo import get_study
-from backend.services.types import Actor
-from db.models import (
+from radconcord.backend.analysis import intra_rater as ir
+from radconcord.backend.analysis import judge_monitoring as jm
+from radconcord.backend.analysis import monitoring as mon
+from radconcord.backend.services.activity import clipped_seconds
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.radpref import DETAILS_KEY as RADPREF_DETAILS
+from radconcord.backend.services.rating import as_utc
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import (
     PAIR_REPEAT,
     PAIR_STUDY,
     Assignment,
@@ -59,7 +59,7 @@ from db.models import (
     Study,
     User,
 )
-from db.session import Database
+from radconcord.db.session import Database
 
 #: The label of the row that pools every rater's repeats.
 POOLED = "(all raters)"

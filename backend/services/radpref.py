@@ -39,15 +39,15 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from backend.datasets import radpref
-from backend.scoring.hashing import input_hash
-from backend.services import imports
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.job_inputs import check_name_not_pending
-from backend.services.repo import get_study
-from backend.services.study_settings import HISTORY_KEY
-from backend.services.types import Actor
-from db.models import (
+from radconcord.backend.datasets import radpref
+from radconcord.backend.scoring.hashing import input_hash
+from radconcord.backend.services import imports
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.job_inputs import check_name_not_pending
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.study_settings import HISTORY_KEY
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import (
     PAIR_STUDY,
     Assignment,
     Case,
@@ -61,7 +61,7 @@ from db.models import (
     Study,
     User,
 )
-from db.session import Database
+from radconcord.db.session import Database
 
 SCHEME = "radpref"
 USER_PREFIX = "radpref_user_"

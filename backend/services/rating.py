@@ -48,11 +48,16 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, aliased
 
-from backend.services import assignment
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied, ServiceError
-from backend.services.study_settings import effective
-from backend.services.types import CATEGORIES, Actor
-from db.models import (
+from radconcord.backend.services import assignment
+from radconcord.backend.services.errors import (
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    ServiceError,
+)
+from radconcord.backend.services.study_settings import effective
+from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.db.models import (
     PAIR_TRAINING,
     ROLE_ADJUDICATOR,
     STUDY_STAGING,
@@ -65,7 +70,13 @@ from db.models import (
     Study,
     StudyRole,
 )
-from db.session import Database, DatabaseBusy, is_busy_error, is_storage_full, storage_location
+from radconcord.db.session import (
+    Database,
+    DatabaseBusy,
+    is_busy_error,
+    is_storage_full,
+    storage_location,
+)
 
 log = logging.getLogger(__name__)
 

@@ -16,15 +16,15 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from backend.analysis.data import AnalysisInputError, StudyNotFound
-from backend.errors import InvalidInput, NotFound, ServiceError, require_admin
-from backend.services.repo import get_study
-from backend.types import Actor
-from db.session import Database
+from radconcord.backend.analysis.data import AnalysisInputError, StudyNotFound
+from radconcord.backend.errors import InvalidInput, NotFound, ServiceError, require_admin
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.types import Actor
+from radconcord.db.session import Database
 
 if TYPE_CHECKING:
-    from backend.scoring.runner import MetricPool
-    from backend.services.jobs import JobView
+    from radconcord.backend.scoring.runner import MetricPool
+    from radconcord.backend.services.jobs import JobView
 
 #: The job kind that runs :func:`refit_study` on the worker.
 KIND = "refit_radcliq"
@@ -32,7 +32,7 @@ ProgressFn = Callable[[int, int, str], None]
 
 
 def _rated_pairs(db: Database, study_name: str, significant_only: bool) -> int:
-    from backend.analysis.data import load_ratings
+    from radconcord.backend.analysis.data import load_ratings
 
     try:
         ratings = load_ratings(db, study_name)
@@ -72,8 +72,8 @@ def enqueue_refit(
         NotFound: no such study.
         InvalidInput: fewer rated pairs than the refit needs.
     """
-    from backend.analysis.report import MIN_REFIT_PAIRS
-    from backend.services import jobs
+    from radconcord.backend.analysis.report import MIN_REFIT_PAIRS
+    from radconcord.backend.services import jobs
 
     require_admin(actor)
     with db.read() as s:
@@ -128,10 +128,10 @@ def refit_study(
         InvalidInput: nothing rated.
         ServiceError: an input metric failed while scoring.
     """
-    from backend.analysis.refit import RADCLIQ_INPUTS
-    from backend.analysis.report import correlate_study
-    from backend.scoring.jobs import study_pairs
-    from backend.scoring.runner import MetricFailed, ScoringError, score
+    from radconcord.backend.analysis.refit import RADCLIQ_INPUTS
+    from radconcord.backend.analysis.report import correlate_study
+    from radconcord.backend.scoring.jobs import study_pairs
+    from radconcord.backend.scoring.runner import MetricFailed, ScoringError, score
 
     require_admin(actor)
     with db.read() as s:

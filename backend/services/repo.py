@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.services.errors import NotFound
-from db.models import STUDY_STAGING, Study
+from radconcord.backend.services.errors import NotFound
+from radconcord.db.models import STUDY_STAGING, Study
 
 
 def get_study(s: Session, name: str, *, for_update: bool = False) -> Study:

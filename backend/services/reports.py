@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend import config
-from backend.services import analysis, studies
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.types import Actor
-from backend.util import publish_dir
-from db.session import Database
+from radconcord.backend import config
+from radconcord.backend.services import analysis, studies
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.types import Actor
+from radconcord.backend.util import publish_dir
+from radconcord.db.session import Database
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def render_report(
         NotFound: unknown study.
         InvalidInput: nothing to report (no scores, fewer than 2 rated pairs), bad options.
     """
-    from backend.analysis import html_report
+    from radconcord.backend.analysis import html_report
 
     require_admin(actor)
     if resamples < 0:
@@ -280,7 +280,7 @@ def enqueue_report(
         NotFound: unknown study.
         InvalidInput: ``resamples`` < 0.
     """
-    from backend.services import jobs
+    from radconcord.backend.services import jobs
 
     require_admin(actor)
     if resamples < 0:

@@ -13,10 +13,17 @@ from dataclasses import dataclass
 
 from sqlalchemy import exists, select
 
-from backend.services.rating import HIDDEN_STATUSES
-from backend.services.types import Actor
-from db.models import ROLE_ADJUDICATOR, Assignment, Comparison, Judgement, Study, StudyRole
-from db.session import Database
+from radconcord.backend.services.rating import HIDDEN_STATUSES
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import (
+    ROLE_ADJUDICATOR,
+    Assignment,
+    Comparison,
+    Judgement,
+    Study,
+    StudyRole,
+)
+from radconcord.db.session import Database
 
 #: ``StudyRole.role`` of a senior reader who records consensus counts.
 ADJUDICATOR = ROLE_ADJUDICATOR

@@ -60,18 +60,18 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from backend.analysis.data import EXTERNAL_FAMILY, ScoreImportInfo, study_imports
-from backend.errors import InvalidInput
-from backend.metrics import registry
-from backend.metrics.base import signature_hash
-from backend.scoring import cache
-from backend.scoring.pairs_reader import Record, field_error, read_records
-from backend.services.errors import require_admin
-from backend.services.repo import get_study
-from backend.services.types import Actor
-from backend.util import file_sha256, json_type
-from db.models import PAIR_STUDY, Case, MetricScore, Pair, ScoreImport, utcnow
-from db.session import Database
+from radconcord.backend.analysis.data import EXTERNAL_FAMILY, ScoreImportInfo, study_imports
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import signature_hash
+from radconcord.backend.scoring import cache
+from radconcord.backend.scoring.pairs_reader import Record, field_error, read_records
+from radconcord.backend.services.errors import require_admin
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.types import Actor
+from radconcord.backend.util import file_sha256, json_type
+from radconcord.db.models import PAIR_STUDY, Case, MetricScore, Pair, ScoreImport, utcnow
+from radconcord.db.session import Database
 
 __all__ = ["IGNORED_FIELDS", "KEY_PATTERN", "PAIR_FIELDS", "ScoreImportSummary",
            "check_key", "import_scores", "list_score_imports", "scores_signature"]

@@ -17,13 +17,13 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from backend.analysis.data import study_imports
-from backend.metrics import registry
-from backend.metrics.base import MetricUnavailable
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.jobs import JobView, enqueue_job, study_id
-from backend.services.types import Actor
-from db.models import PAIR_STUDY, MetricScore, Pair
+from radconcord.backend.analysis.data import study_imports
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import MetricUnavailable
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.jobs import JobView, enqueue_job, study_id
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import PAIR_STUDY, MetricScore, Pair
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +146,8 @@ def enqueue_scoring(
         NotFound: no such study.
         InvalidInput: unknown metric or option.
     """
-    from backend.scoring.jobs import validate_request
-    from backend.scoring.runner import ScoringError
+    from radconcord.backend.scoring.jobs import validate_request
+    from radconcord.backend.scoring.runner import ScoringError
 
     require_admin(actor)
     study_id(db, study_name)  # NotFound before any metric name is looked at

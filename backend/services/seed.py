@@ -20,10 +20,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from backend.services import assignment, auth
-from backend.services.types import Actor
-from db.models import Study, User
-from db.session import Database, upgrade
+from radconcord.backend.services import assignment, auth
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Study, User
+from radconcord.db.session import Database, upgrade
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +69,8 @@ def import_demo(db: Database, actor: Actor, *, study_name: str = DEMO_STUDY,
         seed: Assignment seed recorded on the study.
     """
     # Imported lazily: the importer and the demo assets are only needed when importing.
-    from backend.datasets.demo import demo_cases, demo_description, demo_notes
-    from backend.services.imports import import_cases
+    from radconcord.backend.datasets.demo import demo_cases, demo_description, demo_notes
+    from radconcord.backend.services.imports import import_cases
 
     return import_cases(
         db,
@@ -117,8 +117,8 @@ def seed_demo(db: Database) -> SeedResult:
             created.append(username)
     if not study_exists:
         # Imported lazily: the importer and the demo assets are only needed on first seeding.
-        from backend.datasets.demo import demo_cases
-        from backend.services.imports import import_cases
+        from radconcord.backend.datasets.demo import demo_cases
+        from radconcord.backend.services.imports import import_cases
 
         import_cases(
             db,

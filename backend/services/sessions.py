@@ -41,11 +41,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from backend.services import auth
-from backend.services.errors import ServiceError
-from backend.services.types import Actor
-from db.models import AuthSession, LoginThrottle, User
-from db.session import Database, DatabaseBusy, is_busy_error
+from radconcord.backend.services import auth
+from radconcord.backend.services.errors import ServiceError
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import AuthSession, LoginThrottle, User
+from radconcord.db.session import Database, DatabaseBusy, is_busy_error
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ def any_account(db: Database) -> bool:
 def known_passwords() -> frozenset[str]:
     """Passwords published with the project (the demo accounts')."""
     # Imported here: the seed module imports the importers, which sessions does not need.
-    from backend.services.seed import published_passwords
+    from radconcord.backend.services.seed import published_passwords
 
     return published_passwords()
 

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from backend.analysis import adaptive
-from backend.analysis.data import AnalysisInputError, StudyNotFound
-from backend.errors import InvalidInput, NotFound, require_admin
-from backend.types import Actor
-from db.session import Database
+from radconcord.backend.analysis import adaptive
+from radconcord.backend.analysis.data import AnalysisInputError, StudyNotFound
+from radconcord.backend.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.types import Actor
+from radconcord.db.session import Database
 
 if TYPE_CHECKING:
-    from backend.services.jobs import JobView
+    from radconcord.backend.services.jobs import JobView
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,8 @@ def check_request(strategy: str, seeds: int, question: str | None) -> adaptive.Q
 def _inputs(db: Database, study_name: str, question: adaptive.Question,
             significant_only: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
     """(oriented metrics (M, n), ratings (R, n), positions, keys) over the rated pairs."""
-    from backend.analysis.data import load_metric_columns, load_ratings
-    from backend.analysis.stats import orient
+    from radconcord.backend.analysis.data import load_metric_columns, load_ratings
+    from radconcord.backend.analysis.stats import orient
 
     try:
         ratings = load_ratings(db, study_name)
@@ -241,7 +241,7 @@ def enqueue_simulation(
         NotFound: no such study.
         InvalidInput: bad settings, or a study the simulation cannot run on.
     """
-    from backend.services import jobs
+    from radconcord.backend.services import jobs
 
     require_admin(actor)
     q = check_request(strategy, seeds, question)

@@ -31,13 +31,13 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from backend import config
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.rating import RaterStudy, as_utc, rater_studies
-from backend.services.repo import get_study
-from backend.services.types import Actor
-from db.models import PAIR_STUDY, STUDY_STAGING, Assignment, Job, Pair, Rating, Study
-from db.session import Database
+from radconcord.backend import config
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.rating import RaterStudy, as_utc, rater_studies
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import PAIR_STUDY, STUDY_STAGING, Assignment, Job, Pair, Rating, Study
+from radconcord.db.session import Database
 
 logger = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ def delete_study(
         InvalidInput: the confirmation does not match; a job of the study is queued or
             running; the export failed (nothing deleted).
     """
-    from backend.services import exports, imports
+    from radconcord.backend.services import exports, imports
 
     require_admin(actor)
     if (confirm or "").strip() != study_name:

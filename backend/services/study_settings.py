@@ -52,11 +52,11 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from backend.services.errors import InvalidInput, require_admin
-from backend.services.repo import get_study
-from backend.services.types import Actor
-from db.models import Assignment, Comparison, ErrorRecord, Judgement, Pair, Rating
-from db.session import Database
+from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Comparison, ErrorRecord, Judgement, Pair, Rating
+from radconcord.db.session import Database
 
 #: Key of the change log inside ``Study.settings``.
 HISTORY_KEY = "history"

@@ -3,7 +3,7 @@ that uses them: the parsers in ``backend.datasets`` build ``CaseInput`` without 
 services). Kept so that ``from backend.services.types import ...`` keeps working.
 """
 
-from backend.types import (
+from radconcord.backend.types import (
     CATEGORIES,
     ROLES,
     Actor,

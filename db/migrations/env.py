@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from alembic import context
 
-from backend import config
-from db.models import Base
-from db.session import make_engine
+from radconcord.backend import config
+from radconcord.db.models import Base
+from radconcord.db.session import make_engine
 
 target_metadata = Base.metadata
 

@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import func, select
 
 import radconcord
-from backend.cli import main
-from db.models import MetricScore
-from db.session import Database
+from radconcord.backend.cli import main
+from radconcord.db.models import MetricScore
+from radconcord.db.session import Database
 from tests.helpers_api import build_rated_study
 
 REFERENCES = [
@@ -358,8 +358,8 @@ def test_import_loads_no_model_and_opens_no_database(tmp_path):
     import sys
 
     code = ("import sys, radconcord, radconcord.rewards; print(sorted(m for m in ('torch',"
-            " 'transformers', 'pandas', 'numpy', 'sqlalchemy', 'db.session', 'streamlit')"
-            " if m in sys.modules))")
+            " 'transformers', 'pandas', 'numpy', 'sqlalchemy', 'radconcord.db.session',"
+            " 'streamlit') if m in sys.modules))")
     env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin",
            "RADCONCORD_DATA_DIR": str(tmp_path / "data")}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import func, select
 
 import radconcord
-from db.models import MetricScore, ScoreImport
-from db.session import Database
+from radconcord.db.models import MetricScore, ScoreImport
+from radconcord.db.session import Database
 from tests.helpers_api import STUDY, build_rated_study
 
 

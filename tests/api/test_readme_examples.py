@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.cli import main
+from radconcord.backend.cli import main
 from tests.helpers_api import build_rated_study
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from backend.services import auth
-from backend.services.types import Actor
-from db.session import Database
+from radconcord.backend.services import auth
+from radconcord.backend.services.types import Actor
+from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server
 
 pytestmark = pytest.mark.browser

@@ -55,8 +55,8 @@ def test_counts_survive_a_reload_and_admin_pages_stay_closed(server, browser, tm
 
     # What the database holds, through the rater's own service view (the second save
     # lands when the input loses focus; give it a few seconds).
-    from backend.services import auth, rating
-    from db.session import Database
+    from radconcord.backend.services import auth, rating
+    from radconcord.db.session import Database
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
     try:

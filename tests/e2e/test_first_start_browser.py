@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from backend import jobs
-from backend.services import auth, rating, score_now, seed
-from db.session import Database
+from radconcord.backend import jobs
+from radconcord.backend.services import auth, rating, score_now, seed
+from radconcord.db.session import Database
 from tests.e2e.conftest import free_port, log_in, wait_for_cookie
 
 pytestmark = pytest.mark.browser

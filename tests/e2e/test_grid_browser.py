@@ -21,8 +21,8 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from backend.services import auth, rating, sessions
-from db.session import Database
+from radconcord.backend.services import auth, rating, sessions
+from radconcord.db.session import Database
 from tests.e2e.conftest import (
     RATER,
     RATER_PASSWORD,

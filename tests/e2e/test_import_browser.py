@@ -10,10 +10,10 @@ import pytest
 from playwright.sync_api import expect
 from sqlalchemy import func, select
 
-from backend.services import auth
-from backend.services.types import Actor
-from db.models import Pair, Study
-from db.session import Database
+from radconcord.backend.services import auth
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Pair, Study
+from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server, wait_for_cookie
 
 pytestmark = pytest.mark.browser

@@ -12,8 +12,8 @@ import signal
 import pytest
 from playwright.sync_api import expect
 
-from backend import jobs
-from db.session import Database
+from radconcord.backend import jobs
+from radconcord.db.session import Database
 from tests.e2e.conftest import log_in
 from tests.jobs_helpers import load
 

@@ -9,9 +9,9 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from backend.services import auth, imports, pairwise, study_settings
-from backend.services.types import Actor, CandidateInput, CaseInput
-from db.session import Database
+from radconcord.backend.services import auth, imports, pairwise, study_settings
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server, wait_for_idle
 
 pytestmark = pytest.mark.browser
@@ -83,7 +83,7 @@ def _open_compare(browser, url):
 def _seconds_on(data, opaque_id) -> float:
     from sqlalchemy import select
 
-    from db.models import Comparison, Judgement
+    from radconcord.db.models import Comparison, Judgement
 
     db = _db(data)
     try:

@@ -13,10 +13,10 @@ import datetime as dt
 import pytest
 from sqlalchemy import select, update
 
-from backend.services import auth, flags
-from backend.services.types import Actor
-from db.models import PAIR_REPEAT, Assignment, Pair, Rating, Study, User
-from db.session import Database
+from radconcord.backend.services import auth, flags
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import PAIR_REPEAT, Assignment, Pair, Rating, Study, User
+from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server, wait_for_cookie
 from tests.reviewer_study import STUDY, build_reviewer_study
 

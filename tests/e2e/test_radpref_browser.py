@@ -14,10 +14,10 @@ import pytest
 from playwright.sync_api import expect
 from sqlalchemy import func, select
 
-from backend.services import auth
-from backend.services.types import Actor
-from db.models import Judgement, Study
-from db.session import Database
+from radconcord.backend.services import auth
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Judgement, Study
+from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server, wait_for_cookie
 from tests.helpers_radpref import USER_1, USER_2, preferences_bytes, user_bytes, write_set
 

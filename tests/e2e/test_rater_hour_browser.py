@@ -12,9 +12,9 @@ import datetime as dt
 import pytest
 from playwright.sync_api import expect
 
-from backend.services import auth, flags
-from backend.services.activity import SpanInput, record_spans
-from db.session import Database
+from radconcord.backend.services import auth, flags
+from radconcord.backend.services.activity import SpanInput, record_spans
+from radconcord.db.session import Database
 from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, grid_of, log_in, wait_for_cookie
 
 pytestmark = pytest.mark.browser

@@ -15,8 +15,8 @@ LAST_ROW = "Omission of comparison describing a change from a previous study"
 
 
 def _set_demo_texts(data, external_id: str, text: str) -> None:
-    from db.models import Case, Report
-    from db.session import Database
+    from radconcord.db.models import Case, Report
+    from radconcord.db.session import Database
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
     try:
@@ -69,8 +69,8 @@ def _open_pair(page, url, oid, formats):
 def test_the_done_message_leaves_the_grid_on_a_laptop_screen(server, browser):
     """After Mark done, the next pair (~120-word reports beside a film) still shows its whole
     grid at 1280x800 together with the "marked done" message."""
-    from db.models import Report
-    from db.session import Database
+    from radconcord.db.models import Report
+    from radconcord.db.session import Database
 
     url, data = server
     context, page = _rater_page(browser, url, 1280, 800)
@@ -144,8 +144,8 @@ def test_a_stale_write_says_so_on_screen_beside_long_reports(server, browser):
 
 
 def _store_elsewhere(data, opaque_id: str) -> None:
-    from backend.services import auth, rating
-    from db.session import Database
+    from radconcord.backend.services import auth, rating
+    from radconcord.db.session import Database
     from tests.e2e.conftest import RATER, RATER_PASSWORD
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
@@ -157,8 +157,8 @@ def _store_elsewhere(data, opaque_id: str) -> None:
 
 
 def _highlight_differences(data) -> None:
-    from backend.services import auth, rating, study_settings
-    from db.session import Database
+    from radconcord.backend.services import auth, rating, study_settings
+    from radconcord.db.session import Database
     from tests.e2e.conftest import RATER, RATER_PASSWORD
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
@@ -175,8 +175,8 @@ def _highlight_differences(data) -> None:
 def test_an_ended_session_says_log_in_again_on_screen_beside_long_reports(server, browser):
     """A click after the session ended, on a laptop with ~120-word reports and highlights:
     "Not saved" and what to do (log in again) are on screen at once."""
-    from backend.services import sessions
-    from db.session import Database
+    from radconcord.backend.services import sessions
+    from radconcord.db.session import Database
     from tests.e2e.conftest import wait_for_cookie
 
     url, data = server

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
-from backend.services import auth, sessions
-from backend.services.types import Actor
-from db.session import Database
+from radconcord.backend.services import auth, sessions
+from radconcord.backend.services.types import Actor
+from radconcord.db.session import Database
 from tests.e2e.conftest import start_server
 
 BODY_MB = 100

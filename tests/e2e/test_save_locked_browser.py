@@ -15,7 +15,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from backend.services import rating
+from radconcord.backend.services import rating
 from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, grid_status, log_in, step_up
 
 pytestmark = pytest.mark.browser
@@ -30,8 +30,8 @@ def _step_up(page, label: str) -> None:
 
 
 def _stored(data, pair: str) -> dict:
-    from backend.services import auth
-    from db.session import Database
+    from radconcord.backend.services import auth
+    from radconcord.db.session import Database
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
     try:

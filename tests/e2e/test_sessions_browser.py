@@ -18,12 +18,12 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 from sqlalchemy import select
 
-from backend.services import auth, sessions
-from backend.services.types import Actor
-from db.models import AuthSession, LoginThrottle
-from db.session import Database
+from radconcord.backend.services import auth, sessions
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import AuthSession, LoginThrottle
+from radconcord.db.session import Database
+from radconcord.webapp.state import REFRESH_ROUTE
 from tests.e2e.conftest import RATER, RATER_PASSWORD, REPO, log_in, log_out, start_server
-from webapp.state import REFRESH_ROUTE
 
 pytestmark = pytest.mark.browser
 

@@ -193,8 +193,8 @@ def _shown(page, number: int) -> None:
 def _stored(data, pairs: list[str]) -> dict[str, float]:
     from sqlalchemy import select
 
-    from db.models import Assignment, Pair, User
-    from db.session import Database
+    from radconcord.db.models import Assignment, Pair, User
+    from radconcord.db.session import Database
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
     try:

@@ -67,8 +67,8 @@ def _rater_page(browser, url, width, height, scale=1):
 
 def _pairs(data):
     """rater1's pairs: (opaque id, image formats, next pair's opaque id), in queue order."""
-    from backend.services import auth, rating
-    from db.session import Database
+    from radconcord.backend.services import auth, rating
+    from radconcord.db.session import Database
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
     try:
@@ -305,10 +305,10 @@ def test_full_resolution_film_is_exact_and_a_window_change_shows_within_150_ms(s
     """Zoomed in, the viewer fetches the full 1841 x 1955 film; its grey levels equal the PNG
     renderer's (header window, MONOCHROME1), and each W/L drag step is on screen (event to
     the frame that shows it) in under 150 ms. The numbers are printed (pytest -s)."""
-    from backend.imaging.load import load_image
-    from backend.imaging.render import RenderSettings, render_array
-    from db.models import Image
-    from db.session import Database
+    from radconcord.backend.imaging.load import load_image
+    from radconcord.backend.imaging.render import RenderSettings, render_array
+    from radconcord.db.models import Image
+    from radconcord.db.session import Database
 
     url, data = server
     context, page = _rater_page(browser, url, 1600, 1000)
@@ -378,8 +378,8 @@ LONG_REPORT = (
 def test_a_120_word_report_shows_whole_beside_the_film_on_a_laptop(server, browser):
     """Both boxes, at 1280x800 beside the film: no inner scroll bar, the end of the text on
     screen. (The texts of the demo's DICOM case are replaced by a 120-word report.)"""
-    from db.models import Case, Report
-    from db.session import Database
+    from radconcord.db.models import Case, Report
+    from radconcord.db.session import Database
 
     assert len(LONG_REPORT.split()) == 120
     url, data = server
@@ -408,8 +408,8 @@ def test_a_120_word_report_shows_whole_beside_the_film_on_a_laptop(server, brows
 
 
 def _texts(data, opaque_id):
-    from backend.services import auth, rating
-    from db.session import Database
+    from radconcord.backend.services import auth, rating
+    from radconcord.db.session import Database
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
     try:

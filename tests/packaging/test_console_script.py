@@ -63,7 +63,7 @@ def test_help_names_the_script_and_lists_app(capsys):
         cli.main(["score", "--help"])
     assert capsys.readouterr().out.startswith("usage: radconcord score ")
     # The checkout's module keeps its own name.
-    from backend.cli import main as backend_main
+    from radconcord.backend.cli import main as backend_main
 
     with pytest.raises(SystemExit):
         backend_main(["--help"])

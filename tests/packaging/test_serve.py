@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from backend import jobs
-from db.session import Database
+from radconcord.backend import jobs
+from radconcord.db.session import Database
 from tests.e2e.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # What the sdist is built from: the files a release would hold.
-SOURCES = ("pyproject.toml", "README.md", "backend", "db", "webapp", "radconcord", "assets")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "backend", "db", "webapp", "radconcord",
+           "assets")
 PAIRS = [
     ("same", "No pleural effusion. Heart size is normal.",
      "No pleural effusion. Heart size is normal."),
@@ -97,12 +98,14 @@ def test_sdist_and_wheel_hold_the_runtime_files(dist):
     for member in ("db/migrations/env.py", "db/migrations/script.py.mako",
                    "db/migrations/versions/0001_initial_schema.py",
                    "backend/metrics/cards/bleu.md", "assets/demo/cases.json",
-                   "radconcord/api.py", "radconcord/rewards.py", "radconcord/py.typed",
                    "webapp/server.py", "backend/cli/progress.py"):
+        assert f"radconcord/{member}" in names, member
+    for member in ("radconcord/api.py", "radconcord/rewards.py", "radconcord/py.typed"):
         assert member in names, member
     versions = sorted(p.name for p in (REPO / "db/migrations/versions").glob("*.py"))
     shipped = sorted(Path(n).name for n in names
-                     if n.startswith("db/migrations/versions/") and n.endswith(".py"))
+                     if n.startswith("radconcord/db/migrations/versions/")
+                     and n.endswith(".py"))
     assert shipped == versions
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
     meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
@@ -124,6 +127,26 @@ def test_sdist_and_wheel_hold_the_runtime_files(dist):
             "backend/metrics/cards/bleu.md"} <= members
 
 
+def test_the_wheel_adds_one_import_name(dist, venv, tmp_path):
+    """Only `radconcord` (and its dist-info) lands in site-packages: the application folders
+    are inside it, so a user's own `db`, `backend` or `webapp` package cannot collide."""
+    wheel = next(dist.glob("radconcord-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
+    assert tops == {"radconcord"}
+    top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
+    assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["radconcord"]
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    installed = {p.name for p in site.iterdir()
+                 if not p.name.endswith((".dist-info", ".pth")) and p.name != "__pycache__"}
+    assert installed == {"radconcord"}
+    env = _env(tmp_path)
+    for name in ("backend", "db", "webapp", "assets"):
+        probe = subprocess.run([str(venv / "bin" / "python"), "-c", f"import {name}"],
+                               cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr, name
+
+
 def test_installed_package_runs_metrics_and_score(venv, tmp_path):
     """`radconcord metrics` and `radconcord score` from the wheel, outside the checkout.
 
@@ -133,8 +156,8 @@ def test_installed_package_runs_metrics_and_score(venv, tmp_path):
     """
     env = _env(tmp_path)
     py = venv / "bin" / "python"
-    where = _run([str(py), "-c", "import backend, db.session, radconcord;"
-                  "print(backend.__file__); print(db.session.MIGRATIONS_DIR)"],
+    where = _run([str(py), "-c", "import radconcord.backend, radconcord.db.session as s;"
+                  "print(radconcord.backend.__file__); print(s.MIGRATIONS_DIR)"],
                  cwd=tmp_path, env=env).stdout.split()
     assert all(Path(w).is_relative_to(venv) for w in where), where
 

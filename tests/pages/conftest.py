@@ -17,9 +17,9 @@ import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from backend.services import assignment, auth, imports
-from backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
-from db.session import Database
+from radconcord.backend.services import assignment, auth, imports
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.db.session import Database
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "webapp" / "app.py"

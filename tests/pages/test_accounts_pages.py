@@ -15,11 +15,11 @@ import pytest
 from sqlalchemy import select
 from streamlit.testing.v1 import AppTest
 
-from backend.services import auth, sessions
-from backend.services.errors import PermissionDenied
-from backend.services.types import Actor
-from db.models import AuthSession
-from webapp import state
+from radconcord.backend.services import auth, sessions
+from radconcord.backend.services.errors import PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import AuthSession
+from radconcord.webapp import state
 
 VIEWS = Path(__file__).resolve().parents[2] / "webapp" / "views"
 ACCOUNTS = VIEWS / "accounts.py"
@@ -250,7 +250,7 @@ def test_my_account_needs_a_login(study_env):
 def test_the_first_account_created_is_the_one_offered_for_management(tmp_path, monkeypatch):
     """On a server with only the admin the account list starts empty; the account created
     next is selected (not the empty selection the form remembered)."""
-    from db.session import Database
+    from radconcord.db.session import Database
 
     monkeypatch.setenv("RADCONCORD_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'fresh.db'}")

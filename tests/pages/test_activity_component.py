@@ -8,7 +8,7 @@ import json
 from streamlit.testing.v1 import AppTest
 
 SCRIPT = """
-from webapp.components.activity import activity_tracker
+from radconcord.webapp.components.activity import activity_tracker
 activity_tracker("pair-7f3a")
 """
 
@@ -32,9 +32,9 @@ def test_tracker_is_mounted_hidden_with_the_pair_and_the_rules(monkeypatch):
 
 
 def test_tracker_names_the_account_it_measures_for(monkeypatch):
-    from backend.services import activity
-    from backend.services.types import Actor
-    from webapp.components.activity import tracker_data
+    from radconcord.backend.services import activity
+    from radconcord.backend.services.types import Actor
+    from radconcord.webapp.components.activity import tracker_data
 
     rita = Actor(user_id=7, username="rita", role="rater")
     data = tracker_data("p1", rita)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.services import rating
+from radconcord.backend.services import rating
 
 VIEWS = Path(__file__).resolve().parents[2] / "webapp" / "views"
 def _submit(at, form: str, timeout: float = 60):
@@ -71,7 +71,7 @@ def test_studies_page_lists_the_study_and_its_progress(study_env, make_app, all_
 
 
 def test_assign_page_adds_a_new_rater(study_env, make_app):
-    from backend.services import auth
+    from radconcord.backend.services import auth
 
     auth.create_user(study_env.db, study_env.admin, username="rosa",
                      password="rosa-password", role="rater")
@@ -90,8 +90,8 @@ STUDY_NAME = "Page test study"
 
 
 def _actor(env, username):
-    from backend.services import auth
-    from backend.services.types import Actor
+    from radconcord.backend.services import auth
+    from radconcord.backend.services.types import Actor
 
     info = next(u for u in auth.list_users(env.db, env.admin) if u.username == username)
     return Actor(info.user_id, info.username, info.role)

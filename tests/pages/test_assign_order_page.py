@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from backend.services import assignment
+from radconcord.backend.services import assignment
 
 
 def _submit(at, form: str, timeout: float = 60):
@@ -35,7 +35,7 @@ def test_assign_page_sets_the_adaptive_order(study_env, make_app):
 def _curves_app():
     import pandas as pd
 
-    from webapp.components.simulation_plot import simulation_plot
+    from radconcord.webapp.components.simulation_plot import simulation_plot
 
     rows = [{"strategy": s, "seed": k, "n_ratings": n, "ci_width": w * (1 + 0.1 * k),
              "quantity": "tau_diff", "question": "tau_diff:a,b"}
@@ -58,7 +58,7 @@ def test_simulation_plot_draws_both_strategies_and_the_saving():
 def test_simulation_figure_means_over_seeds():
     import pandas as pd
 
-    from webapp.components.simulation_plot import curves_frame, simulation_figure
+    from radconcord.webapp.components.simulation_plot import curves_frame, simulation_figure
 
     rows = [{"strategy": "random", "seed": k, "n_ratings": n, "ci_width": w}
             for k, ws in ((0, (0.5, 0.3)), (1, (0.7, 0.5))) for n, w in ((5, ws[0]), (9, ws[1]))]

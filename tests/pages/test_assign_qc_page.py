@@ -4,7 +4,7 @@ and the training feedback under the grid of a done training item."""
 
 from __future__ import annotations
 
-from backend.services import calibration, rating, study_settings
+from radconcord.backend.services import calibration, rating, study_settings
 
 CSV = ("pair_number,error_category,clinically_significant,num_errors\n"
        "1,1,true,2\n1,3,false,1\n")
@@ -117,8 +117,8 @@ def test_gated_rater_sees_why_and_then_the_expert_counts(study_env, make_app, al
 
 
 def test_a_repeat_share_saved_after_assigning_gives_the_repeats_now(study_env, make_app):
-    from backend.services import assignment, imports
-    from backend.services.types import CandidateInput, CaseInput
+    from radconcord.backend.services import assignment, imports
+    from radconcord.backend.services.types import CandidateInput, CaseInput
 
     cases = [CaseInput(case_id=f"big-{i}", reference=f"Reference {i}. No effusion.",
                        candidates=[CandidateInput(text=f"Candidate {i}.", source="g")])

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from backend import jobs
-from backend.jobs.worker import Worker
-from backend.services import rating
-from db.models import Study
+from radconcord.backend import jobs
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.services import rating
+from radconcord.db.models import Study
 
 PAGE = Path(__file__).resolve().parents[2] / "webapp" / "views" / "build_study.py"
 

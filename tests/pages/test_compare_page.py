@@ -8,8 +8,8 @@ import html
 
 import pytest
 
-from backend.services import auth, imports, pairwise, study_settings
-from backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.backend.services import auth, imports, pairwise, study_settings
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
 
 PW_STUDY = "Pairwise page study"
 SECRETS = ("sys-secret-left", "sys-secret-right")

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from backend import jobs
-from backend.jobs.worker import Worker
-from backend.scoring.runner import ScorePair, score
-from backend.services import analysis, rating
-from db.models import Pair, Report
+from radconcord.backend import jobs
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.scoring.runner import ScorePair, score
+from radconcord.backend.services import analysis, rating
+from radconcord.db.models import Pair, Report
 from tests.reviewer_study import STUDY as REVIEWER_STUDY
 from tests.reviewer_study import build_reviewer_study
 
@@ -198,8 +198,8 @@ def test_explorer_shows_the_pairs_images_with_the_burned_in_flag(rated_env, make
     says text is burned in (raters never get this flag: tests/pages/test_image_viewer.py)."""
     from PIL import Image as PILImage
 
-    from backend.services.images import BURNED_IN_NOTE
-    from db.models import Image
+    from radconcord.backend.services.images import BURNED_IN_NOTE
+    from radconcord.db.models import Image
 
     pair_id = rated_env.pair_ids[0]
     folder = rated_env.data_dir / "images"
@@ -481,7 +481,7 @@ def test_dashboard_shows_time_on_task_from_the_activity_spans(rated_env, make_ap
     """Per rater: total active time and median per pair, from the spans (union per pair)."""
     import datetime as dt
 
-    from backend.services import activity
+    from radconcord.backend.services import activity
 
     start = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=30)
 
@@ -510,7 +510,7 @@ def test_dashboard_shows_time_on_task_from_the_activity_spans(rated_env, make_ap
 
 
 def test_dashboard_counts_raw_or_adjudicated_and_says_which(rated_env, make_app, all_text):
-    from backend.services import adjudication, explore
+    from radconcord.backend.services import adjudication, explore
 
     # The consensus on the pair with the most errors: none at all (it becomes the pair with
     # the fewest, so the correlations change).

@@ -11,7 +11,7 @@ import logging
 import re
 import sqlite3
 
-from backend.services import rating, studies
+from radconcord.backend.services import rating, studies
 
 SECRET_PATH = "/srv/radconcord/secret/location/db.py"
 REFERENCE = re.compile(r"Something went wrong \(reference ([0-9A-F]{8})\)")
@@ -25,7 +25,7 @@ def test_a_page_exception_shows_a_reference_and_logs_the_details(study_env, make
                                                                  all_text, monkeypatch,
                                                                  caplog):
     monkeypatch.setattr(studies, "list_studies", _boom)
-    caplog.set_level(logging.ERROR, logger="webapp.state")
+    caplog.set_level(logging.ERROR, logger="radconcord.webapp.state")
     at = make_app(study_env.admin)
     assert not at.exception  # no Streamlit exception box (it can hold a traceback)
     text = all_text(at)

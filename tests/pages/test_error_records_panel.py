@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 
-from backend.services import error_records, rating, study_settings
-from backend.services.types import Actor
-from webapp.components.error_records import panel_key
+from radconcord.backend.services import error_records, rating, study_settings
+from radconcord.backend.services.types import Actor
+from radconcord.webapp.components.error_records import panel_key
 
 
 def _panel(at, opaque_id):

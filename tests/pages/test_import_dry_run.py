@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from db.models import Case, Pair, Report, Study
+from radconcord.db.models import Case, Pair, Report, Study
 
 TEMP_MARK = "radconcord-upload-"
 

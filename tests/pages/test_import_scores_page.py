@@ -9,10 +9,10 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from backend.analysis.data import load_metric_columns, load_ratings
-from backend.services import rating
-from backend.services.score_imports import import_scores
-from db.models import MetricScore, Pair, ScoreImport
+from radconcord.backend.analysis.data import load_metric_columns, load_ratings
+from radconcord.backend.services import rating
+from radconcord.backend.services.score_imports import import_scores
+from radconcord.db.models import MetricScore, Pair, ScoreImport
 
 
 def _submit(at, timeout: float = 60):

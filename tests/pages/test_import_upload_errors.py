@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from backend.datasets import rexval
-from db.models import Study
+from radconcord.backend.datasets import rexval
+from radconcord.db.models import Study
 
 TEMP_MARK = "radconcord-upload-"
 

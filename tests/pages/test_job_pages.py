@@ -14,12 +14,12 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from backend import jobs
-from backend.analysis.refit import RADCLIQ_INPUTS
-from backend.jobs.worker import Worker
-from backend.services import imports, job_inputs
-from backend.types import CandidateInput, CaseInput
-from db.models import MetricScore, Pair, Rating, Study, User
+from radconcord.backend import jobs
+from radconcord.backend.analysis.refit import RADCLIQ_INPUTS
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.services import imports, job_inputs
+from radconcord.backend.types import CandidateInput, CaseInput
+from radconcord.db.models import MetricScore, Pair, Rating, Study, User
 
 VIEWS = Path(__file__).resolve().parents[2] / "webapp" / "views"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.services import benchmark
+from radconcord.backend.services import benchmark
 from tests.reviewer_study import STUDY as REVIEWER_STUDY
 from tests.reviewer_study import build_reviewer_study
 

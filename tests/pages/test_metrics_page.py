@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from backend import jobs
-from backend.jobs import queue
-from backend.services import jobs as job_services
-from backend.services import scoring
-from db.models import WorkerProcess
+from radconcord.backend import jobs
+from radconcord.backend.jobs import queue
+from radconcord.backend.services import jobs as job_services
+from radconcord.backend.services import scoring
+from radconcord.db.models import WorkerProcess
 
 NO_WORKER = "No worker is running: start one with `python -m backend worker`."
 
@@ -120,7 +120,7 @@ def test_cancel_buttons_cancel_queued_and_running_jobs(study_env, make_app, all_
     assert queue.claim(db, worker_id="w").id == running
     # Finish the third one directly: a finished job has no Cancel button.
     with db.begin() as s:
-        from db.models import Job
+        from radconcord.db.models import Job
 
         s.execute(update(Job).where(Job.id == done).values(status="done"))
     at = _metrics(make_app, study_env.admin)
@@ -143,7 +143,7 @@ def test_cancel_buttons_cancel_queued_and_running_jobs(study_env, make_app, all_
 
 PANEL_SCRIPT = """
 import streamlit as st
-from webapp.components.job_panel import job_panel
+from radconcord.webapp.components.job_panel import job_panel
 
 final = job_panel(int(st.query_params["job"]), key="p", run_every=0.5)
 if final is not None:

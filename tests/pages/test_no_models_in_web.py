@@ -19,9 +19,9 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from backend import jobs
-from backend.jobs.worker import Worker
-from db.models import MetricScore, Study
+from radconcord.backend import jobs
+from radconcord.backend.jobs.worker import Worker
+from radconcord.db.models import MetricScore, Study
 
 REPO = Path(__file__).resolve().parents[2]
 VIEWS = REPO / "webapp" / "views"
@@ -42,7 +42,7 @@ DRIVER = textwrap.dedent('''
     import json, sys
     from pathlib import Path
     from streamlit.testing.v1 import AppTest
-    from backend.types import Actor
+    from radconcord.backend.types import Actor
 
     args = json.loads(sys.argv[1])
     actor = Actor(**args["actor"])

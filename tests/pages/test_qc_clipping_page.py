@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import select, update
 
-from db.models import Assignment, Pair
+from radconcord.db.models import Assignment, Pair
 
 SCRIPT = Path(__file__).resolve().parents[2] / "webapp" / "views" / "qc.py"
 

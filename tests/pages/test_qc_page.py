@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
-from backend.services import calibration, flags, qc, rating
-from db.models import PAIR_REPEAT, PAIR_TRAINING, Assignment, Pair, Rating, Study
+from radconcord.backend.services import calibration, flags, qc, rating
+from radconcord.db.models import PAIR_REPEAT, PAIR_TRAINING, Assignment, Pair, Rating, Study
 
 SCRIPT = Path(__file__).resolve().parents[2] / "webapp" / "views" / "qc.py"
 T0 = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
@@ -163,7 +163,7 @@ def test_a_pairwise_study_gets_the_judgement_table(study_env, make_app, all_text
     """Judgements of rita (A every time) and ravi (A, B alternately) on six comparisons of
     the study's three pairs: the table shows what ``qc.judgement_monitoring`` computes and a
     lowered run threshold flags rita."""
-    from db.models import Comparison, Judgement
+    from radconcord.db.models import Comparison, Judgement
 
     env = study_env
     with env.db.begin() as s:

@@ -9,7 +9,7 @@ import zipfile
 
 from sqlalchemy import func, select
 
-from db.models import Comparison, ErrorRecord, Judgement, Study, User
+from radconcord.db.models import Comparison, ErrorRecord, Judgement, Study, User
 from tests.helpers_radpref import USER_1, USER_2, preferences_bytes, user_bytes
 
 

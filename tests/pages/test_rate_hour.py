@@ -10,11 +10,11 @@ import json
 
 from sqlalchemy import select, update
 
-from backend.services import assignment, flags, imports, rating, study_settings
-from backend.services.activity import SpanInput, record_spans
-from backend.services.definitions import DEFINITIONS
-from backend.services.types import CATEGORIES, CandidateInput, CaseInput
-from db.models import Assignment, Pair
+from radconcord.backend.services import assignment, flags, imports, rating, study_settings
+from radconcord.backend.services.activity import SpanInput, record_spans
+from radconcord.backend.services.definitions import DEFINITIONS
+from radconcord.backend.services.types import CATEGORIES, CandidateInput, CaseInput
+from radconcord.db.models import Assignment, Pair
 
 
 def _first(env):

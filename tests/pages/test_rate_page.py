@@ -10,9 +10,9 @@ import json
 
 from sqlalchemy import update
 
-from backend.services import rating
-from db.models import Assignment, Pair, Study
-from webapp.components.count_grid import grid_key
+from radconcord.backend.services import rating
+from radconcord.db.models import Assignment, Pair, Study
+from radconcord.webapp.components.count_grid import grid_key
 
 
 def _queue(env):
@@ -194,8 +194,8 @@ def test_a_pair_of_another_rater_or_unknown_id_shows_an_error(study_env, make_ap
 
 
 def test_a_rater_without_assignments_is_told_so(study_env, make_app, all_text):
-    from backend.services import auth
-    from backend.services.types import Actor
+    from radconcord.backend.services import auth
+    from radconcord.backend.services.types import Actor
 
     info = auth.create_user(study_env.db, study_env.admin, username="newbie",
                             password="newbie-password", role="rater")
@@ -216,7 +216,7 @@ def test_my_studies_lists_progress_and_resumes(study_env, make_app, all_text):
 
 
 def test_difference_marks_follow_the_studys_choice(study_env, make_app, all_text):
-    from webapp.components.reports import HIGHLIGHT_NOTE
+    from radconcord.webapp.components.reports import HIGHLIGHT_NOTE
 
     first = _queue(study_env)[0].opaque_id
     at = make_app(study_env.rater, params={"pair": first})

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from backend import jobs
-from backend.jobs.worker import Worker
-from backend.services import rating
-from backend.services import score_now as service
+from radconcord.backend import jobs
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.services import rating
+from radconcord.backend.services import score_now as service
 
 VIEWS = Path(__file__).resolve().parents[2] / "webapp" / "views"
 
@@ -91,8 +91,8 @@ def test_score_now_on_the_explorer(rated_unscored, make_app, all_text):
 
 
 def _panel_for_rater() -> None:
-    from webapp import state
-    from webapp.components.score_now import score_now
+    from radconcord.webapp import state
+    from radconcord.webapp.components.score_now import score_now
 
     actor = state.require_actor()
     score_now(state.get_db(), actor, "Page test study")

@@ -15,10 +15,10 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from backend.services import auth, rating
-from backend.services.seed import DEMO_STUDY
-from backend.services.types import Actor
-from db.session import Database
+from radconcord.backend.services import auth, rating
+from radconcord.backend.services.seed import DEMO_STUDY
+from radconcord.backend.services.types import Actor
+from radconcord.db.session import Database
 
 APP = Path(__file__).resolve().parents[2] / "webapp" / "app.py"
 
@@ -86,9 +86,9 @@ def test_seeding_is_switched_off_with_the_environment_variable(tmp_path, monkeyp
 
 def test_the_first_start_queues_the_demo_scoring_once(tmp_path, monkeypatch, server_address):
     """The demo study's offline metrics are queued for the worker of run-app.sh, once."""
-    from backend import jobs
-    from backend.services import score_now
-    from webapp import state
+    from radconcord.backend import jobs
+    from radconcord.backend.services import score_now
+    from radconcord.webapp import state
 
     server_address("127.0.0.1")
     at, db = _start(tmp_path, monkeypatch, "1")
@@ -114,7 +114,7 @@ def test_the_first_start_queues_the_demo_scoring_once(tmp_path, monkeypatch, ser
 
 
 def test_no_demo_means_no_first_start_job(tmp_path, monkeypatch, server_address):
-    from backend import jobs
+    from radconcord.backend import jobs
 
     server_address("0.0.0.0")
     _, db = _start(tmp_path, monkeypatch, "1")

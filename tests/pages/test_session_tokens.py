@@ -11,10 +11,10 @@ import hashlib
 import pytest
 from sqlalchemy import select, update
 
-from backend.services import auth, sessions
-from backend.services.types import Actor
-from db.models import AuthSession, User
-from webapp.state import ACTOR_KEY, SESSION_ENDED, SESSION_ID_KEY
+from radconcord.backend.services import auth, sessions
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import AuthSession, User
+from radconcord.webapp.state import ACTOR_KEY, SESSION_ENDED, SESSION_ID_KEY
 
 
 def _scripts(at) -> list[str]:
@@ -99,7 +99,7 @@ def test_a_session_revoked_elsewhere_ends_the_tab_even_if_the_account_is_fine(st
 def test_a_service_call_rechecks_the_session_before_it_runs(study_env, make_app, monkeypatch):
     """``state.call`` refuses to run the service once the session is gone (fragments and
     callbacks use it too, without the router's check)."""
-    from webapp import state
+    from radconcord.webapp import state
 
     at = _log_in(make_app(), "rita", study_env.passwords["rita"])
     session_id = at.session_state[SESSION_ID_KEY]
@@ -183,7 +183,7 @@ def test_a_fragment_run_that_finds_the_session_gone_reloads_the_page(study_env, 
     """In a fragment run a dead session reloads the page to the app's root instead of
     rerunning the app: Streamlit can blank the login page that a full rerun draws when
     another fragment's timer fires meanwhile (seen in chromium under load)."""
-    from webapp import state
+    from radconcord.webapp import state
 
     at = _log_in(make_app(), "rita", study_env.passwords["rita"])
     session_id = at.session_state[SESSION_ID_KEY]

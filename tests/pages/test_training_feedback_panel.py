@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.services import calibration, rating, study_settings
-from backend.services.types import Actor
-from webapp.components.training_feedback import feedback_html, verdict
+from radconcord.backend.services import calibration, rating, study_settings
+from radconcord.backend.services.types import Actor
+from radconcord.webapp.components.training_feedback import feedback_html, verdict
 
 
 def _feedback(mine: dict, expert: dict, *,

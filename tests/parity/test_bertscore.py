@@ -31,9 +31,9 @@ import shutil
 import bert_score
 import pytest
 
-from backend.metrics import hf
-from backend.metrics.base import MetricUnavailable
-from backend.metrics.bertscore import (
+from radconcord.backend.metrics import hf
+from radconcord.backend.metrics.base import MetricUnavailable
+from radconcord.backend.metrics.bertscore import (
     DISTILROBERTA_L5_BASELINE,
     FALLBACK_LABEL,
     IMPL_VERSION,
@@ -294,7 +294,7 @@ def test_bad_options_fail_clearly(tiny_roberta, tmp_path):
 
 def test_idf_makes_the_metric_corpus_dependent_until_fitted():
     """The runner scores corpus-dependent metrics in one call over the whole scored set."""
-    from backend.metrics.bertscore import BertScore
+    from radconcord.backend.metrics.bertscore import BertScore
 
     assert BertScore(idf=False).corpus_dependent is False
     metric = BertScore(idf=True)

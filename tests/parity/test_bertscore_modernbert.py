@@ -20,7 +20,7 @@ import bert_score
 import pytest
 import torch
 
-from backend.metrics.bertscore import KNOWN_LAYERS, BertScore
+from radconcord.backend.metrics.bertscore import KNOWN_LAYERS, BertScore
 from tests.helpers_models import build_tiny_bert
 
 REFS = [

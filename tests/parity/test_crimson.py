@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.metrics import crimson
-from backend.metrics.crimson import build_prompt, parse_answer, score_evaluation
+from radconcord.backend.metrics import crimson
+from radconcord.backend.metrics.crimson import build_prompt, parse_answer, score_evaluation
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "crimson_reference.json"
 REF = json.loads(FIXTURE.read_text(encoding="utf-8"))

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import backend.metrics.lexical as lexical
-from backend.metrics import registry
-from backend.metrics.base import BaseMetric, MetricInputError
-from backend.metrics.lexical import (
+import radconcord.backend.metrics.lexical as lexical
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import BaseMetric, MetricInputError
+from radconcord.backend.metrics.lexical import (
     Bleu,
     Bleu2RadCliQ,
     Cider,
@@ -25,7 +25,7 @@ from backend.metrics.lexical import (
     lcs_length,
     meteor_sanitize,
 )
-from backend.metrics.text import preprocess, radcliq_tokens
+from radconcord.backend.metrics.text import preprocess, radcliq_tokens
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "report_pairs.jsonl"
 ROWS = [json.loads(x) for x in FIXTURE.read_text(encoding="utf-8").splitlines()]

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.metrics import radeval_bridge, registry
-from backend.metrics.lexical import Bleu
+from radconcord.backend.metrics import radeval_bridge, registry
+from radconcord.backend.metrics.lexical import Bleu
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "radeval_lexical_reference.json"
 REF = json.loads(FIXTURE.read_text())

@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.metrics import registry
-from backend.metrics.lexical import RADEVAL_TOKENIZER, Bleu, RougeL
-from backend.scoring.runner import parse_set_options
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.lexical import RADEVAL_TOKENIZER, Bleu, RougeL
+from radconcord.backend.scoring.runner import parse_set_options
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REFERENCE = json.loads((FIXTURES / "radeval_lexical_reference.json").read_text(encoding="utf-8"))

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.metrics.ratescore import (
+from radconcord.backend.metrics.ratescore import (
     RaTEScore,
     bio_spans,
     directional_score,

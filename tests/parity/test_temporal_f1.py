@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.metrics import registry
-from backend.metrics.base import MetricUnavailable
-from backend.metrics.temporal import (
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import MetricUnavailable
+from radconcord.backend.metrics.temporal import (
     KEYWORDS,
     TemporalF1,
     clean_text,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.metrics import registry
+from radconcord.backend.metrics import registry
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "radconcord-example-metric"

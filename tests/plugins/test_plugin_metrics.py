@@ -20,12 +20,12 @@ import pytest
 from sqlalchemy import select
 
 import radconcord
-from backend.cli import main
-from backend.metrics import plugins, registry
-from backend.metrics.base import MetricUnavailable
-from backend.scoring.runner import ScorePair, score
-from backend.services.scoring import metric_catalog
-from db.models import MetricScore
+from radconcord.backend.cli import main
+from radconcord.backend.metrics import plugins, registry
+from radconcord.backend.metrics.base import MetricUnavailable
+from radconcord.backend.scoring.runner import ScorePair, score
+from radconcord.backend.services.scoring import metric_catalog
+from radconcord.db.models import MetricScore
 from radconcord.rewards import reward_fn
 from tests.plugins.conftest import EXAMPLE_DIST, EXAMPLE_VERSION, TAG
 
@@ -399,8 +399,8 @@ def test_the_metrics_page_lists_plugins_and_refused_ones(fake_plugins, db, tmp_p
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from backend.services import auth
-    from backend.services.types import Actor
+    from radconcord.backend.services import auth
+    from radconcord.backend.services.types import Actor
 
     fake_plugins("fake-clash", "1.0", {"bleu": "fake_clash_family:Bleu",
                                        "broken_import": "no_such_module_for_radconcord:M"})
@@ -425,7 +425,7 @@ def test_the_metrics_page_lists_plugins_and_refused_ones(fake_plugins, db, tmp_p
     assert rows.loc["bleu", "Plug-in"] == ""
     warnings = [w.value for w in at.warning]
     assert any("Metric plug-in not registered: plug-in family 'bleu' from package fake-clash"
-               in w and "backend.metrics.lexical:Bleu" in w for w in warnings)
+               in w and "radconcord.backend.metrics.lexical:Bleu" in w for w in warnings)
 
 
 # -- discovery cost, and the decorator's options ---------------------------------------------

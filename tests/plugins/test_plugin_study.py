@@ -20,13 +20,13 @@ from scipy import stats
 from sqlalchemy import select
 from streamlit.testing.v1 import AppTest
 
-from backend import jobs
-from backend.cli import main
-from backend.jobs.worker import Worker
-from backend.services import auth, reports
-from backend.services.types import Actor
-from db.models import Assignment, MetricScore, Pair, Rating, Study
-from db.session import Database
+from radconcord.backend import jobs
+from radconcord.backend.cli import main
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.services import auth, reports
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, MetricScore, Pair, Rating, Study
+from radconcord.db.session import Database
 from tests.plugins.conftest import TAG
 from tests.reviewer_study import STUDY, build_reviewer_study
 

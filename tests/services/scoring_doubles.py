@@ -20,8 +20,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from backend.metrics import registry
-from backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import BaseMetric, MetricResult, MetricSpec, OutputSpec
 
 # (family, candidates of one score() call), in call order, for in-process tests.
 CALLS: list[tuple[str, tuple[str, ...]]] = []

@@ -11,11 +11,11 @@ import re
 import pytest
 from sqlalchemy import select
 
-from backend.cli import main
-from backend.services import auth
-from backend.services.types import Actor
-from db.models import AuthSession
-from db.session import Database
+from radconcord.backend.cli import main
+from radconcord.backend.services import auth
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import AuthSession
+from radconcord.db.session import Database
 
 OTP_LINE = re.compile(r"^  ([a-z2-9]{4}(?:-[a-z2-9]{4}){3})$", re.MULTILINE)
 

@@ -14,10 +14,10 @@ import pytest
 from argon2 import PasswordHasher
 from sqlalchemy import select, update
 
-from backend.services import auth
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.types import Actor
-from db.models import AuthSession, User
+from radconcord.backend.services import auth
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import AuthSession, User
 
 SYSTEM = Actor.system()
 

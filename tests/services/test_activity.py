@@ -9,12 +9,12 @@ import datetime as dt
 import pytest
 from sqlalchemy import func, select, update
 
-from backend.services import activity, auth, progress
-from backend.services.activity import SpanInput
-from backend.services.assignment import assign_raters
-from backend.services.errors import InvalidInput
-from backend.services.types import Actor
-from db.models import ActivitySpan, Assignment, Pair, Study
+from radconcord.backend.services import activity, auth, progress
+from radconcord.backend.services.activity import SpanInput
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.errors import InvalidInput
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import ActivitySpan, Assignment, Pair, Study
 
 SYSTEM = Actor.system()
 T0 = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
@@ -235,7 +235,7 @@ def test_spans_on_a_comparison_go_to_the_raters_judgement(any_db, make_study,
     the rater's own judgement (union, resends once), a pair's spans still go to the
     assignment in the same batch, and another rater's comparison is refused like an
     unknown id."""
-    from db.models import Comparison, Judgement, JudgementSpan
+    from radconcord.db.models import Comparison, Judgement, JudgementSpan
 
     actors = _setup(any_db, make_study, raters=("r1", "r2"), k=1)
     r1, r2 = actors["r1"], actors["r2"]

@@ -26,14 +26,14 @@ from sqlalchemy import select
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from backend.services import activity, auth, qc, sessions
-from backend.services.assignment import assign_raters
-from backend.services.exports import export_study
-from backend.services.types import Actor
-from db.models import ActivitySpan, Assignment, AuthSession, Pair, Study
-from webapp import api
-from webapp.api import activity as activity_api
-from webapp.state import CSRF_HEADER, SESSION_COOKIE
+from radconcord.backend.services import activity, auth, qc, sessions
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.exports import export_study
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import ActivitySpan, Assignment, AuthSession, Pair, Study
+from radconcord.webapp import api
+from radconcord.webapp.api import activity as activity_api
+from radconcord.webapp.state import CSRF_HEADER, SESSION_COOKIE
 
 SYSTEM = Actor.system()
 HEADERS = {CSRF_HEADER: "1"}
@@ -249,7 +249,7 @@ def test_a_span_needs_an_input_event(env):
 
 def test_the_compare_screen_follows_the_same_rules(env):
     """Judgement spans share the rater's timeline with pair spans and the session bound."""
-    from db.models import Comparison, Judgement
+    from radconcord.db.models import Comparison, Judgement
 
     db, actors, client = env
     r1 = actors["r1"]
@@ -339,8 +339,8 @@ def test_0008_credits_old_spans_once_and_keeps_what_was_claimed(empty_url):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from db.models import ActivitySpan, Base, Judgement, JudgementSpan
-    from db.session import make_engine, make_sessionmaker, upgrade
+    from radconcord.db.models import ActivitySpan, Base, Judgement, JudgementSpan
+    from radconcord.db.session import make_engine, make_sessionmaker, upgrade
 
     engine = make_engine(empty_url)
     upgrade(engine, "0007")

@@ -11,13 +11,13 @@ from sqlalchemy import func, select
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from backend.services import activity, auth, sessions
-from backend.services.assignment import assign_raters
-from backend.services.types import Actor
-from db.models import ActivitySpan, Assignment, Pair
-from webapp import api
-from webapp.api import activity as activity_api
-from webapp.state import CSRF_HEADER, SESSION_COOKIE
+from radconcord.backend.services import activity, auth, sessions
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import ActivitySpan, Assignment, Pair
+from radconcord.webapp import api
+from radconcord.webapp.api import activity as activity_api
+from radconcord.webapp.state import CSRF_HEADER, SESSION_COOKIE
 
 SYSTEM = Actor.system()
 HEADERS = {CSRF_HEADER: "1"}

@@ -15,14 +15,26 @@ import pytest
 from scipy import stats
 from sqlalchemy import func, select
 
-from backend.analysis.data import AnalysisInputError, load_ratings
-from backend.cli import main
-from backend.services import adjudication, auth, rating
-from backend.services.analysis import study_agreement, study_correlation, study_failure_modes
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.study_settings import update_study_settings
-from backend.services.types import Actor
-from db.models import Adjudication, Assignment, MetricScore, Pair, Rating, StudyRole, User
+from radconcord.backend.analysis.data import AnalysisInputError, load_ratings
+from radconcord.backend.cli import main
+from radconcord.backend.services import adjudication, auth, rating
+from radconcord.backend.services.analysis import (
+    study_agreement,
+    study_correlation,
+    study_failure_modes,
+)
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.study_settings import update_study_settings
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import (
+    Adjudication,
+    Assignment,
+    MetricScore,
+    Pair,
+    Rating,
+    StudyRole,
+    User,
+)
 
 SYSTEM = Actor.system()
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)

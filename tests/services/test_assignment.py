@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from backend.analysis import adaptive as _adaptive
-from backend.services import assignment as _assignment
-from backend.services import auth
-from backend.services import exports as _exports
-from backend.services import rating as _rating
-from backend.services.assignment import assign_raters
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.types import Actor
-from db.models import Assignment, Pair, Report, Study, User
+from radconcord.backend.analysis import adaptive as _adaptive
+from radconcord.backend.services import assignment as _assignment
+from radconcord.backend.services import auth
+from radconcord.backend.services import exports as _exports
+from radconcord.backend.services import rating as _rating
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Pair, Report, Study, User
 from tests.helpers_adaptive import build_study, queue_positions, rater_actor
 
 SYSTEM = Actor.system()
@@ -54,7 +54,7 @@ def _layout(db, study: str) -> tuple[dict[int, set[str]], dict[str, list[int]]]:
 
 def _add_pairs(db, study: str, n: int) -> None:
     """Append ``n`` pairs to an existing study (as a later import would)."""
-    from db.models import Case
+    from radconcord.db.models import Case
 
     with db.begin() as s:
         st = s.scalar(select(Study).where(Study.name == study))
@@ -180,8 +180,8 @@ def test_assignment_errors(any_db, make_study, fast_password_hashing):
 
 
 def test_seed_demo_is_idempotent_and_usable(any_db, fast_password_hashing):
-    from backend.services import rating
-    from backend.services.seed import DEMO_STUDY, DEMO_USERS, seed_demo
+    from radconcord.backend.services import rating
+    from radconcord.backend.services.seed import DEMO_STUDY, DEMO_USERS, seed_demo
 
     first = seed_demo(any_db)
     assert first.created_users == ("admin", "rater1", "rater2") and first.study_created
@@ -209,8 +209,8 @@ def test_cli_create_user_and_assign(tmp_path, monkeypatch, make_study, capsys,
                                     fast_password_hashing):
     import io
 
-    from backend.cli import main
-    from db.session import Database
+    from radconcord.backend.cli import main
+    from radconcord.db.session import Database
 
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     monkeypatch.setenv("DATABASE_URL", url)
@@ -219,7 +219,7 @@ def test_cli_create_user_and_assign(tmp_path, monkeypatch, make_study, capsys,
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    from db.session import MIGRATIONS_DIR
+    from radconcord.db.session import MIGRATIONS_DIR
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
@@ -374,7 +374,7 @@ def _play(db, name: str, seed: int) -> dict[str, list[tuple[int, bool]]]:
 
 
 def test_adaptive_order_is_deterministic_given_seed_and_data(tmp_path):
-    from db.session import Database
+    from radconcord.db.session import Database
 
     runs = []
     for i, seed in enumerate((7, 7, 8)):
@@ -405,7 +405,7 @@ def test_adaptive_rule_orders_rated_pairs_by_priority(db):
         ratings[0, p] = truth["counts"][0, p]
     for p in rest:
         ratings[1, p] = truth["counts"][1, p]
-    from backend.analysis.stats import orient
+    from radconcord.backend.analysis.stats import orient
 
     oriented = np.stack([orient(truth["metrics"]["bleu4"], True),
                          orient(truth["metrics"]["radcliq_v1"], False)])
@@ -435,7 +435,7 @@ def test_export_manifest_records_the_strategy(db, tmp_path):
 
 
 def test_cli_assign_strategy(db, tmp_path, capsys):
-    from backend.cli import main
+    from radconcord.backend.cli import main
 
     build_study(db, "C", n_pairs=5, raters=_SIX[:2], k=1, seed=0)
     url = str(db.engine.url)

@@ -19,10 +19,10 @@ import pytest
 from PIL import Image as PILImage
 from sqlalchemy import func, select
 
-from backend.cli import main
-from backend.datasets import rexval
-from db.models import Case, Image, Pair, Report, Study, User
-from db.session import Database
+from radconcord.backend.cli import main
+from radconcord.backend.datasets import rexval
+from radconcord.db.models import Case, Image, Pair, Report, Study, User
+from radconcord.db.session import Database
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "rexval_mini"
 GT, RATINGS = rexval.GT_FILENAME, rexval.RATINGS_FILENAME

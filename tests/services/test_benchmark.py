@@ -19,20 +19,20 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from backend import cli
-from backend.analysis import leaderboard as lb
-from backend.analysis.report import correlate_study
-from backend.datasets import rexval
-from backend.metrics import registry
-from backend.scoring.jobs import study_id_by_name, study_pairs
-from backend.scoring.runner import score
-from backend.services import benchmark, pairwise
-from backend.services.errors import InvalidInput, PermissionDenied
-from backend.services.imports import import_rexval
-from backend.services.radpref import import_radpref
-from backend.services.types import Actor
-from backend.util import file_sha256
-from db.models import MetricScore
+from radconcord.backend import cli
+from radconcord.backend.analysis import leaderboard as lb
+from radconcord.backend.analysis.report import correlate_study
+from radconcord.backend.datasets import rexval
+from radconcord.backend.metrics import registry
+from radconcord.backend.scoring.jobs import study_id_by_name, study_pairs
+from radconcord.backend.scoring.runner import score
+from radconcord.backend.services import benchmark, pairwise
+from radconcord.backend.services.errors import InvalidInput, PermissionDenied
+from radconcord.backend.services.imports import import_rexval
+from radconcord.backend.services.radpref import import_radpref
+from radconcord.backend.services.types import Actor
+from radconcord.backend.util import file_sha256
+from radconcord.db.models import MetricScore
 from tests.helpers_radpref import write_set
 
 ADMIN = Actor.system()
@@ -199,7 +199,7 @@ def test_holm_over_the_metrics_tested_against_the_best(db, rexval_dir):
 
 
 def test_radpref_folder_gives_the_pairwise_statistics_of_the_imported_study(db, radpref_dir):
-    from backend.datasets import radpref as files
+    from radconcord.backend.datasets import radpref as files
 
     folder = _run(db, [f"radpref={radpref_dir}"]).doc["datasets"][0]
     board = folder["board"]

@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 from sqlalchemy import func, select
 
-from backend.services import auth, progress, rating, studies
-from backend.services.assignment import assign_raters
-from backend.services.errors import NotFound, PermissionDenied
-from backend.services.types import Actor
-from db.models import Assignment, MetricScore, Pair, Rating, RatingEvent
+from radconcord.backend.services import auth, progress, rating, studies
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.errors import NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, MetricScore, Pair, Rating, RatingEvent
 
 SYSTEM = Actor.system()
 SOURCES = ("SECRET-GEN-ALPHA", "SECRET-GEN-BETA")
@@ -155,8 +155,8 @@ def test_admin_services_refuse_raters(world):
 @pytest.mark.parametrize("status", ["draft", "importing"])
 def test_images_of_a_hidden_study_are_refused_to_its_raters(world, status):
     """A rater's assignment in a draft or still-importing study opens none of its images."""
-    from backend.services import images
-    from db.models import Image, Study
+    from radconcord.backend.services import images
+    from radconcord.db.models import Image, Study
 
     db, actors = world
     with db.begin() as s:

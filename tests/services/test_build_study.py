@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from backend.cli import main
-from backend.datasets import oracle, rexval
-from backend.datasets.corpus import CorpusReport, ensure_iu_archive, file_sha256
-from backend.metrics import registry
-from backend.services import auth, rating
-from backend.services.build_study import build_study, export_build
-from backend.services.errors import InvalidInput, PermissionDenied
-from backend.services.types import Actor
-from db.models import Pair, Study
+from radconcord.backend.cli import main
+from radconcord.backend.datasets import oracle, rexval
+from radconcord.backend.datasets.corpus import CorpusReport, ensure_iu_archive, file_sha256
+from radconcord.backend.metrics import registry
+from radconcord.backend.services import auth, rating
+from radconcord.backend.services.build_study import build_study, export_build
+from radconcord.backend.services.errors import InvalidInput, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Pair, Study
 
 ADMIN = Actor.system()
 
@@ -155,7 +155,7 @@ def test_export_writes_rexval_jsonl_hf_and_a_manifest(db, files, tmp_path):
     bundle = export_build(db, ADMIN, study_name="exp", out_dir=out)
     assert bundle.n_pairs == summary.n_pairs
     manifest = json.loads((out / "manifest.json").read_text())
-    from backend.imaging.deid import DEID_PROFILE
+    from radconcord.backend.imaging.deid import DEID_PROFILE
     assert manifest["deidentification"] == json.loads(json.dumps(DEID_PROFILE))
     prov = manifest["study"]["provenance"]
     assert prov["seed"] == 11 and manifest["study"]["seed"] == 11
@@ -217,7 +217,7 @@ def test_build_on_the_real_iu_corpus(db, tmp_path):
         assert pick["corpus_id"] != pick["test_id"] and pick["corpus_id"].startswith("CXR")
         assert pick["stage_rank"] <= 50
     # The same seed draws the same tests; the oracle agrees with a direct build.
-    from backend.datasets.corpus import load_iu_corpus
+    from radconcord.backend.datasets.corpus import load_iu_corpus
 
     iu = load_iu_corpus()
     chosen = [r for r in iu.reports if r.report_id in test_ids]

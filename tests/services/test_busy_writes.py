@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from db.session import SQLITE_BUSY_TIMEOUT_MS, DatabaseBusy, is_busy_error
+from radconcord.db.session import SQLITE_BUSY_TIMEOUT_MS, DatabaseBusy, is_busy_error
 
 
 def test_a_write_with_a_deadline_gives_up_behind_a_writer_of_this_process(db):

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from backend.services import auth, rating
-from backend.services.assignment import assign_raters
-from backend.services.types import Actor
-from db.models import Pair, Rating, RatingEvent, Study, User
+from radconcord.backend.services import auth, rating
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Pair, Rating, RatingEvent, Study, User
 
 N_RATERS = 20
 N_TABS = 4  # raters 0..3 also write from a second thread
@@ -134,9 +134,9 @@ def test_twenty_raters_save_at_once(any_db, make_study, fast_password_hashing):
 IMPORT_PROCESS = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, sys.argv[3])
-    from backend.services.imports import import_cases
-    from backend.services.types import Actor, CandidateInput, CaseInput
-    from db.session import Database
+    from radconcord.backend.services.imports import import_cases
+    from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+    from radconcord.db.session import Database
 
     db = Database(sys.argv[1], migrate=False)
     n = int(sys.argv[2])

@@ -17,12 +17,16 @@ import pytest
 from scipy import stats
 from sqlalchemy import delete, select
 
-from backend.cli import main
-from backend.services.analysis import study_agreement, study_correlation, study_failure_modes
-from backend.services.errors import NotFound, PermissionDenied
-from backend.services.types import Actor
-from db.models import Assignment, Case, MetricScore, Pair, Rating, Report, Study, User
-from db.session import Database
+from radconcord.backend.cli import main
+from radconcord.backend.services.analysis import (
+    study_agreement,
+    study_correlation,
+    study_failure_modes,
+)
+from radconcord.backend.services.errors import NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Case, MetricScore, Pair, Rating, Report, Study, User
+from radconcord.db.session import Database
 
 N_CASES = 12
 SOURCES = ("gen-a", "gen-b")
@@ -482,7 +486,7 @@ def test_correlate_new_options_reject_bad_values(study, tmp_path, capsys):
     assert "--permutations must be >= 1" in capsys.readouterr().err
     assert not out.exists()
     admin = Actor.system()
-    from backend.services.errors import InvalidInput
+    from radconcord.backend.services.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="correction must be one of"):
         study_correlation(db, admin, study_name="s1", resamples=0, correction="bonferroni")
@@ -545,8 +549,8 @@ def test_rexval_fixture_gives_the_documented_sections(db, monkeypatch, significa
     direct computation from the CSV (scipy.stats.kendalltau / spearmanr, Williams' formula)."""
     from argon2 import PasswordHasher
 
-    from backend.services import imports
-    from backend.services.imports import import_rexval
+    from radconcord.backend.services import imports
+    from radconcord.backend.services.imports import import_rexval
 
     monkeypatch.setattr(imports, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024,
                                                            parallelism=1))

@@ -30,12 +30,12 @@ from pathlib import Path
 
 import pytest
 
-from backend.cli import main
-from backend.services import exports
-from backend.services.errors import InvalidInput
-from backend.types import Actor
-from db import session as db_session
-from db.session import Database, DataFolderError, exit_on_data_folder_error
+from radconcord.backend.cli import main
+from radconcord.backend.services import exports
+from radconcord.backend.services.errors import InvalidInput
+from radconcord.backend.types import Actor
+from radconcord.db import session as db_session
+from radconcord.db.session import Database, DataFolderError, exit_on_data_folder_error
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = "Folder study"
@@ -401,7 +401,7 @@ def test_the_cli_prints_a_half_way_failure_as_one_line(db, make_study, tmp_path,
 
 def test_a_failed_pairwise_export_keeps_the_existing_file(tmp_path, monkeypatch, capsys,
                                                           fast_password_hashing):
-    from backend.util import SafeCsvWriter
+    from radconcord.backend.util import SafeCsvWriter
     from tests.services.test_pairwise import build
 
     monkeypatch.setenv("RADCONCORD_DATA_DIR", str(tmp_path))

@@ -7,8 +7,8 @@ import time
 
 from sqlalchemy import text
 
-from db.models import User
-from db.session import Database
+from radconcord.db.models import User
+from radconcord.db.session import Database
 
 
 def test_read_session_does_not_wait_for_an_open_write_transaction(tmp_path):

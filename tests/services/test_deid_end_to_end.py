@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from backend import config
-from backend.imaging.deid import BURNED_IN_WARNING, DEID_PROFILE
-from backend.services import images as image_service
-from backend.services.errors import InvalidInput
-from backend.services.exports import export_study
-from backend.services.imports import import_cases
-from backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
-from db.models import Assignment, Base, Image, Pair, Study, User
+from radconcord.backend import config
+from radconcord.backend.imaging.deid import BURNED_IN_WARNING, DEID_PROFILE
+from radconcord.backend.services import images as image_service
+from radconcord.backend.services.errors import InvalidInput
+from radconcord.backend.services.exports import export_study
+from radconcord.backend.services.imports import import_cases
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.db.models import Assignment, Base, Image, Pair, Study, User
 
 ADMIN = Actor.system()
 HOSTILE = Path(__file__).resolve().parent.parent / "hostile_corpus.py"
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:The pixel data is .* excess padd
 def _cheap_argon2(monkeypatch):
     from argon2 import PasswordHasher
 
-    from backend.services import imports
+    from radconcord.backend.services import imports
 
     monkeypatch.setattr(imports, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024,
                                                            parallelism=1))

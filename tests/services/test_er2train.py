@@ -11,11 +11,11 @@ import uuid
 
 import pytest
 
-from backend.metrics import er2score
-from backend.services import er2train
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.types import Actor
-from db.models import Assignment, Case, Pair, Rating, Report, Study, User
+from radconcord.backend.metrics import er2score
+from radconcord.backend.services import er2train
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Case, Pair, Rating, Report, Study, User
 from tests.helpers_llm import build_tiny_llama
 
 ADMIN = Actor.system()
@@ -230,7 +230,7 @@ def test_train_rejects_bad_requests(db, tmp_path) -> None:
 
 
 def test_command_prints_both_taus(db, tmp_path, capsys, monkeypatch) -> None:
-    from backend.cli import metrics as metric_commands
+    from radconcord.backend.cli import metrics as metric_commands
 
     monkeypatch.setenv("DATABASE_URL", db.url)
     _insert_study(db, "cli", 6)
@@ -246,7 +246,7 @@ def test_command_prints_both_taus(db, tmp_path, capsys, monkeypatch) -> None:
     out = capsys.readouterr().out
     assert "untrained" in out and "trained" in out and "held-out Kendall tau" in out
     assert (tmp_path / "ad" / er2score.META_FILE).is_file()
-    from backend.cli import UserError
+    from radconcord.backend.cli import UserError
 
     args = parser.parse_args(["train-er2score", "--study", "missing", "--base", str(base),
                               "--output", str(tmp_path / "ad2"), "--device", "cpu"])

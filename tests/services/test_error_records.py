@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 from sqlalchemy import func, select, update
 
-from backend.services import auth, error_records, rating, study_settings
-from backend.services.assignment import assign_raters
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.types import Actor
-from db.models import ErrorRecord, Pair, Rating, RatingEvent, Report, Study
+from radconcord.backend.services import auth, error_records, rating, study_settings
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import ErrorRecord, Pair, Rating, RatingEvent, Report, Study
 
 SYSTEM = Actor.system()
 CANDIDATE = "Small left effusion. Cardiomegaly is present. No pneumothorax."

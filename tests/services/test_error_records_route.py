@@ -12,13 +12,13 @@ from sqlalchemy import func, select, update
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from backend.services import auth, rating, sessions, study_settings
-from backend.services.assignment import assign_raters
-from backend.services.types import Actor
-from db.models import ErrorRecord, RatingEvent, Study
-from webapp import api
-from webapp.api import error_records as records_api
-from webapp.state import CSRF_HEADER, SESSION_COOKIE
+from radconcord.backend.services import auth, rating, sessions, study_settings
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import ErrorRecord, RatingEvent, Study
+from radconcord.webapp import api
+from radconcord.webapp.api import error_records as records_api
+from radconcord.webapp.state import CSRF_HEADER, SESSION_COOKIE
 
 SYSTEM = Actor.system()
 HEADERS = {CSRF_HEADER: "1"}

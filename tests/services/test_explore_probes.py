@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from backend.analysis.perturb import KINDS, SIGNIFICANT, generate
-from backend.services import explore, imports, probes
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.types import Actor, CandidateInput, CaseInput
-from db.models import MetricScore, Pair, Rating, User
-from db.session import Database
+from radconcord.backend.analysis.perturb import KINDS, SIGNIFICANT, generate
+from radconcord.backend.services import explore, imports, probes
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.db.models import MetricScore, Pair, Rating, User
+from radconcord.db.session import Database
 
 ADMIN = Actor.system()
 RATER = Actor(user_id=99, username="rita", role="rater")
@@ -187,7 +187,7 @@ def test_data_version_changes_with_ratings_and_scores(db):
 
 def test_run_probes_with_lexical_metrics(db):
     """bleu4/rougeL per perturbation recomputed with the metric classes directly (no cache)."""
-    from backend.metrics import registry
+    from radconcord.backend.metrics import registry
 
     result = probes.run_probes(db, ADMIN, study_name=STUDY, metrics=["bleu4", "rougeL"],
                                seed=3, max_reports=10)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from backend.services import adjudication, auth, calibration, flags, rating
-from backend.services.assignment import assign_raters
-from backend.services.exports import export_study
-from backend.services.types import Actor
+from radconcord.backend.services import adjudication, auth, calibration, flags, rating
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.exports import export_study
+from radconcord.backend.services.types import Actor
 
 SYSTEM = Actor.system()
 
@@ -82,7 +82,7 @@ def test_repeats_are_exported_with_both_showings_so_agreement_can_be_recomputed(
         any_db, make_study, tmp_path, fast_password_hashing):
     """repeats.jsonl holds, per rater, repeated pair and cell, the counts of both showings;
     the exact agreement of the export's intra-rater file follows from it alone."""
-    from backend.services import study_settings
+    from radconcord.backend.services import study_settings
 
     db = any_db
     make_study(db, "R", 12)

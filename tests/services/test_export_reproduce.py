@@ -24,13 +24,13 @@ import pytest
 from scipy.stats import kendalltau
 from sqlalchemy import select
 
-from backend.datasets import rexval
-from backend.services import activity, analysis, auth, explore, progress, rating
-from backend.services.assignment import assign_raters
-from backend.services.exports import export_study
-from backend.services.types import Actor
-from backend.util import csv_unescape
-from db.models import MetricScore, Pair
+from radconcord.backend.datasets import rexval
+from radconcord.backend.services import activity, analysis, auth, explore, progress, rating
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.exports import export_study
+from radconcord.backend.services.types import Actor
+from radconcord.backend.util import csv_unescape
+from radconcord.db.models import MetricScore, Pair
 
 ADMIN = Actor.system()
 STUDY = "Repro"

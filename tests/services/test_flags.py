@@ -9,11 +9,11 @@ import datetime as dt
 import pytest
 from sqlalchemy import select, update
 
-from backend.services import auth, flags, rating
-from backend.services.assignment import assign_raters
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.types import Actor
-from db.models import Assignment, Pair, Study
+from radconcord.backend.services import auth, flags, rating
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Pair, Study
 
 SYSTEM = Actor.system()
 T0 = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)

@@ -6,10 +6,10 @@ import hashlib
 
 from sqlalchemy import func, select
 
-from backend.analysis.data import load_metric_columns, load_ratings
-from backend.cli import main
-from db.models import MetricScore, ScoreImport
-from db.session import Database
+from radconcord.backend.analysis.data import load_metric_columns, load_ratings
+from radconcord.backend.cli import main
+from radconcord.db.models import MetricScore, ScoreImport
+from radconcord.db.session import Database
 
 
 def _run(argv, capsys):

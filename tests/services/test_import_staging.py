@@ -20,15 +20,15 @@ import pytest
 from PIL import Image as PILImage
 from sqlalchemy import func, select, update
 
-from backend.datasets import rexval
-from backend.services import exports, imports, rating, studies
-from backend.services import images as image_service
-from backend.services.assignment import assign_raters
-from backend.services.errors import InvalidInput, NotFound
-from backend.services.imports import cleanup_stale_imports, import_cases, import_rexval
-from backend.services.progress import study_progress
-from backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
-from db.models import (
+from radconcord.backend.datasets import rexval
+from radconcord.backend.services import exports, imports, rating, studies
+from radconcord.backend.services import images as image_service
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.errors import InvalidInput, NotFound
+from radconcord.backend.services.imports import cleanup_stale_imports, import_cases, import_rexval
+from radconcord.backend.services.progress import study_progress
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.db.models import (
     STUDY_STAGING,
     Assignment,
     Case,
@@ -198,9 +198,9 @@ KILLED_IMPORT = textwrap.dedent("""
     import os, sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
-    from backend.services import imports
-    from backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
-    from db.session import Database
+    from radconcord.backend.services import imports
+    from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+    from radconcord.db.session import Database
 
     db = Database(sys.argv[1], migrate=False)
     pngs = sorted(Path(sys.argv[2]).glob("*.png"))
@@ -310,7 +310,7 @@ def test_same_case_id_in_two_studies_keeps_each_studys_image(any_db, tmp_path):
 
 def test_saves_during_a_long_import_all_succeed(any_db, make_study, fast_password_hashing):
     """Raters keep saving while a 6000-pair import runs in another thread of the process."""
-    from backend.services import auth
+    from radconcord.backend.services import auth
 
     db = any_db
     make_study(db, "Live", 8)

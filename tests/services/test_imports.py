@@ -14,17 +14,17 @@ from PIL import Image as PILImage
 from pydicom.data import get_testdata_file
 from sqlalchemy import func, select
 
-from backend.datasets import rexval
-from backend.datasets.demo import demo_cases
-from backend.datasets.pairs import parse_cases
-from backend.imaging.deid import DEID_PROFILE
-from backend.scoring.hashing import input_hash
-from backend.services import images as image_service
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.imports import import_cases, import_rexval
-from backend.services.seed import import_demo
-from backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
-from db.models import (
+from radconcord.backend.datasets import rexval
+from radconcord.backend.datasets.demo import demo_cases
+from radconcord.backend.datasets.pairs import parse_cases
+from radconcord.backend.imaging.deid import DEID_PROFILE
+from radconcord.backend.scoring.hashing import input_hash
+from radconcord.backend.services import images as image_service
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.imports import import_cases, import_rexval
+from radconcord.backend.services.seed import import_demo
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.db.models import (
     Assignment,
     Case,
     Image,
@@ -45,7 +45,7 @@ def _cheap_argon2(monkeypatch):
     """Real argon2id with cheap parameters: the importer hashes one password per rater."""
     from argon2 import PasswordHasher
 
-    from backend.services import imports
+    from radconcord.backend.services import imports
 
     monkeypatch.setattr(imports, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024,
                                                            parallelism=1))

@@ -14,13 +14,13 @@ import pytest
 from PIL import Image as PILImage
 from sqlalchemy import func, select
 
-from backend import cli
-from backend.datasets.pairs import parse_cases, read_cases
-from backend.jobs.worker import Worker
-from backend.services import imports, job_inputs
-from backend.services.errors import InvalidInput
-from backend.types import Actor
-from db.models import Case, Image, Job, Pair, Report, Study
+from radconcord.backend import cli
+from radconcord.backend.datasets.pairs import parse_cases, read_cases
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.services import imports, job_inputs
+from radconcord.backend.services.errors import InvalidInput
+from radconcord.backend.types import Actor
+from radconcord.db.models import Case, Image, Job, Pair, Report, Study
 
 ADMIN = Actor.system()
 TYPO = ("case_id,reference,candidat,source\n"

@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select, update
 
-from backend import jobs
-from backend.analysis.refit import RADCLIQ_INPUTS
-from backend.analysis.report import correlate_study
-from backend.jobs import context
-from backend.jobs.worker import Worker
-from backend.metrics import er2score, registry
-from backend.services import (
+from radconcord.backend import jobs
+from radconcord.backend.analysis.refit import RADCLIQ_INPUTS
+from radconcord.backend.analysis.report import correlate_study
+from radconcord.backend.jobs import context
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.metrics import er2score, registry
+from radconcord.backend.services import (
     build_study,
     er2train,
     imports,
@@ -39,9 +39,19 @@ from backend.services import (
     refit,
     studies,
 )
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.types import Actor, CandidateInput, CaseInput
-from db.models import STUDY_STAGING, Case, Job, MetricScore, Pair, Rating, Report, Study, User
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.types import Actor, CandidateInput, CaseInput
+from radconcord.db.models import (
+    STUDY_STAGING,
+    Case,
+    Job,
+    MetricScore,
+    Pair,
+    Rating,
+    Report,
+    Study,
+    User,
+)
 from tests.helpers_llm import build_tiny_llama
 from tests.jobs_helpers import load as load_jobs_helpers
 
@@ -348,7 +358,7 @@ def test_worker_threshold():
 
 
 def test_imports_use_the_one_input_hash():
-    from backend.scoring import hashing
+    from radconcord.backend.scoring import hashing
 
     assert imports.input_hash is hashing.input_hash
 
@@ -499,7 +509,7 @@ def _kill_and_resume_when(jh, db, job_id: int, tmp_path, predicate, *, setup: st
                           after_kill=None, what: str = "the kill point"):
     """``jh.kill_and_resume``, killing worker w1 once ``predicate(job)`` holds (not at a
     progress count): the same round of start, wait, kill -9, stale, second worker."""
-    from backend.jobs import queue
+    from radconcord.backend.jobs import queue
 
     log1, log2 = tmp_path / "w1.log", tmp_path / "w2.log"
     proc = jh.start_worker(jh.db_url(db), worker_id="w1", log_path=log1, setup=setup)

@@ -15,13 +15,13 @@ import time
 import pytest
 from sqlalchemy import update
 
-from backend import jobs
-from backend.errors import InvalidInput, NotFound, PermissionDenied
-from backend.jobs import queue, registry
-from backend.jobs.worker import Worker
-from backend.types import Actor
-from db.models import Job, Study, WorkerProcess
-from db.session import Database
+from radconcord.backend import jobs
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.jobs import queue, registry
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.types import Actor
+from radconcord.db.models import Job, Study, WorkerProcess
+from radconcord.db.session import Database
 from tests.jobs_helpers import load
 
 jh = load()
@@ -105,7 +105,7 @@ def test_registry_is_lazy_and_loud():
     assert "score" in registry.kind_names() and "import" in registry.kind_names()
     with pytest.raises(registry.UnknownJobKind, match="unknown job kind 'zzz'"):
         registry.load_kind("zzz")
-    assert registry.load_kind("score").__module__ == "backend.jobs.kinds.score"
+    assert registry.load_kind("score").__module__ == "radconcord.backend.jobs.kinds.score"
 
 
 def test_importing_the_job_package_loads_no_model_code():
@@ -435,7 +435,7 @@ def test_the_roll_of_workers(any_db):
 
 
 def test_context_check_without_progress_sees_a_cancel(any_db, monkeypatch):
-    from backend.jobs.context import JobCancelled
+    from radconcord.backend.jobs.context import JobCancelled
 
     seen: list[str] = []
 
@@ -469,7 +469,7 @@ def test_context_check_without_progress_sees_a_cancel(any_db, monkeypatch):
 
 
 def test_job_services_are_admin_only_and_name_studies(any_db):
-    from backend.services import jobs as svc
+    from radconcord.backend.services import jobs as svc
 
     _study(any_db, "named")
     for call in (
@@ -507,7 +507,7 @@ def test_job_services_are_admin_only_and_name_studies(any_db):
 
 
 def _cli(argv: list[str]) -> int:
-    from backend.cli import jobs as cli_jobs
+    from radconcord.backend.cli import jobs as cli_jobs
 
     parser = argparse.ArgumentParser()
     cli_jobs.register(parser.add_subparsers(dest="command", required=True))
@@ -516,7 +516,7 @@ def _cli(argv: list[str]) -> int:
 
 
 def test_jobs_commands(db, monkeypatch, capsys, tmp_path):
-    from backend.cli.common import UserError
+    from radconcord.backend.cli.common import UserError
 
     monkeypatch.setenv("DATABASE_URL", jh.db_url(db))
     sid = _study(db, "cli study")

@@ -9,14 +9,14 @@ import datetime as dt
 import pytest
 from sqlalchemy import func, select, update
 
-from backend import cli, jobs
-from backend.errors import PermissionDenied
-from backend.jobs import queue
-from backend.jobs.worker import Worker
-from backend.services import imports, scoring
-from backend.services import jobs as job_services
-from backend.types import Actor, CandidateInput, CaseInput
-from db.models import MetricScore, Report, WorkerProcess
+from radconcord.backend import cli, jobs
+from radconcord.backend.errors import PermissionDenied
+from radconcord.backend.jobs import queue
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.services import imports, scoring
+from radconcord.backend.services import jobs as job_services
+from radconcord.backend.types import Actor, CandidateInput, CaseInput
+from radconcord.db.models import MetricScore, Report, WorkerProcess
 
 ADMIN = Actor.system()
 RADGRAPH_OFFLINE = ("RadGraph weights (StanfordAIMI/RRG_scorers/radgraph.tar.gz) not local and "

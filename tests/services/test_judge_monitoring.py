@@ -13,10 +13,10 @@ import datetime as dt
 import pytest
 from sqlalchemy import select
 
-from backend.services import auth, qc
-from backend.services.errors import InvalidInput, PermissionDenied
-from backend.services.types import Actor
-from db.models import Comparison, Judgement, Pair, Study
+from radconcord.backend.services import auth, qc
+from radconcord.backend.services.errors import InvalidInput, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Comparison, Judgement, Pair, Study
 
 SYSTEM = Actor.system()
 T0 = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC)
@@ -97,8 +97,8 @@ def test_admin_only_bad_thresholds_and_a_counts_study(world, make_study):
 
 def test_qc_command_prints_and_writes_the_judgement_table(world, tmp_path, monkeypatch,
                                                           capsys):
-    from backend import cli
-    from backend.cli import monitoring as qc_cli
+    from radconcord.backend import cli
+    from radconcord.backend.cli import monitoring as qc_cli
 
     monkeypatch.setenv("DATABASE_URL", world.url)
     out = tmp_path / "qc"

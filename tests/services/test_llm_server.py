@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.metrics import llm
-from backend.metrics.base import Resources
-from backend.metrics.llm_backends import (
+from radconcord.backend.metrics import llm
+from radconcord.backend.metrics.base import Resources
+from radconcord.backend.metrics.llm_backends import (
     LLMEndpointError,
     OpenAIChatBackend,
     TransformersBackend,
     normalise_base_url,
 )
-from backend.metrics.llm_server import LLMServer
+from radconcord.backend.metrics.llm_server import LLMServer
 from tests.helpers_llm import build_tiny_llama
 
 PROMPTS = [

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from backend.metrics import llm
-from backend.metrics.base import Resources
-from backend.metrics.llm_backends import OpenAIChatBackend, TransformersBackend
+from radconcord.backend.metrics import llm
+from radconcord.backend.metrics.base import Resources
+from radconcord.backend.metrics.llm_backends import OpenAIChatBackend, TransformersBackend
 from tests.helpers_llm import build_tiny_llama
 
 REPO = Path(__file__).resolve().parents[2]

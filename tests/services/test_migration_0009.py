@@ -11,8 +11,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 
-from db.models import Base, ScoreImport
-from db.session import MIGRATIONS_DIR, make_engine, make_sessionmaker, upgrade
+from radconcord.db.models import Base, ScoreImport
+from radconcord.db.session import MIGRATIONS_DIR, make_engine, make_sessionmaker, upgrade
 
 
 def test_0009_adds_score_imports_and_keeps_scores(tmp_path):

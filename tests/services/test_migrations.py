@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from db.models import Base
-from db.session import make_engine, upgrade
+from radconcord.db.models import Base
+from radconcord.db.session import make_engine, upgrade
 
 
 def test_migrated_schema_matches_the_models(any_db):
@@ -120,8 +120,8 @@ def test_0004_keeps_every_scoring_job_as_a_score_job(empty_url):
              "attempts": 1, "heartbeat_at": now, "created_at": now, "started_at": now,
              "finished_at": now}])
     upgrade(engine)
-    from db.models import Job
-    from db.session import make_sessionmaker
+    from radconcord.db.models import Job
+    from radconcord.db.session import make_sessionmaker
 
     with make_sessionmaker(engine).begin() as s:
         job = s.get(Job, 7)
@@ -166,8 +166,8 @@ def test_0005_gives_old_assignments_version_0_and_old_studies_empty_settings(emp
             "active_seconds, last_active_at) VALUES (1, 1, 1, 1, 0, 245.0, :now)"),
             {"now": now})
     upgrade(engine)
-    from db.models import Assignment, Study
-    from db.session import make_sessionmaker
+    from radconcord.db.models import Assignment, Study
+    from radconcord.db.session import make_sessionmaker
 
     with make_sessionmaker(engine).begin() as s:
         assert s.get(Study, 1).settings == {}
@@ -214,8 +214,8 @@ def test_0007_gives_old_judgements_no_time_and_adds_their_spans(empty_url):
             "rating_a, rating_b, completed_at, version, updated_at) VALUES (1, 1, 1, 0, 'A', "
             "4, 2, :now, 3, :now)"), {"now": now})
     upgrade(engine)
-    from db.models import Judgement
-    from db.session import make_sessionmaker
+    from radconcord.db.models import Judgement
+    from radconcord.db.session import make_sessionmaker
 
     with make_sessionmaker(engine).begin() as s:
         old = s.get(Judgement, 1)

@@ -9,12 +9,12 @@ import datetime as dt
 import pytest
 from sqlalchemy import select, update
 
-from backend.services import auth, pace, rating
-from backend.services.activity import SpanInput, record_spans
-from backend.services.assignment import assign_raters
-from backend.services.errors import InvalidInput, NotFound
-from backend.services.types import Actor
-from db.models import Assignment, Pair, Study
+from radconcord.backend.services import auth, pace, rating
+from radconcord.backend.services.activity import SpanInput, record_spans
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.errors import InvalidInput, NotFound
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Pair, Study
 
 SYSTEM = Actor.system()
 T0 = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
@@ -184,7 +184,7 @@ def test_while_the_gate_holds_only_training_items_are_left(any_db, make_study,
                                                             fast_password_hashing):
     """A rater held at the training items has those left, not the study pairs behind the
     gate; once qualified, everything they hold counts again."""
-    from backend.services import calibration, study_settings
+    from radconcord.backend.services import calibration, study_settings
 
     make_study(any_db, "S", 5)
     calibration.mark_training(any_db, SYSTEM, study_name="S",

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from backend.cli import main
-from backend.scoring.hashing import input_hash
-from backend.services import auth, pairwise, study_settings
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.types import Actor
-from db.models import (
+from radconcord.backend.cli import main
+from radconcord.backend.scoring.hashing import input_hash
+from radconcord.backend.services import auth, pairwise, study_settings
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import (
     PAIR_TRAINING,
     Case,
     Comparison,
@@ -30,7 +30,7 @@ from db.models import (
     Report,
     Study,
 )
-from db.session import Database
+from radconcord.db.session import Database
 
 SYSTEM = Actor.system()
 RATERS = ("r1", "r2", "r3")
@@ -520,7 +520,7 @@ def test_a_busy_database_gives_up_cleanly_and_a_later_click_is_stored(sqlite_wor
     busy message and writes nothing; once free, the same click is stored."""
     import sqlite3
 
-    from backend.services import rating
+    from radconcord.backend.services import rating
 
     db, _, actors = sqlite_world
     pairwise.make_comparisons(db, SYSTEM, "PW")
@@ -545,8 +545,8 @@ def test_a_judge_reaches_the_film_of_their_comparisons_only(world):
     """The images service's access check knows judgements: a rater whose only work is a
     comparison of the case gets past it (to the missing-file error of this test image); a
     rater holding no comparison of it is refused."""
-    from backend.services import images
-    from db.models import Image
+    from radconcord.backend.services import images
+    from radconcord.db.models import Image
 
     db, ids, actors = world
     pairwise.make_comparisons(db, SYSTEM, "PW")

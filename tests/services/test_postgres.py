@@ -10,11 +10,11 @@ import uuid
 import pytest
 from sqlalchemy import inspect, select, text
 
-from backend.services import auth, rating
-from backend.services.assignment import assign_raters
-from backend.services.types import Actor
-from db.models import Assignment, Base, Pair, Rating, RatingEvent
-from db.session import Database
+from radconcord.backend.services import auth, rating
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Base, Pair, Rating, RatingEvent
+from radconcord.db.session import Database
 from tests import pgserver
 
 SYSTEM = Actor.system()

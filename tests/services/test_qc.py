@@ -13,12 +13,12 @@ import pytest
 from scipy.stats import spearmanr
 from sqlalchemy import select
 
-from backend.analysis import intra_rater as ir
-from backend.services import activity, auth, qc
-from backend.services.activity import SpanInput
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.types import Actor
-from db.models import PAIR_REPEAT, PAIR_TRAINING, Assignment, Pair, Rating, Study
+from radconcord.backend.analysis import intra_rater as ir
+from radconcord.backend.services import activity, auth, qc
+from radconcord.backend.services.activity import SpanInput
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import PAIR_REPEAT, PAIR_TRAINING, Assignment, Pair, Rating, Study
 
 SYSTEM = Actor.system()
 T0 = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
@@ -215,8 +215,8 @@ def test_study_without_repeats(any_db, make_study, fast_password_hashing):
 def test_qc_command_prints_tables_and_writes_csvs(world, tmp_path, monkeypatch, capsys):
     import csv
 
-    from backend import cli
-    from backend.cli import monitoring as qc_cli
+    from radconcord.backend import cli
+    from radconcord.backend.cli import monitoring as qc_cli
 
     db, _ = world
     monkeypatch.setenv("DATABASE_URL", db.url)
@@ -245,8 +245,8 @@ def test_qc_command_prints_tables_and_writes_csvs(world, tmp_path, monkeypatch, 
 
 
 def test_cli_defaults_are_the_analysis_defaults():
-    from backend.analysis import monitoring as mon
-    from backend.cli import monitoring as qc_cli
+    from radconcord.backend.analysis import monitoring as mon
+    from radconcord.backend.cli import monitoring as qc_cli
 
     assert qc_cli.DEFAULT_STRAIGHT_RUN == mon.STRAIGHT_RUN
     assert qc_cli.DEFAULT_OUTLIER_Z == mon.OUTLIER_Z

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from backend.cli import main
-from backend.metrics import radcliq, registry
+from radconcord.backend.cli import main
+from radconcord.backend.metrics import radcliq, registry
 from tests.helpers_chexbert import write_chexbert_checkpoint
 from tests.helpers_models import build_tiny_roberta, write_baseline_tsv
 from tests.helpers_radgraph import build_tiny_radgraph

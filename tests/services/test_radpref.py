@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from backend import cli
-from backend.datasets import radpref as files
-from backend.services import auth, radpref
-from backend.services.errors import InvalidInput, PermissionDenied
-from backend.services.study_settings import effective
-from backend.types import Actor
-from db.models import (
+from radconcord.backend import cli
+from radconcord.backend.datasets import radpref as files
+from radconcord.backend.services import auth, radpref
+from radconcord.backend.services.errors import InvalidInput, PermissionDenied
+from radconcord.backend.services.study_settings import effective
+from radconcord.backend.types import Actor
+from radconcord.db.models import (
     Assignment,
     Case,
     Comparison,

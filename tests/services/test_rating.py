@@ -11,11 +11,16 @@ import time
 import pytest
 from sqlalchemy import func, select, update
 
-from backend.services import auth, progress, rating, studies
-from backend.services.assignment import assign_raters
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied, ServiceError
-from backend.services.types import Actor
-from db.models import Assignment, Image, Pair, Rating, RatingEvent, Study
+from radconcord.backend.services import auth, progress, rating, studies
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.errors import (
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    ServiceError,
+)
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Image, Pair, Rating, RatingEvent, Study
 
 SYSTEM = Actor.system()
 

@@ -10,11 +10,11 @@ import threading
 import pytest
 from sqlalchemy import select, update
 
-from backend.services import auth, rating
-from backend.services.assignment import assign_raters
-from backend.services.errors import InvalidInput, PermissionDenied
-from backend.services.types import Actor
-from db.models import Assignment, RatingEvent, Study
+from radconcord.backend.services import auth, rating
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.errors import InvalidInput, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, RatingEvent, Study
 
 SYSTEM = Actor.system()
 

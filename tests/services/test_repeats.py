@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 from sqlalchemy import func, select, update
 
-from backend.analysis.data import load_ratings
-from backend.services import assignment, auth, calibration, rating, study_settings
-from backend.services.assignment import assign_raters
-from backend.services.errors import PermissionDenied
-from backend.services.types import Actor
-from db.models import Assignment, Pair, Study
+from radconcord.backend.analysis.data import load_ratings
+from radconcord.backend.services import assignment, auth, calibration, rating, study_settings
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.errors import PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Pair, Study
 from tests.helpers_adaptive import build_study, rater_actor
 
 SYSTEM = Actor.system()
@@ -193,7 +193,7 @@ def test_training_gate_repeats_and_adaptive_order_together(any_db):
     # The brief's combined study: training items first behind a gate, then the study pairs
     # in adaptive order with hidden repeats well after their sources; the repeats feed the
     # intra-rater statistics and nothing else.
-    from backend.services import qc
+    from radconcord.backend.services import qc
 
     build_study(any_db, "S", n_pairs=20, raters=("ra", "rb"), k=2, seed=3)
     calibration.mark_from_csv(any_db, SYSTEM, study_name="S", text=(

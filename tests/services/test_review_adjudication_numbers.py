@@ -12,9 +12,9 @@ import datetime as dt
 
 from sqlalchemy import select
 
-from backend.services import adjudication, auth, calibration
-from backend.services.types import Actor
-from db.models import Assignment, Pair, Rating, Study
+from radconcord.backend.services import adjudication, auth, calibration
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Assignment, Pair, Rating, Study
 
 SYSTEM = Actor.system()
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
-from backend.services import auth, pairwise
-from backend.services.exports import export_study
-from backend.services.types import Actor
+from radconcord.backend.services import auth, pairwise
+from radconcord.backend.services.exports import export_study
+from radconcord.backend.services.types import Actor
 from tests.services.test_pairwise import build
 
 SYSTEM = Actor.system()

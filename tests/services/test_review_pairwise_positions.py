@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from backend.scoring.hashing import input_hash
-from backend.services import pairwise
-from backend.services.types import Actor
-from db.models import Case, Comparison, Pair, Report, Study
+from radconcord.backend.scoring.hashing import input_hash
+from radconcord.backend.services import pairwise
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import Case, Comparison, Pair, Report, Study
 
 SYSTEM = Actor.system()
 

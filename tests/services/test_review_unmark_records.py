@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from backend.services import calibration, error_records, rating
-from backend.services.types import Actor
-from db.models import ErrorRecord
+from radconcord.backend.services import calibration, error_records, rating
+from radconcord.backend.services.types import Actor
+from radconcord.db.models import ErrorRecord
 from tests.services.test_error_records import _setup, _span
 
 SYSTEM = Actor.system()

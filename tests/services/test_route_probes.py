@@ -27,19 +27,26 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from backend.datasets.pairs import CandidateInput, CaseInput, ImageInput
-from backend.services import auth, error_records, images, rating, sessions, study_settings
-from backend.services.assignment import assign_raters
-from backend.services.imports import import_cases
-from backend.services.types import Actor
-from backend.util import MAX_DB_ID, is_db_id
-from db.models import Case, Image, Rating, RatingEvent
-from webapp import api
-from webapp.api import activity as activity_api
-from webapp.api import error_records as records_api
-from webapp.api import images as images_api
-from webapp.api import rating as rating_api
-from webapp.state import CSRF_HEADER, SESSION_COOKIE
+from radconcord.backend.datasets.pairs import CandidateInput, CaseInput, ImageInput
+from radconcord.backend.services import (
+    auth,
+    error_records,
+    images,
+    rating,
+    sessions,
+    study_settings,
+)
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.imports import import_cases
+from radconcord.backend.services.types import Actor
+from radconcord.backend.util import MAX_DB_ID, is_db_id
+from radconcord.db.models import Case, Image, Rating, RatingEvent
+from radconcord.webapp import api
+from radconcord.webapp.api import activity as activity_api
+from radconcord.webapp.api import error_records as records_api
+from radconcord.webapp.api import images as images_api
+from radconcord.webapp.api import rating as rating_api
+from radconcord.webapp.state import CSRF_HEADER, SESSION_COOKIE
 
 SYSTEM = Actor.system()
 HEADERS = {CSRF_HEADER: "1"}
@@ -154,7 +161,7 @@ def test_the_middleware_refuses_a_long_body_on_any_app_route_before_the_route_ru
 
 
 def test_the_server_wires_the_middleware_under_the_base_path():
-    from webapp import server
+    from radconcord.webapp import server
 
     (wired,) = server.middleware()
     assert wired.cls is api.BodyLimitMiddleware
@@ -278,7 +285,7 @@ def _real_sqlite_full_error() -> sqlite3.OperationalError:
 def test_storage_full_is_recognised_from_the_drivers_own_errors():
     from sqlalchemy.exc import OperationalError
 
-    from db.session import is_busy_error, is_storage_full
+    from radconcord.db.session import is_busy_error, is_storage_full
 
     full = _real_sqlite_full_error()
     assert full.sqlite_errorcode == sqlite3.SQLITE_FULL and "disk is full" in str(full)
@@ -311,7 +318,7 @@ def test_a_full_disk_answers_507_naming_storage_and_loses_nothing(env, caplog):
             raise full
 
     event.listen(db.engine, "before_cursor_execute", disk_full)
-    caplog.set_level(logging.ERROR, logger="backend.services.rating")
+    caplog.set_level(logging.ERROR, logger="radconcord.backend.services.rating")
     try:
         reply = client.post("/_rc/api/rating/counts", headers=HEADERS,
                             json={"pair": pair, "version": 1, "cells": {"2s": 5, "3i": 2}})

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from backend import cli, jobs
-from backend.metrics import registry
-from db.models import Case, MetricScore, Pair, Report, Study
-from db.session import Database
+from radconcord.backend import cli, jobs
+from radconcord.backend.metrics import registry
+from radconcord.db.models import Case, MetricScore, Pair, Report, Study
+from radconcord.db.session import Database
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -243,7 +243,7 @@ def _study(url: str, name: str, n: int) -> None:
             cand = Report(case_id=case.id, role="candidate", text=f"cand {i} words")
             s.add_all([ref, cand])
             s.flush()
-            from backend.scoring.hashing import input_hash
+            from radconcord.backend.scoring.hashing import input_hash
 
             s.add(
                 Pair(
@@ -315,7 +315,7 @@ def _subprocess(args, tmp_path, **extra_env):
 def test_end_to_end_lexical_metrics_on_the_fixture(tmp_path):
     """Real metrics through the real command line, compared with the metric classes called
     directly on the same texts (exact equality: the CSV keeps full precision)."""
-    from backend.metrics.lexical import Bleu, RougeL
+    from radconcord.backend.metrics.lexical import Bleu, RougeL
 
     out = tmp_path / "scores.csv"
     res = _subprocess(

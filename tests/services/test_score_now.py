@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from backend import jobs as queue
-from backend.jobs.worker import Worker
-from backend.metrics import registry
-from backend.services import score_now, seed
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.scoring import describe_family
-from backend.services.types import Actor
+from radconcord.backend import jobs as queue
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.metrics import registry
+from radconcord.backend.services import score_now, seed
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.scoring import describe_family
+from radconcord.backend.services.types import Actor
 
 RATER = Actor(user_id=99, username="someone", role="rater")
 
@@ -60,7 +60,7 @@ def test_first_start_skips_a_missing_or_already_scored_study(demo_db):
     assert Worker(demo_db).run_once().id == job.id
     # Scored by hand before the first start's check: no job of its own.
     with demo_db.begin() as s:
-        from db.models import Job
+        from radconcord.db.models import Job
 
         s.query(Job).delete()
     assert score_now.queue_first_scoring(demo_db, seed.DEMO_STUDY) is None

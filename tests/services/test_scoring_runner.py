@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from backend.metrics.base import MetricUnavailable, signature_hash
-from backend.scoring import cache
-from backend.scoring.runner import (
+from radconcord.backend.metrics.base import MetricUnavailable, signature_hash
+from radconcord.backend.scoring import cache
+from radconcord.backend.scoring.runner import (
     MetricFailed,
     MetricPool,
     ScorePair,
@@ -23,8 +23,8 @@ from backend.scoring.runner import (
     resolve_device,
     score,
 )
-from db.models import MetricScore
-from db.session import Database
+from radconcord.db.models import MetricScore
+from radconcord.db.session import Database
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -166,7 +166,7 @@ def test_corpus_dependent_metric_gets_whole_set_in_one_call(d, db):
 def test_a_corpus_call_is_stored_in_short_transactions(d, db, monkeypatch):
     """One corpus-dependent call returns the whole set; storing it in one transaction would
     hold the SQLite write lock as long as the insert takes. Chunks store every value."""
-    from backend.scoring import runner
+    from radconcord.backend.scoring import runner
 
     monkeypatch.setattr(runner, "STORE_CHUNK_ROWS", 2)
     commits = []
@@ -325,8 +325,8 @@ import sys
 sys.path.insert(0, {str(HERE)!r})
 import scoring_doubles as d
 d.install()
-from backend.scoring.runner import ScorePair, score
-from db.session import Database
+from radconcord.backend.scoring.runner import ScorePair, score
+from radconcord.db.session import Database
 db = Database("sqlite:///{tmp_path}/t.db")
 t = score([ScorePair(id="a", reference="r x", candidate="c x")], ["count_double"], db=db,
           device="auto")
@@ -344,7 +344,7 @@ print("HEAVY", heavy)
 def test_corpus_dependence_is_read_from_the_registry_entry_and_its_options(d, monkeypatch):
     """The runner asks the registry (entry + options), not the instance: a family declared
     corpus dependent when an option is set gets the whole set in one call only then."""
-    from backend.metrics import registry
+    from radconcord.backend.metrics import registry
 
     entry = registry.ENTRIES["count_double"]
     monkeypatch.setitem(registry.ENTRIES, "count_double", registry.Entry(

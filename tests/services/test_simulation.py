@@ -7,12 +7,12 @@ import csv
 import numpy as np
 import pytest
 
-from backend.analysis import adaptive
-from backend.analysis.stats import orient
-from backend.cli import main
-from backend.jobs.worker import Worker
-from backend.services import simulation
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.analysis import adaptive
+from radconcord.backend.analysis.stats import orient
+from radconcord.backend.cli import main
+from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.services import simulation
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from tests.helpers_adaptive import SYSTEM, build_study, rate_everything, rater_actor
 
 RATERS = ("ra", "rb", "rc", "rd")

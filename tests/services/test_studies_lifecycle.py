@@ -13,11 +13,11 @@ import pytest
 from PIL import Image as PILImage
 from sqlalchemy import func, select
 
-from backend import cli, jobs
-from backend.services import assignment, auth, imports, rating, studies, study_settings
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.types import Actor, CandidateInput, CaseInput, ImageInput
-from db.models import (
+from radconcord.backend import cli, jobs
+from radconcord.backend.services import assignment, auth, imports, rating, studies, study_settings
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.db.models import (
     STUDY_STAGING,
     Assignment,
     Case,

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from backend.cli import main
-from backend.metrics.smas import SmasVar
+from radconcord.backend.cli import main
+from radconcord.backend.metrics.smas import SmasVar
 
 
 def _write(path, rows):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from backend.analysis import adaptive
-from backend.analysis.bootstrap import draw_resamples
+from radconcord.backend.analysis import adaptive
+from radconcord.backend.analysis.bootstrap import draw_resamples
 
 NAN = np.nan
 

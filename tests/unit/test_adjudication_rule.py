@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.analysis.adjudication import queue_reason, significant_total
+from radconcord.backend.analysis.adjudication import queue_reason, significant_total
 
 
 def test_significant_total_counts_only_significant_cells():

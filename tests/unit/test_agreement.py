@@ -6,7 +6,7 @@ import krippendorff
 import numpy as np
 import pytest
 
-from backend.analysis.agreement import (
+from radconcord.backend.analysis.agreement import (
     agreement_summary,
     complete_block,
     icc2,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from backend.analysis import data
-from backend.analysis.data import AnalysisInputError, metric_direction
-from backend.metrics import registry
+from radconcord.backend.analysis import data
+from radconcord.backend.analysis.data import AnalysisInputError, metric_direction
+from radconcord.backend.metrics import registry
 
 
 def test_directions_come_from_the_registry_without_importing_metric_code(monkeypatch):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.metrics import bertscore as bs
-from backend.metrics.base import Resources
-from backend.metrics.bertscore import BertScore, EmbeddingCache, resolve_dtype
+from radconcord.backend.metrics import bertscore as bs
+from radconcord.backend.metrics.base import Resources
+from radconcord.backend.metrics.bertscore import BertScore, EmbeddingCache, resolve_dtype
 from tests.helpers_models import build_tiny_roberta, minilm_dir
 
 REFS = [

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from backend.analysis.bootstrap import (
+from radconcord.backend.analysis.bootstrap import (
     bootstrap_correlations,
     bootstrap_many,
     draw_resamples,

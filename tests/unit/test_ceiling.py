@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from backend.analysis.bootstrap import draw_resamples
-from backend.analysis.ceiling import (
+from radconcord.backend.analysis.bootstrap import draw_resamples
+from radconcord.backend.analysis.ceiling import (
     human_ceiling,
     others_mean,
     pct_of_ceiling,

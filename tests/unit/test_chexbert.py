@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from backend.metrics import chexbert, labels
-from backend.metrics.base import MetricUnavailable
+from radconcord.backend.metrics import chexbert, labels
+from radconcord.backend.metrics.base import MetricUnavailable
 from tests.helpers_chexbert import write_chexbert_checkpoint
 from tests.helpers_models import build_tiny_bert
 

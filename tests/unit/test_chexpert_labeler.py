@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from backend.metrics import registry
-from backend.metrics.base import MetricInputError
-from backend.metrics.chexpert import ChexpertLabels, RuleLabeler, label_report
-from backend.metrics.labels import OBSERVATIONS, corpus_keys
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import MetricInputError
+from radconcord.backend.metrics.chexpert import ChexpertLabels, RuleLabeler, label_report
+from radconcord.backend.metrics.labels import OBSERVATIONS, corpus_keys
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "chexpert_sentences.tsv"
 ACCURACY_FLOOR = 0.99

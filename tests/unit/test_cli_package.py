@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from backend import cli
-from backend.cli import common
+from radconcord.backend import cli
+from radconcord.backend.cli import common
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,17 +34,17 @@ def test_every_command_family_is_registered():
 
 
 def test_command_modules_all_live_in_the_cli_package_one_per_file():
-    assert all(name.startswith("backend.cli.") for name in cli.COMMAND_MODULES)
+    assert all(name.startswith("radconcord.backend.cli.") for name in cli.COMMAND_MODULES)
     # common and progress are what the command modules share, not commands.
     helpers = {"__init__", "common", "progress"}
     files = {p.stem for p in (REPO / "backend" / "cli").glob("*.py")} - helpers
-    assert {name.removeprefix("backend.cli.") for name in cli.COMMAND_MODULES} == files
+    assert {name.removeprefix("radconcord.backend.cli.") for name in cli.COMMAND_MODULES} == files
 
 
 def test_a_missing_command_module_fails_loudly(monkeypatch):
     """The old parser skipped a family whose module was missing ("not built yet")."""
     monkeypatch.setattr(
-        cli, "COMMAND_MODULES", (*cli.COMMAND_MODULES, "backend.cli.no_such_family")
+        cli, "COMMAND_MODULES", (*cli.COMMAND_MODULES, "radconcord.backend.cli.no_such_family")
     )
     with pytest.raises(cli.CommandModuleError, match=r"backend\.cli\.no_such_family failed to"
                                                      r" import: ModuleNotFoundError"):
@@ -57,7 +57,8 @@ def test_a_command_module_whose_own_import_breaks_fails_loudly(tmp_path, monkeyp
     )
     (tmp_path / "rc_no_register.py").write_text("x = 1\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("backend.cli.metrics", "rc_broken_family"))
+    monkeypatch.setattr(cli, "COMMAND_MODULES",
+                        ("radconcord.backend.cli.metrics", "rc_broken_family"))
     with pytest.raises(cli.CommandModuleError, match="rc_broken_family failed to import:"
                                                      " ImportError: cannot import name X"):
         cli.build_parser()
@@ -77,19 +78,19 @@ def test_user_errors_maps_only_the_named_types():
 
 
 def test_database_is_disposed_when_the_command_fails(tmp_path, monkeypatch):
-    import db.session
+    import radconcord.db.session as db_session
 
     disposed = []
-    real = db.session.Database.dispose
+    real = db_session.Database.dispose
 
     def dispose(self):
         disposed.append(self.url)
         real(self)
 
-    monkeypatch.setattr(db.session.Database, "dispose", dispose)
+    monkeypatch.setattr(db_session.Database, "dispose", dispose)
     url = f"sqlite:///{tmp_path}/c.db"
     with pytest.raises(cli.UserError), common.database(url), common.service_errors():
-        from backend.errors import NotFound
+        from radconcord.backend.errors import NotFound
 
         raise NotFound("no study named 'x'")
     assert disposed == [url]

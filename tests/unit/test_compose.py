@@ -19,7 +19,7 @@ def _load(name: str) -> dict:
 
 
 def _worker_parser() -> argparse.ArgumentParser:
-    from backend.cli import jobs as cli_jobs
+    from radconcord.backend.cli import jobs as cli_jobs
 
     parser = argparse.ArgumentParser()
     cli_jobs.register(parser.add_subparsers(dest="command", required=True))

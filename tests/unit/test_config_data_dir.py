@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend import config
+from radconcord.backend import config
 
 
 def test_env_var_wins_then_checkout_then_user_folder(tmp_path, monkeypatch):

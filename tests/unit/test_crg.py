@@ -11,10 +11,10 @@ import math
 import numpy as np
 import pytest
 
-from backend.metrics import registry
-from backend.metrics.base import MetricUnavailable
-from backend.metrics.chexpert import ChexpertLabels
-from backend.metrics.crg import Crg, crg
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import MetricUnavailable
+from radconcord.backend.metrics.chexpert import ChexpertLabels
+from radconcord.backend.metrics.crg import Crg, crg
 
 
 def _paper_formula(tp, fn, fp, x, a):

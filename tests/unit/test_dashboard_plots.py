@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from webapp.components import plots, reviewer_panels
+from radconcord.webapp.components import plots, reviewer_panels
 
 ROWS = [
     {"key": "bleu4", "tau": 0.30, "lo": 0.20, "hi": 0.40, "published": [("paper", 0.345)]},

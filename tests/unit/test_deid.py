@@ -15,7 +15,7 @@ from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
 from pydicom.uid import UID
 
-from backend.imaging.deid import (
+from radconcord.backend.imaging.deid import (
     DEID_PROFILE,
     KEPT_ATTRIBUTES,
     PROFILE,
@@ -23,8 +23,8 @@ from backend.imaging.deid import (
     deidentify,
     deidentify_file,
 )
-from backend.imaging.load import load_image
-from backend.imaging.render import RenderSettings, render_png
+from radconcord.backend.imaging.load import load_image
+from radconcord.backend.imaging.render import RenderSettings, render_png
 
 FILES = ["RG1_UNCR.dcm", "RG1_J2KI.dcm", "CT_small.dcm", "MR_small.dcm",
          "MR-SIEMENS-DICOM-WithOverlays.dcm"]
@@ -212,7 +212,7 @@ def _displayable_test_files() -> list[str]:
     import data_store
     import pydicom.data
 
-    from backend.imaging.load import ImageLoadError
+    from radconcord.backend.imaging.load import ImageLoadError
 
     folders = [Path(pydicom.data.__file__).parent / "test_files",
                Path(data_store.__file__).parent / "data"]

@@ -10,15 +10,15 @@ import pydicom
 import pytest
 from PIL import Image
 
-from backend.imaging.deid import (
+from radconcord.backend.imaging.deid import (
     BURNED_IN_WARNING,
     UidMapper,
     clean_raster,
     deidentify_file,
 )
-from backend.imaging.load import load_image
-from backend.imaging.render import RenderSettings, render_png
-from backend.imaging.window import PRESETS
+from radconcord.backend.imaging.load import load_image
+from radconcord.backend.imaging.render import RenderSettings, render_png
+from radconcord.backend.imaging.window import PRESETS
 
 HOSTILE = Path(__file__).resolve().parent.parent / "hostile_corpus.py"
 
@@ -121,7 +121,7 @@ def test_raster_pixels_exact_for_8_and_16_bit_grey_and_rgb(corpus):
 
 
 def test_clean_raster_refuses_what_is_not_an_image():
-    from backend.imaging.deid import DeidentificationError
+    from radconcord.backend.imaging.deid import DeidentificationError
 
     with pytest.raises(DeidentificationError, match="not a valid PNG"):
         clean_raster(b"GIF89a", "png")

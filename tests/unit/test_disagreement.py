@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from backend.analysis.disagreement import (
+from radconcord.backend.analysis.disagreement import (
     DiffOp,
     disagreement_scores,
     normalised_ranks,
@@ -20,7 +20,7 @@ from backend.analysis.disagreement import (
     tokenize,
     word_diff,
 )
-from webapp.components.diff import diff_html
+from radconcord.webapp.components.diff import diff_html
 
 
 def test_normalised_ranks_average_ties_and_keep_nan():

@@ -7,8 +7,13 @@ import math
 
 import pytest
 
-from backend.metrics import er2score, llm
-from backend.metrics.er2score import ER2Score, RatedCandidate, TrainConfig, train_reward_model
+from radconcord.backend.metrics import er2score, llm
+from radconcord.backend.metrics.er2score import (
+    ER2Score,
+    RatedCandidate,
+    TrainConfig,
+    train_reward_model,
+)
 from tests.helpers_llm import SMOLLM2_CONVERTED_ROOT, build_tiny_llama, smollm2_gguf
 
 

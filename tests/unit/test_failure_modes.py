@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from backend.analysis.failure_modes import (
+from radconcord.backend.analysis.failure_modes import (
     benjamini_hochberg,
     failure_mode_tests,
     source_means,

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from backend.metrics import green, llm
-from backend.metrics.green import Green, parse_count, parse_generation
+from radconcord.backend.metrics import green, llm
+from radconcord.backend.metrics.green import Green, parse_count, parse_generation
 from tests.helpers_llm import SMOLLM2_CONVERTED_ROOT, build_tiny_llama, smollm2_gguf
 
 WELL_FORMED = """[Explanation]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.metrics import hf
+from radconcord.backend.metrics import hf
 from tests.helpers_models import build_tiny_bert, minilm_dir
 
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import huggingface_hub
 import pytest
 
-from backend.metrics import hf
+from radconcord.backend.metrics import hf
 from tests.helpers_llm import build_tiny_llama
 from tests.helpers_models import build_tiny_bert
 
@@ -158,7 +158,7 @@ def test_local_folders_are_untouched(online, tmp_path):
 
 def test_green_is_available_online_without_a_pinned_revision(online, tmp_path):
     """GREEN's default has no pinned commit: online it is pinned to the hub's and downloaded."""
-    from backend.metrics.green import Green
+    from radconcord.backend.metrics.green import Green
 
     online.models["acme/green-tiny"] = build_tiny_llama(tmp_path / "lm")
     metric = Green(model="acme/green-tiny", max_new_tokens=4, batch_size=2)
@@ -175,7 +175,7 @@ def test_green_is_available_online_without_a_pinned_revision(online, tmp_path):
 
 
 def test_bertscore_names_the_commit_before_and_the_weights_after_the_download(online):
-    from backend.metrics.bertscore import BertScore
+    from radconcord.backend.metrics.bertscore import BertScore
 
     metric = BertScore(model="acme/tiny-bert", num_layers=1)
     assert metric.availability() is None

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from backend.analysis import html_report
+from radconcord.backend.analysis import html_report
 
 EVIL = "<script>alert(1)</script>"
 

@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 from pydicom.data import get_testdata_file
 
-from backend.imaging.load import ImageLoadError, LoadedImage, load_image
-from backend.imaging.render import RenderSettings, crop_box, render_array, render_png
-from backend.imaging.window import (
+from radconcord.backend.imaging.load import ImageLoadError, LoadedImage, load_image
+from radconcord.backend.imaging.render import RenderSettings, crop_box, render_array, render_png
+from radconcord.backend.imaging.window import (
     apply_linear,
     apply_window,
     percentile_range,
@@ -256,7 +256,7 @@ def _jpeg_claiming(width: int, height: int) -> bytes:
 @pytest.mark.parametrize("fmt", ["png", "jpeg"])
 def test_header_over_the_pixel_limit_is_refused_before_decoding(tmp_path, fmt):
     """A 30000 x 30000 header gives the one-line error, not Pillow's DecompressionBombError."""
-    from backend.imaging.deid import DeidentificationError, clean_raster
+    from radconcord.backend.imaging.deid import DeidentificationError, clean_raster
 
     data = (_png_claiming if fmt == "png" else _jpeg_claiming)(30000, 30000)
     path = tmp_path / f"bomb.{'png' if fmt == 'png' else 'jpg'}"
@@ -272,7 +272,7 @@ def test_header_over_the_pixel_limit_is_refused_before_decoding(tmp_path, fmt):
 
 
 def test_pixel_limit_boundaries_and_pillow_agrees():
-    from backend.imaging.load import (
+    from radconcord.backend.imaging.load import (
         MAX_FRAMES,
         MAX_PIXELS_PER_FRAME,
         MAX_TOTAL_PIXELS,
@@ -298,7 +298,7 @@ def test_pixel_limit_boundaries_and_pillow_agrees():
     (16, "100000", "100000 frames exceed the limit of"),
 ])
 def test_dicom_over_the_pixel_limit_is_refused(tmp_path, rows, frames, message):
-    from backend.imaging.deid import DeidentificationError, UidMapper, deidentify_file
+    from radconcord.backend.imaging.deid import DeidentificationError, UidMapper, deidentify_file
 
     ds = pydicom.dcmread(get_testdata_file("CT_small.dcm"))
     ds.Rows = ds.Columns = rows
@@ -375,7 +375,7 @@ def _j2k_dicom_claiming(tmp_path, width: int | None, height: int | None):
 @pytest.mark.parametrize("make", [_jpeg_dicom_claiming, _j2k_dicom_claiming])
 def test_compressed_frame_claiming_more_than_its_header_is_refused(tmp_path, make):
     """The decoder allocates what the codestream says: its header is checked too."""
-    from backend.imaging.deid import DeidentificationError, UidMapper, deidentify_file
+    from radconcord.backend.imaging.deid import DeidentificationError, UidMapper, deidentify_file
 
     path = make(tmp_path, 9000, 9000)
     message = "image of 9000 x 9000 pixels exceeds the limit of 67108864 pixels per frame"

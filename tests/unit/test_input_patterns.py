@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from backend.datasets.radpref import _user_file_key
-from backend.errors import InvalidInput
-from backend.jobs.queue import check_device
-from backend.services import auth
-from backend.services.types import Actor
+from radconcord.backend.datasets.radpref import _user_file_key
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.jobs.queue import check_device
+from radconcord.backend.services import auth
+from radconcord.backend.services.types import Actor
 
 
 @pytest.mark.parametrize("name", ["rater\n", "rater\n\n", "ra ter", "\nrater", "rater\r"])
@@ -42,7 +42,7 @@ def test_radpref_user_files_sort_without_reading_non_ascii_digits_as_numbers():
 
 
 def test_an_activity_client_id_must_match_whole(db):
-    from backend.services import activity
+    from radconcord.backend.services import activity
 
     for client_id in ("page-load-abc123\n", "page-load-abc123 "):
         with pytest.raises(InvalidInput, match="client_id: must be 8-64 letters"):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from backend.analysis import intra_rater as ir
+from radconcord.backend.analysis import intra_rater as ir
 
 
 def grid(cells: dict[tuple[int, int], int]) -> np.ndarray:

@@ -17,7 +17,7 @@ import math
 import pytest
 from scipy import stats
 
-from backend.analysis import judge_monitoring as jm
+from radconcord.backend.analysis import judge_monitoring as jm
 
 T0 = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC)
 ANSWER = {"A": (4, 2), "B": (2, 4), "tie": (3, 3)}

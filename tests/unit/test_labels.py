@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score
 
-from backend.metrics.labels import (
+from radconcord.backend.metrics.labels import (
     INDEX_5,
     OBSERVATIONS,
     OBSERVATIONS_5,

@@ -15,33 +15,38 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = ("backend", "db", "webapp", "radconcord")
+# Folders of the repository that are packaged inside the one import name (setup.py):
+# backend/x.py is the module radconcord.backend.x.
+MAPPED = ("backend", "db", "webapp", "assets")
 
 # Bottom to top. A module belongs to the longest package prefix listed here; a name ending in
-# ":exact" matches that module alone (the ``backend`` package's own __init__ only re-exports
-# the version, so it sits at the bottom without pulling all of backend.* down with it).
+# ":exact" matches that module alone (the ``backend`` package's own __init__ imports nothing,
+# so it sits at the bottom without pulling all of backend.* down with it).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("bottom", ("backend:exact", "backend.config", "backend.errors", "backend.types",
-                "backend.util")),
-    ("db", ("db",)),
+    ("bottom", ("radconcord.backend:exact", "radconcord.backend.clock", "radconcord.backend.config",
+                "radconcord.backend.errors", "radconcord.backend.types",
+                "radconcord.backend.util")),
+    ("db", ("radconcord.db",)),
     # imaging below metrics: a metric that reads an image uses imaging (vlscore), imaging
     # never needs a metric.
-    ("imaging", ("backend.imaging",)),
-    ("metrics", ("backend.metrics",)),
-    ("scoring", ("backend.scoring",)),
-    ("datasets", ("backend.datasets",)),
-    ("analysis", ("backend.analysis",)),
+    ("imaging", ("radconcord.backend.imaging",)),
+    ("metrics", ("radconcord.backend.metrics",)),
+    ("scoring", ("radconcord.backend.scoring",)),
+    ("datasets", ("radconcord.backend.datasets",)),
+    ("analysis", ("radconcord.backend.analysis",)),
     # The job queue (table, registry of kind names, context) sits below the services, which
     # validate and enqueue; what runs a job (the worker and the kinds) sits above them, since
     # a kind may call a service. The registry names kinds as strings, so the queue never
     # imports a kind.
-    ("job queue", ("backend.jobs",)),
-    ("services", ("backend.services",)),
-    ("job runners", ("backend.jobs.worker", "backend.jobs.kinds")),
-    ("cli", ("backend.cli", "backend.__main__")),
-    ("webapp", ("webapp",)),
+    ("job queue", ("radconcord.backend.jobs",)),
+    ("services", ("radconcord.backend.services",)),
+    ("job runners", ("radconcord.backend.jobs.worker", "radconcord.backend.jobs.kinds")),
+    ("cli", ("radconcord.backend.cli", "radconcord.backend.__main__")),
+    ("webapp", ("radconcord.webapp",)),
     # The public Python API (pip package) sits on top: it may start the app (radconcord app)
     # and call any service; nothing in the app imports it.
-    ("api", ("radconcord",)),
+    ("api", ("radconcord:exact", "radconcord.api", "radconcord.cli", "radconcord.plugins",
+             "radconcord.rewards", "radconcord.__main__")),
 )
 
 # Known violations in files this change could not edit, each with the fix it needs. The
@@ -66,15 +71,20 @@ def layer_of(module: str) -> tuple[int, str] | None:
 
 
 def module_name(path: Path, root: Path = REPO) -> str:
-    """Dotted module name of a file under ``root``."""
+    """Dotted module name of a file under ``root`` (backend/x.py is radconcord.backend.x)."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
+    if parts and parts[0] in MAPPED:
+        parts.insert(0, "radconcord")
     return ".".join(parts)
 
 
 def _is_module(dotted: str, root: Path) -> bool:
-    base = root.joinpath(*dotted.split("."))
+    parts = dotted.split(".")
+    if len(parts) > 1 and parts[0] == "radconcord" and parts[1] in MAPPED:
+        parts = parts[1:]
+    base = root.joinpath(*parts)
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
@@ -82,7 +92,7 @@ def imported_modules(path: Path, root: Path = REPO) -> list[tuple[int, str]]:
     """(line, module) of every project import in ``path``, relative imports resolved.
 
     ``from pkg import name`` yields ``pkg.name`` when ``name`` is a submodule of the project,
-    so ``from backend import cli`` counts as importing ``backend.cli``.
+    so ``from radconcord.backend import cli`` counts as importing ``radconcord.backend.cli``.
     """
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     own = module_name(path, root)
@@ -188,15 +198,16 @@ def _all_imports(tree: ast.AST) -> list[tuple[int, str]]:
 @pytest.mark.parametrize(
     ("module", "expected"),
     [
-        ("backend", "bottom"),
-        ("backend.util", "bottom"),
-        ("backend.metrics.registry", "metrics"),
-        ("backend.jobs", "job queue"),
-        ("backend.jobs.queue", "job queue"),
-        ("backend.jobs.worker", "job runners"),
-        ("backend.jobs.kinds.score", "job runners"),
-        ("backend.cli.scoring", "cli"),
-        ("webapp.views.rate", "webapp"),
+        ("radconcord.backend", "bottom"),
+        ("radconcord.backend.anything_unlisted", None),
+        ("radconcord.backend.util", "bottom"),
+        ("radconcord.backend.metrics.registry", "metrics"),
+        ("radconcord.backend.jobs", "job queue"),
+        ("radconcord.backend.jobs.queue", "job queue"),
+        ("radconcord.backend.jobs.worker", "job runners"),
+        ("radconcord.backend.jobs.kinds.score", "job runners"),
+        ("radconcord.backend.cli.scoring", "cli"),
+        ("radconcord.webapp.views.rate", "webapp"),
         ("numpy", None),
     ],
 )
@@ -212,13 +223,13 @@ def test_a_planted_upward_import_is_reported_with_file_line_and_both_packages(tm
         (tmp_path / package).mkdir(exist_ok=True)
         (tmp_path / package / "__init__.py").write_text("", encoding="utf-8")
     (tmp_path / "backend/services/auth.py").write_text(
-        "from backend.datasets import parser\n", encoding="utf-8"
+        "from radconcord.backend.datasets import parser\n", encoding="utf-8"
     )
     (tmp_path / "backend/datasets/parser.py").write_text(
         "import json\n"
-        "from backend import errors\n"
+        "from radconcord.backend import errors\n"
         "def f():\n"
-        "    from backend.services import auth\n"
+        "    from radconcord.backend.services import auth\n"
         "    return auth\n",
         encoding="utf-8",
     )
@@ -227,8 +238,8 @@ def test_a_planted_upward_import_is_reported_with_file_line_and_both_packages(tm
     )
     messages, _ = violations(tmp_path)
     assert messages == [
-        "backend/datasets/other.py:1: backend.datasets.other (datasets) imports"
-        " backend.services.auth (services), a layer above",
-        "backend/datasets/parser.py:4: backend.datasets.parser (datasets) imports"
-        " backend.services.auth (services), a layer above",
+        "backend/datasets/other.py:1: radconcord.backend.datasets.other (datasets) imports"
+        " radconcord.backend.services.auth (services), a layer above",
+        "backend/datasets/parser.py:4: radconcord.backend.datasets.parser (datasets) imports"
+        " radconcord.backend.services.auth (services), a layer above",
     ]

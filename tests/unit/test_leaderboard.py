@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from backend.analysis import leaderboard as lb
-from backend.analysis.bootstrap import bootstrap_correlations, draw_resamples
-from backend.analysis.ceiling import human_ceiling
-from backend.analysis.preference import kendall_tau_b_rating, pairwise_agreement
+from radconcord.backend.analysis import leaderboard as lb
+from radconcord.backend.analysis.bootstrap import bootstrap_correlations, draw_resamples
+from radconcord.backend.analysis.ceiling import human_ceiling
+from radconcord.backend.analysis.preference import kendall_tau_b_rating, pairwise_agreement
 
 N_CASES = 15
 SOURCES = ("gen-a", "gen-b", "gen-c")

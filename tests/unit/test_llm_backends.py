@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.metrics import hf, llm
-from backend.metrics.base import Resources
-from backend.metrics.llm_backends import (
+from radconcord.backend.metrics import hf, llm
+from radconcord.backend.metrics.base import Resources
+from radconcord.backend.metrics.llm_backends import (
     ENV_API_KEY,
     ENV_BASE_URL,
     ENV_MODEL,

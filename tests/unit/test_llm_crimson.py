@@ -10,10 +10,10 @@ import math
 
 import pytest
 
-from backend.metrics import crimson
-from backend.metrics.base import MetricInputError
-from backend.metrics.crimson import Crimson, parse_answer, score_evaluation
-from backend.metrics.llm_server import LLMServer
+from radconcord.backend.metrics import crimson
+from radconcord.backend.metrics.base import MetricInputError
+from radconcord.backend.metrics.crimson import Crimson, parse_answer, score_evaluation
+from radconcord.backend.metrics.llm_server import LLMServer
 from tests.helpers_llm import build_tiny_llama
 
 ANSWER = {

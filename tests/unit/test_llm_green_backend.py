@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from backend.metrics import green, llm
-from backend.metrics.green import Green, parse_generation
-from backend.metrics.llm_server import LLMServer
+from radconcord.backend.metrics import green, llm
+from radconcord.backend.metrics.green import Green, parse_generation
+from radconcord.backend.metrics.llm_server import LLMServer
 from tests.helpers_llm import build_tiny_llama
 
 REFS = ["No acute process.", "Mild cardiomegaly.", "Lungs are clear."]

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from backend.metrics import llm_rexval
-from backend.metrics.llm_rexval import KEYS, LlmRexval, build_messages, parse_judgement
+from radconcord.backend.metrics import llm_rexval
+from radconcord.backend.metrics.llm_rexval import KEYS, LlmRexval, build_messages, parse_judgement
 from tests.helpers_llm import build_tiny_llama
 
 GOOD = (
@@ -179,7 +179,7 @@ def test_tiny_model_full_path(tmp_path) -> None:
 
 def test_endpoint_backend_equals_in_process(tmp_path) -> None:
     """The same judge behind the local OpenAI-compatible server: same answers, same values."""
-    from backend.metrics.llm_server import LLMServer
+    from radconcord.backend.metrics.llm_server import LLMServer
 
     path = build_tiny_llama(tmp_path)
     refs, cands = ["Mild cardiomegaly.", "No acute process."], ["Edema.", "Lungs are clear."]

@@ -8,9 +8,9 @@ import weakref
 
 import pytest
 
-from backend.metrics import chexbert, registry
-from backend.metrics.base import Resources
-from backend.scoring.runner import MetricPool
+from radconcord.backend.metrics import chexbert, registry
+from radconcord.backend.metrics.base import Resources
+from radconcord.backend.scoring.runner import MetricPool
 from tests.helpers_chexbert import write_chexbert_checkpoint
 
 REFS = ["No pleural effusion.", "Small left effusion.", "Heart size is normal."]

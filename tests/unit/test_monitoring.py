@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from backend.analysis import monitoring as mon
-from backend.analysis.monitoring import DoneItem, RaterInput
+from radconcord.backend.analysis import monitoring as mon
+from radconcord.backend.analysis.monitoring import DoneItem, RaterInput
 
 T0 = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
 

@@ -12,9 +12,9 @@ import random
 import numpy as np
 import pytest
 
-from backend.datasets import oracle
-from backend.datasets.corpus import CorpusReport, load_iu_corpus
-from backend.metrics import registry
+from radconcord.backend.datasets import oracle
+from radconcord.backend.datasets.corpus import CorpusReport, load_iu_corpus
+from radconcord.backend.metrics import registry
 
 TESTS = [
     CorpusReport("t1", "Heart size is normal. No focal consolidation. No pleural effusion."),
@@ -198,7 +198,7 @@ def test_candidate_stage_recall_on_the_iu_corpus():
 def test_scoring_goes_through_the_callers_metric_pool():
     """The local engine scores with the caller's MetricPool (a worker's): instances are
     created once and reused by the next build, and results equal a build on a fresh pool."""
-    from backend.scoring.runner import MetricPool
+    from radconcord.backend.scoring.runner import MetricPool
 
     pool = MetricPool()
     first = oracle.build_oracle(TESTS, CORPUS, ["bleu4", "rougeL"], top_k=5, chunk_size=4,
@@ -216,8 +216,8 @@ def test_scoring_goes_through_the_callers_metric_pool():
 def test_a_corpus_dependent_family_is_scored_in_one_call_on_every_engine(monkeypatch):
     """CIDEr is declared corpus dependent in the registry: whatever the chunk size, the
     engine sends every (test, candidate) pair in one call, and the signature says so."""
-    from backend.scoring.engines import LocalEngine
-    from backend.scoring.runner import MetricPool
+    from radconcord.backend.scoring.engines import LocalEngine
+    from radconcord.backend.scoring.runner import MetricPool
 
     pool = MetricPool()
     cider = pool.get("cider", {})

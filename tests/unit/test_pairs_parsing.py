@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from backend.datasets import rexval
-from backend.datasets.pairs import MAX_REPORT_BYTES, parse_cases
-from backend.services.errors import InvalidInput
+from radconcord.backend.datasets import rexval
+from radconcord.backend.datasets.pairs import MAX_REPORT_BYTES, parse_cases
+from radconcord.backend.services.errors import InvalidInput
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "rexval_mini"
 

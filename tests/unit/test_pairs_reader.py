@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from backend.datasets.pairs import parse_cases
-from backend.errors import InvalidInput
-from backend.scoring.io import read_pairs
-from backend.scoring.pairs_reader import read_records
-from backend.util import SafeCsvWriter
+from radconcord.backend.datasets.pairs import parse_cases
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.scoring.io import read_pairs
+from radconcord.backend.scoring.pairs_reader import read_records
+from radconcord.backend.util import SafeCsvWriter
 
 HEADER = "id,reference,candidate\n"
 OK = {"id": "a", "reference": "R.", "candidate": "C."}
@@ -145,11 +145,11 @@ def test_a_neutralised_header_cell_names_the_plain_column_in_both(tmp_path):
 
 
 def test_only_import_pairs_caps_the_file_size(tmp_path, monkeypatch):
-    import backend.datasets.pairs
+    import radconcord.backend.datasets.pairs as pairs_module
 
     f = tmp_path / "p.csv"
     f.write_text(HEADER + "a,R.,C.\n", encoding="utf-8")
-    monkeypatch.setattr(backend.datasets.pairs, "MAX_FILE_BYTES", 10)
+    monkeypatch.setattr(pairs_module, "MAX_FILE_BYTES", 10)
     with pytest.raises(InvalidInput, match=r"p\.csv: file is 31 bytes; the limit is 10$"):
         parse_cases(f)
     assert [p.id for p in read_pairs(f).pairs] == ["a"]
@@ -184,7 +184,7 @@ def test_the_format_comes_from_the_content_without_a_known_suffix(tmp_path):
 
 def test_the_hugging_face_export_reads_its_jsonl_through_the_same_reader(tmp_path):
     """A damaged export (a byte that is not UTF-8) is one clear error, not a traceback."""
-    from backend.datasets.hf_export import PAIRS_FILE, RATINGS_FILE, write_hf_dataset
+    from radconcord.backend.datasets.hf_export import PAIRS_FILE, RATINGS_FILE, write_hf_dataset
 
     src = tmp_path / "jsonl"
     src.mkdir()

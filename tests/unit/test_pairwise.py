@@ -12,15 +12,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from backend.analysis.bootstrap import draw_resamples
-from backend.analysis.pairwise import (
+from radconcord.backend.analysis.bootstrap import draw_resamples
+from radconcord.backend.analysis.pairwise import (
     adjust_pvalues,
     bootstrap_pvalues,
     holm,
     pairwise_section,
     williams_test,
 )
-from backend.analysis.stats import rank_correlations_batch, rank_correlations_varying_target
+from radconcord.backend.analysis.stats import (
+    rank_correlations_batch,
+    rank_correlations_varying_target,
+)
 
 
 def _data(n: int = 30, k: int = 4, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from backend.analysis import perturb
-from backend.analysis.perturb import KINDS, SIGNIFICANT, Perturbation, Skipped, generate
+from radconcord.backend.analysis import perturb
+from radconcord.backend.analysis.perturb import KINDS, SIGNIFICANT, Perturbation, Skipped, generate
 
 REPORT = ("PA and lateral views of the chest. There is a small left pleural effusion. "
           "Heart size is normal. Osseous structures are unremarkable.")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from backend.services.types import CATEGORIES
-from webapp.components import plots, tables
+from radconcord.backend.services.types import CATEGORIES
+from radconcord.webapp.components import plots, tables
 
 
 def test_agreement_bars_name_the_categories():

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from backend.analysis import preference as pref
+from radconcord.backend.analysis import preference as pref
 
 NAN = float("nan")
 

@@ -13,9 +13,9 @@ import re
 
 import pytest
 
-from backend.cli import main
-from backend.cli import progress as progress_module
-from backend.cli.progress import progress_bar
+from radconcord.backend.cli import main
+from radconcord.backend.cli import progress as progress_module
+from radconcord.backend.cli.progress import progress_bar
 
 PLAIN = re.compile(r"^(?P<desc>[\w-]+): (?P<done>\d+)(/(?P<total>\d+))? (?P<unit>\w+)s,"
                    r" (?P<rate>[\d.]+) \w+/s(, (?P<left>\d+) s left)?( \((?P<msg>.*)\))?$")
@@ -232,7 +232,7 @@ def test_plain_progress_of_a_failed_block_ends_stopped_not_done():
 
     import pytest
 
-    from backend.cli.progress import progress_bar
+    from radconcord.backend.cli.progress import progress_bar
 
     out = io.StringIO()
     with pytest.raises(RuntimeError), progress_bar("score", stream=out, interval=60,
@@ -248,8 +248,8 @@ def test_plain_progress_of_a_failed_block_ends_stopped_not_done():
 def test_correlate_reports_each_section(tmp_path, monkeypatch, capsys):
     """correlate_study calls progress once per section, ending at total/total; the CLI
     prints them as plain lines off a terminal."""
-    from backend.analysis.report import correlate_study
-    from db.session import Database
+    from radconcord.backend.analysis.report import correlate_study
+    from radconcord.db.session import Database
     from tests.helpers_api import STUDY, build_rated_study
 
     url = f"sqlite:///{tmp_path / 's.db'}"

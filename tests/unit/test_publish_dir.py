@@ -9,8 +9,8 @@ import stat
 
 import pytest
 
-from backend.errors import InvalidInput
-from backend.util import free_output_dir, publish_dir
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.util import free_output_dir, publish_dir
 
 
 def test_manifest_lists_the_given_files_in_order_with_sha256_and_size(tmp_path):

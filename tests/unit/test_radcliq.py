@@ -16,15 +16,15 @@ import pytest
 from sklearn.linear_model import LinearRegression
 from sklearn.preprocessing import StandardScaler
 
-from backend.metrics import registry
-from backend.metrics.base import (
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import (
     BaseMetric,
     MetricResult,
     MetricSpec,
     MetricUnavailable,
     OutputSpec,
 )
-from backend.metrics.radcliq import (
+from radconcord.backend.metrics.radcliq import (
     BERTSCORE_RADCLIQ_OPTIONS,
     CONSTANTS,
     INPUTS,

@@ -16,8 +16,8 @@ import math
 import numpy as np
 import pytest
 
-from backend.metrics import registry
-from backend.metrics.radcliq import RadCliQ, inverse, radcliq
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.radcliq import RadCliQ, inverse, radcliq
 from tests.unit.test_radcliq import CANDS, INPUTS, REFS, _stubs
 
 

@@ -13,7 +13,7 @@ import itertools
 import pytest
 from radgraph.rewards import compute_reward
 
-from backend.metrics import radgraph as rg
+from radconcord.backend.metrics import radgraph as rg
 
 
 def ent(tokens, label, *rels, start=0):

@@ -16,9 +16,9 @@ import tarfile
 
 import pytest
 
-from backend.metrics import radgraph as rg
-from backend.metrics import registry
-from backend.metrics.base import MetricUnavailable, signature_hash
+from radconcord.backend.metrics import radgraph as rg
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import MetricUnavailable, signature_hash
 from tests.helpers_models import CORPUS
 from tests.helpers_radgraph import build_tiny_radgraph, extract_for_package
 

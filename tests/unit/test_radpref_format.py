@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from backend.datasets import radpref
-from backend.errors import InvalidInput
+from radconcord.backend.datasets import radpref
+from radconcord.backend.errors import InvalidInput
 from tests.helpers_radpref import CASES, USER_1, USER_2, preferences_bytes, user_bytes
 
 PREFS = ("preference_data.json", preferences_bytes())

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from backend.metrics import registry
-from backend.metrics.base import MetricUnavailable
-from backend.metrics.ratescore import (
+from radconcord.backend.metrics import registry
+from radconcord.backend.metrics.base import MetricUnavailable
+from radconcord.backend.metrics.ratescore import (
     AFFINITY_LONG,
     AFFINITY_SHORT,
     ENTITY_TYPES,

@@ -8,7 +8,7 @@ from scipy import stats
 from sklearn.linear_model import LinearRegression
 from sklearn.preprocessing import StandardScaler
 
-from backend.analysis.refit import (
+from radconcord.backend.analysis.refit import (
     RADCLIQ_INPUTS,
     LinearModel,
     fit_scaled_linear,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.metrics import plugins, registry
+from radconcord.backend.metrics import plugins, registry
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CARDS = REPO / "backend" / "metrics" / "cards"
@@ -78,7 +78,7 @@ def test_importing_the_backend_and_cli_loads_no_model_library():
     code = (
         "import sys\n"
         "import backend, backend.metrics.registry, backend.cli\n"
-        "backend.cli.build_parser()\n"
+        "radconcord.backend.cli.build_parser()\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )
     out = subprocess.run(
@@ -113,8 +113,8 @@ def test_the_registry_knows_every_direction_and_agrees_with_the_classes():
 def test_corpus_dependence_is_declared_and_matches_the_instances():
     """Declared per family (a rule over the options where an option decides), and the same
     answer the instances give."""
-    from backend.metrics.bertscore import BertScore
-    from backend.metrics.vlscore import VLScore
+    from radconcord.backend.metrics.bertscore import BertScore
+    from radconcord.backend.metrics.vlscore import VLScore
 
     declared = {f for f in registry.ENTRIES if registry.corpus_dependent(f)}
     assert declared == {"cider", "vlscore"}  # vlscore: C calibrated on the set by default

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.errors import InvalidInput
-from backend.scoring.hashing import input_hash
-from backend.scoring.io import (
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.scoring.hashing import input_hash
+from radconcord.backend.scoring.io import (
     MAX_REPORT_BYTES,
     ScoreInputError,
     read_pairs,

@@ -20,8 +20,8 @@ import math
 import numpy as np
 import pytest
 
-from backend.metrics.base import MetricInputError
-from backend.metrics.smas import (
+from radconcord.backend.metrics.base import MetricInputError
+from radconcord.backend.metrics.smas import (
     Encoded,
     Smas,
     SmasVar,
@@ -173,7 +173,7 @@ def test_sentence_embeddings_match_sentence_transformers(smas):
 
 
 def test_signature(smas):
-    from backend.metrics import hf
+    from radconcord.backend.metrics import hf
 
     sig = smas.signature()
     assert sig.startswith(

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend.metrics import hf, registry
-from backend.metrics.base import MetricUnavailable
-from backend.metrics.srrbert import (
+from radconcord.backend.metrics import hf, registry
+from radconcord.backend.metrics.base import MetricUnavailable
+from radconcord.backend.metrics.srrbert import (
     DEFAULT_MODEL_TYPE,
     MODELS,
     SrrBert,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from backend.analysis.stats import (
+from radconcord.backend.analysis.stats import (
     counts_from_indices,
     kendall_tau_b,
     kendall_tau_b_batch,
@@ -121,7 +121,7 @@ def test_shape_errors():
 def test_chunked_metrics_and_mixed_missing_patterns(monkeypatch):
     """Force one metric per chunk and mix NaN patterns across metrics and targets: results
     equal scipy.stats.kendalltau / spearmanr per resample (abs 1e-12)."""
-    import backend.analysis.stats as st
+    import radconcord.backend.analysis.stats as st
 
     monkeypatch.setattr(st, "CHUNK_ELEMENTS", 1)
     rng = np.random.default_rng(21)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from backend.analysis.bootstrap import draw_resamples
-from backend.analysis.systems import HUMAN_KEY, paired_randomization, systems_json
+from radconcord.backend.analysis.bootstrap import draw_resamples
+from radconcord.backend.analysis.systems import HUMAN_KEY, paired_randomization, systems_json
 
 NAN = np.nan
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.metrics.text import (
+from radconcord.backend.metrics.text import (
     DEFAULT_TOKENIZER,
     TOKENIZERS,
     check_tokenizer,
@@ -136,7 +136,7 @@ def _decoded(batch):
 def test_token_ids_equal_per_text_tokenize_for_every_scheme():
     """Reference: tokenize() per text; exact. Mixes ASCII texts (one joined regex pass)
     with non-ASCII ones, separators (\\x00, \\x1c-\\x1f), empty texts and repeats."""
-    from backend.metrics.text import token_ids
+    from radconcord.backend.metrics.text import token_ids
 
     rng = random.Random(11)
     ascii_only = "abcXYZ019 .,;:-_/()|\n\t%'\""
@@ -155,7 +155,7 @@ def test_token_ids_equal_per_text_tokenize_for_every_scheme():
 
 def test_radcliq_token_ids_equal_per_text_radcliq_tokens():
     """Reference: radcliq_tokens() per text; exact (incl. final sigma at text ends)."""
-    from backend.metrics.text import radcliq_token_ids
+    from radconcord.backend.metrics.text import radcliq_token_ids
 
     rng = random.Random(5)
     alphabet = "abcXYZ019 .,;:-_\n\t°éΣ'\x00"

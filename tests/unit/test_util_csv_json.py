@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from backend.util import (
+from radconcord.backend.util import (
     MAX_JSON_DEPTH,
     SafeCsvWriter,
     csv_safe,

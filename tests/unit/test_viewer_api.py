@@ -14,17 +14,17 @@ from sqlalchemy import select
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from backend import config
-from backend.imaging.load import VoiLut, load_image
-from backend.imaging.window import Window, display_values, resolve_window
-from backend.services import auth, sessions
-from backend.services import images as image_service
-from backend.services.imports import import_cases
-from backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
-from db.models import Assignment, Case, Image, Pair
-from webapp import api
-from webapp.api import images as images_api
-from webapp.state import SESSION_COOKIE
+from radconcord.backend import config
+from radconcord.backend.imaging.load import VoiLut, load_image
+from radconcord.backend.imaging.window import Window, display_values, resolve_window
+from radconcord.backend.services import auth, sessions
+from radconcord.backend.services import images as image_service
+from radconcord.backend.services.imports import import_cases
+from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.db.models import Assignment, Case, Image, Pair
+from radconcord.webapp import api
+from radconcord.webapp.api import images as images_api
+from radconcord.webapp.state import SESSION_COOKIE
 
 SYSTEM = Actor.system()
 

@@ -9,8 +9,8 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from backend.analysis.disagreement import word_diff
-from webapp.components.diff import marked_html
+from radconcord.backend.analysis.disagreement import word_diff
+from radconcord.webapp.components.diff import marked_html
 
 REFERENCE = "No pleural effusion.\n\nHeart size <b>normal</b>."
 CANDIDATE = "Small left pleural effusion.\n\nHeart size <b>normal</b>."
@@ -35,7 +35,7 @@ def test_marks_only_the_words_that_differ_and_keep_the_text():
 
 
 def _boxes_script(highlight: bool | None) -> None:
-    from webapp.components.reports import report_pair
+    from radconcord.webapp.components.reports import report_pair
 
     ref = "No pleural effusion.\n\nHeart size <b>normal</b>."
     cand = "Small left pleural effusion.\n\nHeart size <b>normal</b>."

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from pydicom.data import get_testdata_file
 
-from backend.imaging.load import LoadedImage, load_image
-from backend.imaging.window import Window, display_values, resolve_window
+from radconcord.backend.imaging.load import LoadedImage, load_image
+from radconcord.backend.imaging.window import Window, display_values, resolve_window
 
 VIEWER = Path(__file__).resolve().parents[2] / "webapp" / "components" / "viewer"
 

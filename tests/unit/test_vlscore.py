@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from backend.metrics import vlscore
+from radconcord.backend.metrics import vlscore
 from tests.helpers_models import build_tiny_bert
 
 

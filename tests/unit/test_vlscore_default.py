@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from backend.metrics import hf, vlscore
+from radconcord.backend.metrics import hf, vlscore
 from tests.unit.test_hf_online import SHA, FakeHub
 
 

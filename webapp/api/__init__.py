@@ -34,11 +34,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from backend import config
-from backend.services import sessions
-from backend.services.types import Actor
-from db.session import Database
-from webapp.state import CSRF_HEADER, SESSION_COOKIE
+from radconcord.backend import config
+from radconcord.backend.services import sessions
+from radconcord.backend.services.types import Actor
+from radconcord.db.session import Database
+from radconcord.webapp.state import CSRF_HEADER, SESSION_COOKIE
 
 T = TypeVar("T")
 API_PREFIX = "_rc/api"
@@ -229,7 +229,7 @@ def routes(base_url_path: str = "") -> list[Route]:
 
     found: list[Route] = []
     for name in API_MODULES:
-        module = importlib.import_module(f"webapp.api.{name}")
+        module = importlib.import_module(f"radconcord.webapp.api.{name}")
         found.extend(module.routes(base_url_path))
     return found
 

@@ -37,10 +37,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from backend.services import activity, sessions
-from backend.services.errors import ServiceError
-from webapp import api
-from webapp.state import SESSION_COOKIE
+from radconcord.backend.services import activity, sessions
+from radconcord.backend.services.errors import ServiceError
+from radconcord.webapp import api
+from radconcord.webapp.state import SESSION_COOKIE
 
 ROUTE = "activity"
 

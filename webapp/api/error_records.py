@@ -41,11 +41,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from backend.services import error_records, rating
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.types import Actor
-from webapp import api
-from webapp.api.rating import counts_json
+from radconcord.backend.services import error_records, rating
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.webapp import api
+from radconcord.webapp.api.rating import counts_json
 
 ROUTE = "error-records"
 _LOGIN = "Not saved: your session has ended. Log in again, then mark the error again."

@@ -25,9 +25,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from backend.services import images as image_service
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from webapp import api
+from radconcord.backend.services import images as image_service
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.webapp import api
 
 MAGIC = b"RCPX"
 ROUTE = "images/{image_id:int}/pixels"

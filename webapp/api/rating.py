@@ -40,10 +40,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from backend.services import rating, sessions
-from backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from backend.services.types import Actor
-from webapp import api
+from radconcord.backend.services import rating, sessions
+from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.types import Actor
+from radconcord.webapp import api
 
 ROUTE = "rating/counts"
 _CELL_KEY = re.compile(r"([1-6])([si])")

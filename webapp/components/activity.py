@@ -19,9 +19,9 @@ from typing import Any
 
 import streamlit as st
 
-from backend.services import activity
-from backend.services.types import Actor
-from webapp import api, state
+from radconcord.backend.services import activity
+from radconcord.backend.services.types import Actor
+from radconcord.webapp import api, state
 
 JS_FILE = Path(__file__).with_name("activity") / "activity.js"
 NAME = "radconcord_activity"

@@ -20,9 +20,9 @@ from typing import Any
 
 import streamlit as st
 
-from backend.services.types import CATEGORIES, Actor
-from webapp import api
-from webapp.api import rating as rating_api
+from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.webapp import api
+from radconcord.webapp.api import rating as rating_api
 
 MAX_COUNT = 99
 SIGNIFICANCE = ((True, "Clinically significant"), (False, "Clinically insignificant"))

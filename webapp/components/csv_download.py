@@ -15,7 +15,7 @@ from typing import Any
 
 import streamlit as st
 
-from backend.util import records_to_csv
+from radconcord.backend.util import records_to_csv
 
 
 def csv_download(

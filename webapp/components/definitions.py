@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from backend.services.definitions import DEFINITIONS, SIGNIFICANCE_NOTE
+from radconcord.backend.services.definitions import DEFINITIONS, SIGNIFICANCE_NOTE
 
 NAME = "radconcord_definitions"
 KEY = "rc_definitions"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from backend.analysis.disagreement import DiffOp
+from radconcord.backend.analysis.disagreement import DiffOp
 
 _DEL = '<span style="background:#fbd3d0;text-decoration:line-through;">{}</span>'
 _INS = '<span style="background:#cdeccf;">{}</span>'

@@ -21,11 +21,11 @@ from typing import Any
 
 import streamlit as st
 
-from backend.services import error_records, rating
-from backend.services.types import CATEGORIES, Actor
-from db.session import Database
-from webapp import api, state
-from webapp.api import error_records as records_api
+from radconcord.backend.services import error_records, rating
+from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.db.session import Database
+from radconcord.webapp import api, state
+from radconcord.webapp.api import error_records as records_api
 
 _ASSETS = Path(__file__).resolve().parent / "errors"
 JS = (_ASSETS / "error_records.js").read_text(encoding="utf-8")

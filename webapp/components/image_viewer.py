@@ -65,7 +65,7 @@ def viewer_items(images: Sequence[Any], base_url_path: str = "") -> list[dict[st
     Returns:
         ``{"image_id", "caption", "url"}`` per image; ``url`` is the pixel route.
     """
-    from webapp import api
+    from radconcord.webapp import api
 
     return [
         {"image_id": int(image_id), "caption": f"{view_name or 'Image'} ({fmt.upper()})",
@@ -87,7 +87,7 @@ def viewer_panel(db: Any, actor: Any, images: Sequence[Any], *, pair_key: str) -
         images: The pair's ``rating.ImageRef`` values (image_id, view, format).
         pair_key: The pair on screen.
     """
-    from backend.services import images as image_service
+    from radconcord.backend.services import images as image_service
 
     if not images:
         st.info("No images for this case.")

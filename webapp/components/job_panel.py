@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.errors import ServiceError
-from backend.services import jobs
-from backend.services.jobs import JobView
-from webapp import state
+from radconcord.backend.errors import ServiceError
+from radconcord.backend.services import jobs
+from radconcord.backend.services.jobs import JobView
+from radconcord.webapp import state
 
 NO_WORKER = f"No worker is running: start one with `{jobs.START_WORKER}`."
 

@@ -11,7 +11,7 @@ import re
 
 import streamlit as st
 
-from backend.util import is_db_id
+from radconcord.backend.util import is_db_id
 
 
 def remember(key: str, job_id: int) -> None:

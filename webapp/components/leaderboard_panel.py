@@ -16,11 +16,11 @@ from typing import Any
 
 import streamlit as st
 
-from backend.services import benchmark
-from backend.services.types import Actor
-from db.session import Database
-from webapp import state
-from webapp.components import tables
+from radconcord.backend.services import benchmark
+from radconcord.backend.services.types import Actor
+from radconcord.db.session import Database
+from radconcord.webapp import state
+from radconcord.webapp.components import tables
 
 #: Session key of the document built by the last click.
 DOC_KEY = "dash_lb_doc"

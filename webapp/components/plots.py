@@ -12,7 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from backend.services.types import CATEGORIES
+from radconcord.backend.services.types import CATEGORIES
 
 _OURS = "#1f5f8b"
 _CEILING = "#2e8b57"

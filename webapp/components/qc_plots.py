@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from backend.analysis.monitoring import RaterMonitoring
+from radconcord.backend.analysis.monitoring import RaterMonitoring
 
 _FLAGGED = "#c0392b"
 _STEADY = "#1f5f8b"

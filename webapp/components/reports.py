@@ -6,7 +6,7 @@ import html
 
 import streamlit as st
 
-from webapp.components.diff import marked_html
+from radconcord.webapp.components.diff import marked_html
 
 # No fixed height: a report of up to ~120 words shows whole at 1280x800 without an inner
 # scroll bar, with the whole count grid under it (a compact font that follows the window
@@ -46,7 +46,7 @@ def report_pair(reference_text: str, candidate_text: str, *, tall: bool = False,
             off by default: marks may steer the rater's eye).
     """
     if highlight:
-        from backend.analysis.disagreement import word_diff
+        from radconcord.backend.analysis.disagreement import word_diff
 
         ops = word_diff(reference_text, candidate_text)
         reference_html = marked_html(ops, "reference")

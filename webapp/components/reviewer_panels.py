@@ -13,9 +13,9 @@ from typing import Any
 
 import streamlit as st
 
-from webapp.components import plots, tables
-from webapp.components.csv_download import csv_download
-from webapp.components.simulation_plot import curves_frame, simulation_plot
+from radconcord.webapp.components import plots, tables
+from radconcord.webapp.components.csv_download import csv_download
+from radconcord.webapp.components.simulation_plot import curves_frame, simulation_plot
 
 #: Corrected p-values below this mark a cell of the paired matrix.
 ALPHA = 0.05

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import jobs, scoring
-from backend.services import score_now as service
-from backend.services.types import Actor
-from db.session import Database
-from webapp import state
-from webapp.components import job_ref
-from webapp.components.job_panel import draw_job, job_panel
+from radconcord.backend.services import jobs, scoring
+from radconcord.backend.services import score_now as service
+from radconcord.backend.services.types import Actor
+from radconcord.db.session import Database
+from radconcord.webapp import state
+from radconcord.webapp.components import job_ref
+from radconcord.webapp.components.job_panel import draw_job, job_panel
 
 #: How a lead starts a worker without a second terminal: the run script starts one.
 START_HINT = (f"start one with `{jobs.START_WORKER}` in a second terminal, or restart the app "

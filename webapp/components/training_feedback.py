@@ -16,10 +16,10 @@ from html import escape
 
 import streamlit as st
 
-from backend.services import calibration, rating
-from backend.services.errors import ServiceError
-from backend.services.types import Actor
-from db.session import Database
+from radconcord.backend.services import calibration, rating
+from radconcord.backend.services.errors import ServiceError
+from radconcord.backend.services.types import Actor
+from radconcord.db.session import Database
 
 _CSS = """
 <style>

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from backend.services.errors import InvalidInput, ServiceError
-from webapp import state
+from radconcord.backend.services.errors import InvalidInput, ServiceError
+from radconcord.webapp import state
 
 T = TypeVar("T")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import auth
-from webapp import state
+from radconcord.backend.services import auth
+from radconcord.webapp import state
 
 actor = state.require_actor()
 db = state.get_db()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import auth
-from webapp import state
+from radconcord.backend.services import auth
+from radconcord.webapp import state
 
 actor = state.require_actor()
 state.require_admin_page(actor)

@@ -11,13 +11,13 @@ import math
 
 import streamlit as st
 
-from backend.services import adjudication, study_settings
-from backend.services.errors import ServiceError
-from backend.services.rating import CELLS
-from backend.services.types import CATEGORIES, Actor
-from webapp import state
-from webapp.components import reports
-from webapp.components.image_viewer import viewer_panel
+from radconcord.backend.services import adjudication, study_settings
+from radconcord.backend.services.errors import ServiceError
+from radconcord.backend.services.rating import CELLS
+from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.webapp import state
+from radconcord.webapp.components import reports
+from radconcord.webapp.components.image_viewer import viewer_panel
 
 STUDY_PARAM = "study"
 PAIR_PARAM = "pair"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import assignment, auth, calibration, studies, study_settings
-from webapp import state
+from radconcord.backend.services import assignment, auth, calibration, studies, study_settings
+from radconcord.webapp import state
 
 actor = state.require_actor()
 state.require_admin_page(actor)

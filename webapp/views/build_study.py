@@ -15,15 +15,15 @@ from pathlib import Path
 
 import streamlit as st
 
-from backend.datasets import corpus as corpus_mod
-from backend.metrics import registry
-from backend.services import auth, job_inputs
-from backend.services import build_study as service
-from backend.services.errors import InvalidInput
-from webapp import state
-from webapp.components import job_ref
-from webapp.components.job_panel import job_panel
-from webapp.components.uploads import call_with_uploads
+from radconcord.backend.datasets import corpus as corpus_mod
+from radconcord.backend.metrics import registry
+from radconcord.backend.services import auth, job_inputs
+from radconcord.backend.services import build_study as service
+from radconcord.backend.services.errors import InvalidInput
+from radconcord.webapp import state
+from radconcord.webapp.components import job_ref
+from radconcord.webapp.components.job_panel import job_panel
+from radconcord.webapp.components.uploads import call_with_uploads
 
 actor = state.require_actor()
 state.require_admin_page(actor)

@@ -17,12 +17,12 @@ import html
 
 import streamlit as st
 
-from backend.services import pairwise
-from backend.services.errors import ServiceError
-from backend.services.types import Actor
-from webapp import state
-from webapp.components.activity import activity_tracker
-from webapp.components.image_viewer import viewer_panel
+from radconcord.backend.services import pairwise
+from radconcord.backend.services.errors import ServiceError
+from radconcord.backend.services.types import Actor
+from radconcord.webapp import state
+from radconcord.webapp.components.activity import activity_tracker
+from radconcord.webapp.components.image_viewer import viewer_panel
 
 PARAM = "comparison"
 STUDY_PARAM = "study"

@@ -40,7 +40,7 @@ from typing import Any
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from backend.services import (
+from radconcord.backend.services import (
     activity,
     analysis,
     explore,
@@ -51,15 +51,15 @@ from backend.services import (
     simulation,
     studies,
 )
-from backend.services.errors import ServiceError
-from backend.services.types import Actor
-from db.session import Database
-from webapp import state
-from webapp.components import job_ref, plots, reviewer_panels, tables
-from webapp.components.csv_download import csv_download
-from webapp.components.job_panel import job_panel
-from webapp.components.leaderboard_panel import leaderboard_panel
-from webapp.components.score_now import score_now
+from radconcord.backend.services.errors import ServiceError
+from radconcord.backend.services.types import Actor
+from radconcord.db.session import Database
+from radconcord.webapp import state
+from radconcord.webapp.components import job_ref, plots, reviewer_panels, tables
+from radconcord.webapp.components.csv_download import csv_download
+from radconcord.webapp.components.job_panel import job_panel
+from radconcord.webapp.components.leaderboard_panel import leaderboard_panel
+from radconcord.webapp.components.score_now import score_now
 
 # Seconds between live refreshes; RADCONCORD_DASHBOARD_REFRESH_S changes it (tests use 1).
 LIVE_ENV = "RADCONCORD_DASHBOARD_REFRESH_S"

@@ -15,14 +15,14 @@ from typing import Any
 
 import streamlit as st
 
-from backend.services import explore, images, studies
-from backend.services.types import CATEGORIES
-from webapp import state
-from webapp.components import tables
-from webapp.components.csv_download import csv_download
-from webapp.components.diff import show_diff
-from webapp.components.image_viewer import viewer_panel
-from webapp.components.score_now import score_now
+from radconcord.backend.services import explore, images, studies
+from radconcord.backend.services.types import CATEGORIES
+from radconcord.webapp import state
+from radconcord.webapp.components import tables
+from radconcord.webapp.components.csv_download import csv_download
+from radconcord.webapp.components.diff import show_diff
+from radconcord.webapp.components.image_viewer import viewer_panel
+from radconcord.webapp.components.score_now import score_now
 
 actor = state.require_actor()
 state.require_admin_page(actor)

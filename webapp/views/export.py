@@ -11,10 +11,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from backend import config
-from backend.services import exports, radpref, studies
-from webapp import state
-from webapp.components.warning_list import show_warnings
+from radconcord.backend import config
+from radconcord.backend.services import exports, radpref, studies
+from radconcord.webapp import state
+from radconcord.webapp.components.warning_list import show_warnings
 
 actor = state.require_actor()
 state.require_admin_page(actor)

@@ -34,16 +34,16 @@ from typing import Any
 
 import streamlit as st
 
-from backend.datasets import radpref as radpref_files
-from backend.datasets import rexval
-from backend.datasets.pairs import read_cases
-from backend.services import imports, job_inputs, radpref, score_imports, studies
-from backend.services.errors import InvalidInput
-from webapp import state
-from webapp.components import job_ref
-from webapp.components.job_panel import job_panel
-from webapp.components.uploads import call_with_uploads
-from webapp.components.warning_list import show_warnings
+from radconcord.backend.datasets import radpref as radpref_files
+from radconcord.backend.datasets import rexval
+from radconcord.backend.datasets.pairs import read_cases
+from radconcord.backend.services import imports, job_inputs, radpref, score_imports, studies
+from radconcord.backend.services.errors import InvalidInput
+from radconcord.webapp import state
+from radconcord.webapp.components import job_ref
+from radconcord.webapp.components.job_panel import job_panel
+from radconcord.webapp.components.uploads import call_with_uploads
+from radconcord.webapp.components.warning_list import show_warnings
 
 actor = state.require_actor()
 state.require_admin_page(actor)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import sessions
-from webapp import state
+from radconcord.backend.services import sessions
+from radconcord.webapp import state
 
 # A reload starts a new browser session on the login page; keep the URL's query parameters
 # (e.g. the pair being rated) so that logging in returns to where the user was.

@@ -9,9 +9,9 @@ import json
 
 import streamlit as st
 
-from backend.services import jobs, scoring, studies
-from webapp import state
-from webapp.components import job_panel
+from radconcord.backend.services import jobs, scoring, studies
+from radconcord.webapp import state
+from radconcord.webapp.components import job_panel
 
 actor = state.require_actor()
 state.require_admin_page(actor)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import pairwise, rating
-from webapp import state
+from radconcord.backend.services import pairwise, rating
+from radconcord.webapp import state
 
 actor = state.require_actor()
 db = state.get_db()

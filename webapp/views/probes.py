@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import probes, scoring, studies
-from webapp import state
-from webapp.components import job_ref, plots
-from webapp.components.csv_download import csv_download
-from webapp.components.job_panel import job_panel
+from radconcord.backend.services import probes, scoring, studies
+from radconcord.webapp import state
+from radconcord.webapp.components import job_ref, plots
+from radconcord.webapp.components.csv_download import csv_download
+from radconcord.webapp.components.job_panel import job_panel
 
 actor = state.require_actor()
 state.require_admin_page(actor)

@@ -15,13 +15,13 @@ import math
 import pandas as pd
 import streamlit as st
 
-from backend.analysis import judge_monitoring as jm
-from backend.analysis.intra_rater import SCOPES
-from backend.analysis.monitoring import FAST_SECONDS, OUTLIER_Z, SLOW_IQR, STRAIGHT_RUN
-from backend.services import calibration, flags, qc, studies
-from webapp import state
-from webapp.components import qc_plots, tables
-from webapp.components.csv_download import csv_download
+from radconcord.backend.analysis import judge_monitoring as jm
+from radconcord.backend.analysis.intra_rater import SCOPES
+from radconcord.backend.analysis.monitoring import FAST_SECONDS, OUTLIER_Z, SLOW_IQR, STRAIGHT_RUN
+from radconcord.backend.services import calibration, flags, qc, studies
+from radconcord.webapp import state
+from radconcord.webapp.components import qc_plots, tables
+from radconcord.webapp.components.csv_download import csv_download
 
 # A light red that keeps black text readable, for the rows of flagged raters.
 FLAGGED_ROW = "background-color: #f8d7da"

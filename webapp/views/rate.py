@@ -26,17 +26,17 @@ import datetime as dt
 
 import streamlit as st
 
-from backend.services import flags, pace, rating
-from backend.services.errors import ServiceError
-from backend.services.types import Actor
-from webapp import state
-from webapp.components import reports
-from webapp.components.activity import activity_tracker
-from webapp.components.count_grid import count_grid
-from webapp.components.definitions import definitions_button
-from webapp.components.error_records import error_records_panel
-from webapp.components.image_viewer import viewer_panel
-from webapp.components.training_feedback import training_feedback
+from radconcord.backend.services import flags, pace, rating
+from radconcord.backend.services.errors import ServiceError
+from radconcord.backend.services.types import Actor
+from radconcord.webapp import state
+from radconcord.webapp.components import reports
+from radconcord.webapp.components.activity import activity_tracker
+from radconcord.webapp.components.count_grid import count_grid
+from radconcord.webapp.components.definitions import definitions_button
+from radconcord.webapp.components.error_records import error_records_panel
+from radconcord.webapp.components.image_viewer import viewer_panel
+from radconcord.webapp.components.training_feedback import training_feedback
 
 PAIR_PARAM = "pair"
 STUDY_PARAM = "study"

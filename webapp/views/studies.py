@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.services import progress, studies, study_settings
-from backend.services.errors import ServiceError
-from webapp import state
-from webapp.components import tables
+from radconcord.backend.services import progress, studies, study_settings
+from radconcord.backend.services.errors import ServiceError
+from radconcord.webapp import state
+from radconcord.webapp.components import tables
 
 actor = state.require_actor()
 state.require_admin_page(actor)

@@ -13,11 +13,11 @@ from typing import Any
 
 from sqlalchemy import select
 
-from backend.errors import InvalidInput, NotFound
-from backend.jobs import queue
-from backend.jobs.context import JobContext
-from backend.types import Actor
-from db.models import User
+from radconcord.backend.errors import InvalidInput, NotFound
+from radconcord.backend.jobs import queue
+from radconcord.backend.jobs.context import JobContext
+from radconcord.backend.types import Actor
+from radconcord.db.models import User
 
 SYSTEM_CREATORS = frozenset({"", "system"})
 

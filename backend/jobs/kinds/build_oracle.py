@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.jobs.context import CANCELLED_BY_USER, JobCancelled, JobContext
-from backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.jobs.context import CANCELLED_BY_USER, JobCancelled, JobContext
+from radconcord.backend.jobs.kinds._common import job_actor, param
 
 
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         InvalidInput: bad params, files or metrics (nothing is created).
         JobCancelled: cancelled, claim lost or worker stopping (nothing is created).
     """
-    from backend.services import build_study, job_inputs
+    from radconcord.backend.services import build_study, job_inputs
 
     upload_dir = param(params, "upload_dir", str, None)
     try:

@@ -19,10 +19,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from backend.errors import InvalidInput
-from backend.jobs.context import CANCELLED_BY_USER, JobCancelled, JobContext
-from backend.jobs.kinds._common import job_actor, param
-from db.models import STUDY_STAGING, Case, Image, Pair, Rating, Report, Study
+from radconcord.backend.errors import InvalidInput
+from radconcord.backend.jobs.context import CANCELLED_BY_USER, JobCancelled, JobContext
+from radconcord.backend.jobs.kinds._common import job_actor, param
+from radconcord.db.models import STUDY_STAGING, Case, Image, Pair, Rating, Report, Study
 
 #: Provenance key of the job that imported the study.
 JOB_KEY = "job_id"
@@ -56,9 +56,9 @@ def _already_imported(ctx: JobContext, study_name: str) -> dict[str, Any] | None
 
 
 def _import(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
-    from backend.datasets.pairs import parse_cases
-    from backend.services import imports
-    from backend.services.job_inputs import resolve_data_path
+    from radconcord.backend.datasets.pairs import parse_cases
+    from radconcord.backend.services import imports
+    from radconcord.backend.services.job_inputs import resolve_data_path
 
     fmt = param(params, "format", str)
     name = param(params, "study_name", str).strip()
@@ -100,7 +100,7 @@ def named_as_uploaded(message: str, params: dict[str, Any]) -> str:
     uploaded (params ``file_names``: data-relative path -> name), and the upload folder is
     "the uploaded files".
     """
-    from backend import config
+    from radconcord.backend import config
 
     root = config.data_dir()
     names = param(params, "file_names", dict, {})
@@ -123,7 +123,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
             nothing is created.
         JobCancelled: cancelled, claim lost or worker stopping (nothing is created).
     """
-    from backend.services.job_inputs import remove_upload_dir
+    from radconcord.backend.services.job_inputs import remove_upload_dir
 
     upload_dir = param(params, "upload_dir", str, None)
     try:

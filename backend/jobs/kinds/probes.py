@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.jobs.context import JobContext
-from backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.jobs.context import JobContext
+from radconcord.backend.jobs.kinds._common import job_actor, param
 
 
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         ServiceError: a metric failed.
         JobCancelled: cancelled, claim lost or worker stopping (between batches).
     """
-    from backend.services import probes
+    from radconcord.backend.services import probes
 
     study = param(params, "study", str)
     metrics = param(params, "metrics", list)

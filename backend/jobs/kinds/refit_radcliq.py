@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.jobs.context import JobContext
-from backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.jobs.context import JobContext
+from radconcord.backend.jobs.kinds._common import job_actor, param
 
 
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -23,7 +23,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         ServiceError: an input metric failed.
         JobCancelled: cancelled, claim lost or worker stopping (between batches).
     """
-    from backend.services import refit
+    from radconcord.backend.services import refit
 
     study = param(params, "study", str)
     ctx.progress(0, 0, f"scoring the RadCliQ inputs on {study}")

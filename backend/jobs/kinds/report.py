@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from backend.jobs.context import JobContext
-from backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.jobs.context import JobContext
+from radconcord.backend.jobs.kinds._common import job_actor, param
 
 REPORTS_DIR = "reports"
 
@@ -31,9 +31,9 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         NotFound: the study is gone.
         InvalidInput: bad params, or nothing to report on the study.
     """
-    from backend import config
-    from backend.services import reports
-    from backend.util import MANIFEST
+    from radconcord.backend import config
+    from radconcord.backend.services import reports
+    from radconcord.backend.util import MANIFEST
 
     study = param(params, "study", str)
     significant_only = param(params, "significant_only", bool, False)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.jobs.context import JobContext
+from radconcord.backend.jobs.context import JobContext
 
 
 def outcome(statuses: dict[str, dict[str, Any]]) -> str:
@@ -45,10 +45,10 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         MetricFailed: no family was scored: each one failed or is unavailable.
         JobCancelled: cancelled, claim lost or worker stopping (between batches).
     """
-    from backend.jobs import queue
-    from backend.metrics.base import MetricUnavailable
-    from backend.scoring.jobs import study_pairs, validate_request
-    from backend.scoring.runner import MetricFailed, ScoringError, score
+    from radconcord.backend.jobs import queue
+    from radconcord.backend.metrics.base import MetricUnavailable
+    from radconcord.backend.scoring.jobs import study_pairs, validate_request
+    from radconcord.backend.scoring.runner import MetricFailed, ScoringError, score
 
     info = queue.get(ctx.db, ctx.job_id)
     if info is None or info.study_id is None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.jobs.context import JobContext
-from backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.jobs.context import JobContext
+from radconcord.backend.jobs.kinds._common import job_actor, param
 
 
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -25,7 +25,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         NotFound: the study is gone.
         InvalidInput: bad params, or a study the simulation cannot run on.
     """
-    from backend.services import simulation
+    from radconcord.backend.services import simulation
 
     study = param(params, "study", str)
     ctx.progress(0, 0, f"replaying {study}")

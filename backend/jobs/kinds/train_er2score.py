@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.jobs.context import JobContext
-from backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.jobs.context import JobContext
+from radconcord.backend.jobs.kinds._common import job_actor, param
 
 
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -26,8 +26,8 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         NotFound: the study is gone.
         JobCancelled: cancelled, claim lost or worker stopping (no adapter is written).
     """
-    from backend.services import er2train
-    from backend.services.job_inputs import resolve_data_path
+    from radconcord.backend.services import er2train
+    from radconcord.backend.services.job_inputs import resolve_data_path
 
     output = resolve_data_path(param(params, "output", str), "output folder")
 
