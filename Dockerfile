@@ -6,7 +6,7 @@
 # First admin (the image seeds no demo accounts; the command prints a one-time password that
 # must be replaced at the first login):
 #         docker run --rm -v radconcord-data:/data radconcord \
-#             python -m backend create-user --role admin --username lead
+#             python -m backend user create --role admin --username lead
 # Serve it to other computers through a reverse proxy with TLS (docs/deployment.md): the
 # session cookie is then marked Secure, and the proxy's X-Forwarded-For drives the per-client
 # login throttling.
@@ -36,7 +36,7 @@ RUN pip install "torch==2.13.0" --index-url "${TORCH_INDEX}"
 # The package (backend, db with its migrations, webapp, radconcord, demo assets) installed
 # editable with its dependencies and every extra (PostgreSQL, report figures, ray,
 # datasets): `streamlit run webapp/server.py` and the `radconcord` command run the same code.
-COPY pyproject.toml README.md alembic.ini ./
+COPY pyproject.toml setup.py README.md alembic.ini ./
 COPY backend ./backend
 COPY db ./db
 COPY webapp ./webapp

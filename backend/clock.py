@@ -7,6 +7,7 @@ Every timestamp RadConcord stores is UTC. SQLite hands datetimes back naive, Pos
 from __future__ import annotations
 
 import datetime as dt
+from typing import overload
 
 __all__ = ["as_utc", "utcnow"]
 
@@ -14,6 +15,14 @@ __all__ = ["as_utc", "utcnow"]
 def utcnow() -> dt.datetime:
     """Timezone-aware current time in UTC."""
     return dt.datetime.now(dt.UTC)
+
+
+@overload
+def as_utc(value: dt.datetime) -> dt.datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
+@overload
+def as_utc(value: dt.datetime | None) -> dt.datetime | None: ...
 
 
 def as_utc(value: dt.datetime | None) -> dt.datetime | None:

@@ -46,7 +46,7 @@ def main() -> int:
 
     # 1. The study build through the service, as `build-study --tests iu --corpus iu` does.
     from radconcord.backend.services import build_study
-    from radconcord.backend.services.types import Actor
+    from radconcord.backend.types import Actor
     from radconcord.db.session import Database
 
     with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:

@@ -39,7 +39,7 @@ from argon2 import PasswordHasher  # noqa: E402
 
 from radconcord.backend.services import auth, rating  # noqa: E402
 from radconcord.backend.services.assignment import assign_raters  # noqa: E402
-from radconcord.backend.services.types import Actor  # noqa: E402
+from radconcord.backend.types import Actor  # noqa: E402
 from radconcord.db.models import Case, Pair, Report, Study  # noqa: E402
 from radconcord.db.session import Database  # noqa: E402
 

@@ -98,7 +98,7 @@ def child_import(url: str, csv_path: str, study: str) -> None:
     """Import ``csv_path`` as ``study``; print a JSON line with timings and peak memory."""
     from radconcord.backend.datasets.pairs import parse_cases
     from radconcord.backend.services.imports import import_cases
-    from radconcord.backend.services.types import Actor
+    from radconcord.backend.types import Actor
     from radconcord.db.session import Database
 
     db = Database(url, migrate=False)
@@ -157,7 +157,7 @@ def _raters(db, n: int):  # noqa: ANN001, ANN202
 
     from radconcord.backend.services import auth, rating
     from radconcord.backend.services.assignment import assign_raters
-    from radconcord.backend.services.types import Actor
+    from radconcord.backend.types import Actor
 
     auth._hasher = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
     _make_study(db, "Rated", N_RATED_PAIRS)

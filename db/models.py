@@ -25,10 +25,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from radconcord.backend import clock
 
-def utcnow() -> dt.datetime:
-    """Timezone-aware now; stored as UTC."""
-    return dt.datetime.now(dt.UTC)
+
+def _column_now() -> dt.datetime:
+    """Default of the timestamp columns: :func:`backend.clock.utcnow`, looked up at each
+    insert so a test that patches the clock moves the defaults too."""
+    return clock.utcnow()
 
 
 class Base(DeclarativeBase):
@@ -57,7 +60,7 @@ class User(Base):
     password_changed_at: Mapped[dt.datetime | None] = mapped_column(
         DateTime(timezone=True), default=None
     )
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
 
 class AuthSession(Base):
@@ -81,8 +84,8 @@ class AuthSession(Base):
     # sha256 prefix of the password hash at issue time: a password change invalidates it.
     credential_stamp: Mapped[str] = mapped_column(String(64), default="")
     client: Mapped[str] = mapped_column(String(64), default="")
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_seen_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
+    last_seen_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
     expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     revoked_reason: Mapped[str | None] = mapped_column(String(32), default=None)
@@ -121,7 +124,7 @@ class Case(Base):
         ForeignKey("studies.id", ondelete="CASCADE"), index=True, default=None
     )
     external_id: Mapped[str] = mapped_column(String(128))
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
     images: Mapped[list[Image]] = relationship(back_populates="case", order_by="Image.id")
     reports: Mapped[list[Report]] = relationship(back_populates="case", order_by="Report.id")
@@ -160,7 +163,7 @@ class Report(Base):
     role: Mapped[str] = mapped_column(String(16))
     source: Mapped[str | None] = mapped_column(String(128), default=None)
     text: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
     case: Mapped[Case] = relationship(back_populates="reports")
 
@@ -188,7 +191,7 @@ class Study(Base):
     # analysis can say how the raters saw the pairs. Keys are documented in
     # backend/services/study_settings.py.
     settings: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
     pairs: Mapped[list[Pair]] = relationship(back_populates="study", order_by="Pair.position")
 
@@ -295,7 +298,7 @@ class StudyRole(Base):
                                           index=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     role: Mapped[str] = mapped_column(String(16))
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
 
 class Adjudication(Base):
@@ -316,8 +319,8 @@ class Adjudication(Base):
     # Why the pair was in the queue when adjudicated (the rule and what it found).
     reason: Mapped[str] = mapped_column(Text, default="")
     version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
 
 class ErrorRecord(Base):
@@ -351,7 +354,7 @@ class ErrorRecord(Base):
     reference_text: Mapped[str | None] = mapped_column(Text, default=None)
     note: Mapped[str] = mapped_column(Text, default="")
     details: Mapped[dict[str, Any] | None] = mapped_column(default=None)
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
 
 class Comparison(Base):
@@ -409,7 +412,7 @@ class Judgement(Base):
     details: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     completed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
     # Time on task, derived from ``judgement_spans`` as for an assignment.
     active_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     claimed_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
@@ -438,7 +441,7 @@ class _SpanColumns:
     ended_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
     active_ms: Mapped[int] = mapped_column(Integer)
     events: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
     session_id: Mapped[int | None] = mapped_column(
         ForeignKey("auth_sessions.id", ondelete="SET NULL"), default=None)
     clip_start: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True),
@@ -499,8 +502,8 @@ class Rating(Base):
     category: Mapped[int] = mapped_column(Integer)
     significant: Mapped[bool] = mapped_column(Boolean)
     count: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
 
 class RatingEvent(Base):
@@ -516,7 +519,7 @@ class RatingEvent(Base):
     significant: Mapped[bool | None] = mapped_column(Boolean, default=None)
     old_count: Mapped[int | None] = mapped_column(Integer, default=None)
     new_count: Mapped[int | None] = mapped_column(Integer, default=None)
-    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
 
 class MetricScore(Base):
@@ -542,7 +545,7 @@ class MetricScore(Base):
     details: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     device: Mapped[str] = mapped_column(String(32), default="cpu")
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
 
 class Job(Base):
@@ -576,7 +579,7 @@ class Job(Base):
     worker_id: Mapped[str | None] = mapped_column(String(128), default=None)
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     heartbeat_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
     started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
 
@@ -592,8 +595,8 @@ class WorkerProcess(Base):
     device: Mapped[str] = mapped_column(String(32), default="cpu")
     kinds: Mapped[list[Any]] = mapped_column(default=list)  # job kinds it takes; [] = all
     current_job_id: Mapped[int | None] = mapped_column(Integer, default=None)
-    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
     stopped_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
 
 
@@ -625,6 +628,6 @@ class ScoreImport(Base):
     # Study pairs with a value, and without one (no row in the file, or a blank/NaN value).
     n_pairs: Mapped[int] = mapped_column(Integer)
     n_missing: Mapped[int] = mapped_column(Integer, default=0)
-    imported_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    imported_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
     # Username of the admin (``system`` for the command line).
     imported_by: Mapped[str] = mapped_column(String(64), default="")

@@ -478,8 +478,8 @@ def correlate(
     import numpy as np
     import pandas as pd
 
-    from radconcord.backend.analysis.bootstrap import bootstrap_many, draw_resamples
-    from radconcord.backend.analysis.stats import orient
+    from radconcord.backend.analysis.data import AnalysisInputError
+    from radconcord.backend.analysis.report import correlate_metrics
     from radconcord.backend.metrics import registry
 
     frame = _as_frame(scores)
@@ -514,51 +514,42 @@ def correlate(
     target = _target(ratings, frame)
     if ratings_higher_is_better:
         target = -target
-    rated = np.flatnonzero(np.isfinite(target))
-    if rated.size < 2:
+    rated = int(np.isfinite(target).sum())
+    if rated < 2:
         raise InputError(
-            f"{_CORRELATE}: {rated.size} pair(s) have ratings; correlations need at least 2"
+            f"{_CORRELATE}: {rated} pair(s) have ratings; correlations need at least 2"
         )
     try:
-        x = np.stack([orient(frame[k].to_numpy(dtype=np.float64), directions[k])
-                      for k in keys])[:, rated]
+        values = {k: frame[k].to_numpy(dtype=np.float64) for k in keys}
     except (TypeError, ValueError) as exc:
         raise InputError(f"{_CORRELATE}: scores: not numbers ({exc})") from None
-    clusters = None
+    labels = None
     if cases is not None:
         labels = np.asarray(_sequence(_CORRELATE, "cases", cases, "one case label per pair"),
                             dtype=object)
         if labels.shape != (len(frame),):
             raise InputError(f"{_CORRELATE}: cases: {labels.size} labels for {len(frame)} pairs")
-        clusters = labels[rated]
-    draws = draw_resamples(rated.size, bootstrap, seed, clusters) if bootstrap > 0 else None
-    # One key at a time on the same resamples: identical values to one batched call at the
-    # same speed (each key's work is its own), and a progress step per key.
-    parts = []
-    for i, key in enumerate(keys):
-        (part,) = bootstrap_many(x[i : i + 1], -target[rated][None, :], resamples=0, seed=seed,
-                                 level=level, draws=draws)
-        parts.append(part)
-        if progress is not None:
-            progress(i + 1, len(keys), key)
-    kendall_ci = np.concatenate([p.kendall_ci for p in parts])
-    spearman_ci = np.concatenate([p.spearman_ci for p in parts])
+    try:
+        result = correlate_metrics(values, target, higher_is_better=directions,
+                                   bootstrap=bootstrap, seed=seed, cases=labels, level=level,
+                                   progress=progress)
+    except AnalysisInputError as exc:
+        raise InputError(f"{_CORRELATE}: {exc}") from None
     out = pd.DataFrame(
         {
-            "kendall_tau_b": np.concatenate([p.kendall for p in parts]),
-            "kendall_ci_low": kendall_ci[:, 0],
-            "kendall_ci_high": kendall_ci[:, 1],
-            "spearman": np.concatenate([p.spearman for p in parts]),
-            "spearman_ci_low": spearman_ci[:, 0],
-            "spearman_ci_high": spearman_ci[:, 1],
-            "n": np.concatenate([np.asarray(p.n, dtype=np.int64) for p in parts]),
-            "higher_is_better": [directions[k] for k in keys],
+            "kendall_tau_b": result.kendall,
+            "kendall_ci_low": result.kendall_ci[:, 0],
+            "kendall_ci_high": result.kendall_ci[:, 1],
+            "spearman": result.spearman,
+            "spearman_ci_low": result.spearman_ci[:, 0],
+            "spearman_ci_high": result.spearman_ci[:, 1],
+            "n": result.n,
+            "higher_is_better": list(result.higher_is_better),
         },
         index=pd.Index(keys, name="key"),
     )
-    out.attrs.update({"n_pairs": int(rated.size), "resamples": draws.count if draws else 0,
-                      "seed": seed, "cluster": "case" if cases is not None else "pair",
-                      "level": level})
+    out.attrs.update({"n_pairs": result.n_pairs, "resamples": result.resamples,
+                      "seed": result.seed, "cluster": result.cluster, "level": result.level})
     return out
 
 
@@ -570,7 +561,8 @@ class Study:
         name: Study name.
         pairs: One row per pair in position order, indexed by the pair's database id
             (``pair_id``): ``position, case_id, source, reference, candidate, input_hash``.
-        ratings: The counted ratings (completed pairs; see ``backend/analysis/data.py``),
+        ratings: The counted ratings (completed pairs; see ``backend/analysis/data.py``,
+            read by ``backend/services/study_data.py``),
             one row per rater x pair x category x significance: ``pair_id, rater, category,
             significant, count``.
         scores: Stored metric values, pairs x keys (one signature per key: the one covering
@@ -675,7 +667,7 @@ def correlate_study(
     import inspect
 
     from radconcord.backend.analysis.data import AnalysisInputError
-    from radconcord.backend.analysis.report import correlate_study as run
+    from radconcord.backend.services.analysis import correlate_study as run
 
     where = "radconcord.correlate_study"
     known = set(inspect.signature(run).parameters) - {"db", "study_name"}
@@ -714,37 +706,19 @@ def load_study(name: str, *, database_url: str | os.PathLike[str] | None = None)
     """
     import numpy as np
     import pandas as pd
-    from sqlalchemy import select
 
-    from radconcord.backend.analysis.data import (
-        AnalysisInputError,
-        load_metric_columns,
-        load_ratings,
-    )
-    from radconcord.db.models import Pair, Report
+    from radconcord.backend.analysis.data import AnalysisInputError
+    from radconcord.backend.services.study_data import load_study as load
 
     name = _study_name("radconcord.load_study", name)
     db = _study_database(database_url, "radconcord.load_study")
     try:
-        try:
-            ratings = load_ratings(db, name)
-            columns = load_metric_columns(db, ratings, None)
-        except AnalysisInputError as exc:
-            raise InputError(str(exc)) from None
-        with db.read() as s:
-            ref = Report.__table__.alias("ref")
-            cand = Report.__table__.alias("cand")
-            texts = {
-                row[0]: (row[1], row[2])
-                for row in s.execute(
-                    select(Pair.id, ref.c.text, cand.c.text)
-                    .join(ref, ref.c.id == Pair.reference_id)
-                    .join(cand, cand.c.id == Pair.candidate_id)
-                    .where(Pair.study_id == ratings.study_id)
-                )
-            }
+        data = load(db, name, require_scores=False, refit_inputs=False, texts=True)
+    except AnalysisInputError as exc:
+        raise InputError(str(exc)) from None
     finally:
         db.dispose()
+    ratings, columns, texts = data.ratings, data.scores, data.texts
     index = pd.Index(ratings.pair_ids, name="pair_id")
     pairs = pd.DataFrame(
         {

@@ -2,7 +2,7 @@
 # Start a throwaway PostgreSQL server (tests/pgserver.py) for trying RadConcord on PostgreSQL.
 # Prints the DATABASE_URL of a fresh database, keeps running until Ctrl-C, then deletes it all.
 #   scripts/pg_test_server.sh            # then, in another shell:
-#   DATABASE_URL=<printed url> .venv/bin/python -m backend seed-demo
+#   DATABASE_URL=<printed url> .venv/bin/python -m backend db seed-demo
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec .venv/bin/python - <<'PY'

@@ -59,7 +59,7 @@ trap 'stop_children; exit 143' TERM
 
 # Migrate once before both start: two processes upgrading a fresh SQLite file at the same
 # moment would race on the first CREATE TABLE.
-"$PY" -m backend init-db >/dev/null || exit $?
+"$PY" -m backend db init >/dev/null || exit $?
 
 if [ "${RADCONCORD_WORKER:-1}" != "0" ]; then
   # shellcheck disable=SC2086 # word splitting of the extra options is wanted

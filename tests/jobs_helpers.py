@@ -132,7 +132,7 @@ def _worker_code(setup: str) -> str:
     return (
         f"{setup}\n"
         "import sys\n"
-        "from backend.cli import main\n"
+        "from radconcord.backend.cli import main\n"
         "sys.exit(main(['worker', *sys.argv[1:]]))\n"
     )
 

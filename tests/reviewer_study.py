@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from radconcord.backend.scoring.runner import ScorePair, score
 from radconcord.backend.services import assignment, auth, imports, rating
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.db.models import Pair, Report, Study
 from radconcord.db.session import Database
 

@@ -38,7 +38,7 @@ import streamlit as st  # noqa: E402
 from streamlit.errors import FragmentHandledException  # noqa: E402
 
 from radconcord.backend.services import roles  # noqa: E402
-from radconcord.backend.services.types import Actor  # noqa: E402
+from radconcord.backend.types import Actor  # noqa: E402
 from radconcord.db.session import DataFolderError  # noqa: E402
 from radconcord.webapp import state  # noqa: E402
 

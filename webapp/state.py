@@ -4,7 +4,7 @@
   (``st.cache_resource``). A ``Database`` holds an engine and a session factory, both
   thread-safe; services open their own short session per action, so no SQLAlchemy session is
   ever kept in ``st.session_state``.
-* The logged-in :class:`~backend.services.types.Actor` and the id of its database session
+* The logged-in :class:`~backend.types.Actor` and the id of its database session
   (an ``auth_sessions`` row, see ``backend/services/sessions.py``) are the only things the
   app keeps about the user in ``st.session_state``. The row is re-checked on every run of
   the router (:func:`current_actor`) and before every service call (:func:`call`), fragments
@@ -39,9 +39,9 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from radconcord.backend import config
+from radconcord.backend.errors import ServiceError, require_admin
 from radconcord.backend.services import sessions
-from radconcord.backend.services.errors import ServiceError, require_admin
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)

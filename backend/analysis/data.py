@@ -1,4 +1,7 @@
-"""Load a study's ratings and metric scores from the database into arrays.
+"""A study's ratings and metric scores as arrays: the types, and the rules that fill them.
+
+The database is read by :mod:`backend.services.study_data` (the one loader); this module is
+pure (no database, no sqlalchemy), so the analysis core takes arrays in and gives numbers out.
 
 Which ratings count. A (rater, pair) enters the analysis when the rater's assignment for the
 pair is completed, or when the rater has ratings for the pair and no assignment for it at
@@ -41,30 +44,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from radconcord.backend.metrics import registry
-from radconcord.db.models import (
-    PAIR_STUDY,
-    STUDY_STAGING,
-    Adjudication,
-    Assignment,
-    Case,
-    MetricScore,
-    Pair,
-    Rating,
-    ScoreImport,
-    Study,
-    User,
-)
-from radconcord.db.session import Database
 
 N_CATEGORIES = 6
 TARGETS = ("total", "significant")
@@ -303,25 +290,6 @@ class StudyImports:
         return imp.higher_is_better if imp is not None else metric_direction(key, family)
 
 
-def study_imports(s: Session, study_id: int) -> StudyImports:
-    """Every score import of a study, oldest first (one query, in the caller's session).
-
-    Args:
-        s: An open session.
-        study_id: The study's id.
-    """
-    rows = s.scalars(select(ScoreImport).where(ScoreImport.study_id == study_id)
-                     .order_by(ScoreImport.imported_at, ScoreImport.id)).all()
-    return StudyImports(tuple(
-        ScoreImportInfo(id=r.id, key=r.key, signature=r.signature,
-                        signature_hash=r.signature_hash,
-                        higher_is_better=bool(r.higher_is_better), description=r.description,
-                        source=r.source, file_name=r.file_name, file_sha256=r.file_sha256,
-                        n_pairs=r.n_pairs, n_missing=r.n_missing, imported_at=r.imported_at,
-                        imported_by=r.imported_by)
-        for r in rows))
-
-
 def metric_direction(key: str, family: str | None = None) -> bool:
     """``higher_is_better`` of an output key, from the metric registry.
 
@@ -343,95 +311,6 @@ def metric_direction(key: str, family: str | None = None) -> bool:
         ) from None
 
 
-def load_ratings(db: Database, study_name: str, counts: str = "raw") -> StudyRatings:
-    """Read a study's pairs and counted ratings (see the module docstring for the rules).
-
-    Args:
-        db: The database.
-        study_name: Study name.
-        counts: ``"raw"`` (the raters' counts) or ``"adjudicated"`` (consensus counts of
-            adjudicated pairs replace the raters' mean there).
-
-    Raises:
-        StudyNotFound: when no study has that name.
-        AnalysisInputError: ``counts`` is not one of :data:`COUNTS_MODES`.
-    """
-    if counts not in COUNTS_MODES:
-        raise AnalysisInputError(f"counts must be one of {', '.join(COUNTS_MODES)},"
-                                 f" got {counts!r}")
-    with db.begin() as s:
-        study = s.scalars(select(Study).where(
-            Study.name == study_name, Study.status != STUDY_STAGING)).one_or_none()
-        if study is None:
-            raise StudyNotFound(f"no study named '{study_name}'")
-        study_id = study.id
-        pairs = s.execute(
-            select(Pair.id, Pair.position, Pair.opaque_id, Pair.source, Pair.input_hash,
-                   Case.external_id)
-            .join(Case, Case.id == Pair.case_id)
-            .where(Pair.study_id == study_id, Pair.kind == PAIR_STUDY)
-            .order_by(Pair.position)
-        ).all()
-        assignments = s.execute(
-            select(Assignment.rater_id, Assignment.pair_id, Assignment.completed_at)
-            .join(Pair, Pair.id == Assignment.pair_id)
-            # Training items and hidden repeats never enter the study's statistics.
-            .where(Assignment.study_id == study_id, Pair.kind == PAIR_STUDY)
-        ).all()
-        ratings = s.execute(
-            select(Rating.rater_id, Rating.pair_id, Rating.category, Rating.significant,
-                   Rating.count)
-            .join(Pair, Pair.id == Rating.pair_id)
-            .where(Pair.study_id == study_id, Pair.kind == PAIR_STUDY)
-        ).all()
-        rater_ids = {r.rater_id for r in ratings} | {a.rater_id for a in assignments}
-        names = dict(
-            s.execute(select(User.id, User.username).where(User.id.in_(rater_ids))).all()
-        ) if rater_ids else {}
-        agreed = s.execute(
-            select(Adjudication.pair_id, Adjudication.counts)
-            .join(Pair, Pair.id == Adjudication.pair_id)
-            .where(Pair.study_id == study_id, Pair.kind == PAIR_STUDY)
-        ).all() if counts == "adjudicated" else []
-
-    pair_index = {p.id: i for i, p in enumerate(pairs)}
-    assigned = {(a.rater_id, a.pair_id): a.completed_at is not None for a in assignments}
-    rated = {(r.rater_id, r.pair_id) for r in ratings}
-    counted = {key for key, done in assigned.items() if done}
-    counted |= {key for key in rated if key not in assigned}
-    raters = sorted({rid for rid, _ in counted}, key=lambda rid: (names.get(rid, ""), rid))
-    rater_index = {rid: i for i, rid in enumerate(raters)}
-    rater_counts = np.full((len(raters), len(pairs), N_CATEGORIES, 2), np.nan)
-    for rid, pid in counted:
-        rater_counts[rater_index[rid], pair_index[pid]] = 0.0
-    for r in ratings:
-        if (r.rater_id, r.pair_id) in counted:
-            rater_counts[rater_index[r.rater_id], pair_index[r.pair_id], r.category - 1,
-                         int(bool(r.significant))] = float(r.count)
-    consensus = None
-    if counts == "adjudicated":
-        consensus = np.full((len(pairs), N_CATEGORIES, 2), np.nan)
-        for pid, cells in agreed:
-            consensus[pair_index[pid]] = 0.0
-            for key, n in (cells or {}).items():
-                category, significant = (int(part) for part in str(key).split(":"))
-                consensus[pair_index[pid], category - 1, significant] = float(n)
-    return StudyRatings(
-        study=study_name,
-        study_id=study_id,
-        pair_ids=np.array([p.id for p in pairs], dtype=np.int64),
-        positions=np.array([p.position for p in pairs], dtype=np.int64),
-        opaque_ids=tuple(p.opaque_id for p in pairs),
-        sources=tuple(p.source or "" for p in pairs),
-        cases=tuple(p.external_id for p in pairs),
-        input_hashes=tuple(p.input_hash for p in pairs),
-        raters=tuple(names.get(rid, f"user-{rid}") for rid in raters),
-        counts=rater_counts,
-        counts_mode=counts,
-        consensus=consensus,
-    )
-
-
 def expand_metric_names(names: Iterable[str]) -> list[str]:
     """Expand family names to their keys; other names are taken as keys (order kept).
 
@@ -450,92 +329,9 @@ def expand_metric_names(names: Iterable[str]) -> list[str]:
     return out
 
 
-def _key_order(key: str) -> tuple[int, str]:
+def key_order(key: str) -> tuple[int, str]:
+    """Sort key of an output key: the registry's order, unknown keys last by name."""
     from radconcord.backend.metrics import registry
 
     order = {k: i for i, k in enumerate(registry.KEY_TO_FAMILY)}
     return (order.get(key, len(order)), key)
-
-
-def load_metric_columns(
-    db: Database,
-    ratings: StudyRatings,
-    keys: Sequence[str] | None = None,
-    *,
-    required: bool = True,
-) -> dict[str, MetricColumn]:
-    """Per-pair metric values for the study, one chosen signature per key.
-
-    Args:
-        db: The database.
-        ratings: The study (from :func:`load_ratings`).
-        keys: Output keys to load; ``None`` loads every key scored on the study's pairs.
-        required: Raise when a requested key has no scores (else skip it silently).
-
-    Raises:
-        AnalysisInputError: when a requested key has no score on any pair of the study.
-    """
-    with db.begin() as s:
-        stmt = (
-            select(MetricScore.input_hash, MetricScore.key, MetricScore.family,
-                   MetricScore.signature_hash, MetricScore.signature, MetricScore.value,
-                   MetricScore.created_at)
-            .join(Pair, Pair.input_hash == MetricScore.input_hash)
-            .where(Pair.study_id == ratings.study_id)
-            .distinct()
-        )
-        if keys is not None:
-            stmt = stmt.where(MetricScore.key.in_(list(keys)))
-        rows = s.execute(stmt).all()
-        imports = study_imports(s, ratings.study_id)
-
-    pairs_of_hash: dict[str, list[int]] = defaultdict(list)
-    for i, h in enumerate(ratings.input_hashes):
-        pairs_of_hash[h].append(i)
-    by_key: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    for row in rows:
-        if imports.counts(row.key, row.family, row.signature_hash):
-            by_key[row.key][row.signature_hash].append(row)
-
-    wanted = list(keys) if keys is not None else sorted(by_key, key=_key_order)
-    missing = [k for k in wanted if k not in by_key]
-    if missing and required:
-        raise AnalysisInputError(
-            f"no scores for {', '.join(missing)} on study '{ratings.study}'"
-            f" (score it first: python -m backend score --study {ratings.study}"
-            f" --metrics {','.join(missing)})"
-        )
-    out: dict[str, MetricColumn] = {}
-    for key in wanted:
-        if key not in by_key:
-            continue
-        signatures = by_key[key]
-
-        def rank(sig_hash: str, signatures: dict[str, list[Any]] = signatures) -> tuple:
-            group = signatures[sig_hash]
-            coverage = sum(len(pairs_of_hash[r.input_hash]) for r in group)
-            newest = max(r.created_at for r in group)
-            return (coverage, newest.timestamp() if newest else 0.0, sig_hash)
-
-        # An imported key reads its latest import whose rows are there, whichever covers
-        # more pairs: importing a file is the lead's explicit choice.
-        imported = imports.chosen(key, signatures)
-        chosen = imported.signature_hash if imported is not None else max(signatures, key=rank)
-        group = signatures[chosen]
-        values = np.full(ratings.n_pairs, np.nan)
-        for r in group:
-            for i in pairs_of_hash[r.input_hash]:
-                values[i] = np.nan if r.value is None else float(r.value)
-        family = group[0].family
-        out[key] = MetricColumn(
-            key=key,
-            family=family,
-            values=values,
-            signature=group[0].signature,
-            signature_hash=chosen,
-            higher_is_better=(imported.higher_is_better if imported is not None
-                              else metric_direction(key, family)),
-            n_signatures=len(signatures),
-            imported=imported,
-        )
-    return out

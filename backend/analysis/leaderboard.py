@@ -17,8 +17,8 @@ equal ``correlate``'s for the same pairs, values and seed:
   with its own resamples from the same seed (``correlate``'s ``per_source``).
 - The human ceiling: :func:`backend.analysis.ceiling.human_ceiling` on the same resamples, and
   :func:`~backend.analysis.ceiling.pct_of_ceiling`.
-- The paired test against the best metric: :func:`backend.analysis.pairwise.bootstrap_pvalues`
-  on the differences of the shared replicates and :func:`~backend.analysis.pairwise.holm`.
+- The paired test against the best metric: :func:`backend.analysis.paired_tests.bootstrap_pvalues`
+  on the differences of the shared replicates and :func:`~backend.analysis.paired_tests.holm`.
 - Preference sets: :func:`backend.analysis.preference.preference_from_ratings` and
   :func:`~backend.analysis.preference.pairwise_agreement` with references as clusters (as
   :func:`backend.services.pairwise.study_preference_stats`), and tau-b against the mean 1-5
@@ -50,7 +50,7 @@ from radconcord.backend.analysis.ceiling import (
     human_ceiling,
     pct_of_ceiling,
 )
-from radconcord.backend.analysis.pairwise import bootstrap_pvalues, holm
+from radconcord.backend.analysis.paired_tests import bootstrap_pvalues, holm
 from radconcord.backend.analysis.stats import orient, to_json_safe
 
 __all__ = [

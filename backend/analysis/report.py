@@ -1,6 +1,13 @@
 """``correlate``: every agreement statistic of one study as one JSON-able dict.
 
-Layout (DESIGN.md "correlate" plus the sections beside ``metrics``)::
+The core: :func:`correlate` takes a study's arrays (:class:`backend.analysis.data.StudyRatings`
+and its :class:`backend.analysis.data.MetricColumn` s, read by
+:mod:`backend.services.study_data`) and returns the typed
+:class:`backend.analysis.correlation.CorrelationReport`, whose ``to_json()`` is this layout;
+:func:`correlate_metrics` is the ``metrics`` numbers on plain arrays (the Python API's
+``radconcord.correlate``). Nothing here reads the database.
+
+Layout of the JSON (the sections beside ``metrics``)::
 
     {"study", "target", "n_pairs", "seed", "resamples", "cluster", "level", "n_raters",
      "n_pairs_in_study", "counts", "n_adjudicated",
@@ -28,9 +35,11 @@ Layout (DESIGN.md "correlate" plus the sections beside ``metrics``)::
                         "per_rater": {USER: tau}, "per_rater_spearman", "n_shared_pairs",
                         "per_category": {"1".."6": tau}, "per_category_spearman",
                         "n_raters", "unit", "resamples"},
-     "pairwise": {"unit", "correction", "resamples", "level", "p_method", "williams_method",
-                  "pairs": {"A|B": {"tau_diff", "ci95", "p", "p_adjusted", "williams_t",
-                                    "williams_p", "williams_n"}}},
+     "paired_tests": {"unit", "correction", "resamples", "level", "p_method",
+                      "williams_method",
+                      "pairs": {"A|B": {"tau_diff", "ci95", "p", "p_adjusted", "williams_t",
+                                        "williams_p", "williams_n"}}},
+     "pairwise": the same section as "paired_tests" (old key, kept for one release),
      "systems": {...see systems.systems_json...}}
 
 and every ``metrics`` entry carries ``pct_of_ceiling`` (``|tau| / ceiling tau`` as a fraction,
@@ -51,11 +60,12 @@ always present; ``available`` is false (with a ``reason``) when one of its four 
 scored on the study. NaN values become ``null``.
 
 The ceiling (ceiling.py: leave-one-rater-out agreement, >= 3 raters) and the paired
-comparison of every two metrics (pairwise.py) resample by ``unit``: ``"pair"``, ``"case"`` or
+comparison of every two metrics (the paired tests, pairwise.py; JSON key ``paired_tests``,
+also written as ``pairwise`` for one release) resample by ``unit``: ``"pair"``, ``"case"`` or
 ``"rater_pair"`` (pairs, then the raters inside each drawn pair, with
 ``default_rng((seed, 1))``); ``unit`` defaults to ``cluster``. When the unit draws like
 ``cluster`` does (pair and rater_pair draw pairs), they use the main section's resamples, so
-the pairwise differences are differences of the taus whose intervals ``metrics`` shows. The
+the paired differences are differences of the taus whose intervals ``metrics`` shows. The
 systems section (systems.py) runs on the rated pairs with ``permutations`` permutations.
 """
 
@@ -63,11 +73,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from radconcord.backend.analysis.agreement import agreement_summary
 from radconcord.backend.analysis.bootstrap import (
@@ -79,22 +90,30 @@ from radconcord.backend.analysis.bootstrap import (
     draw_resamples,
 )
 from radconcord.backend.analysis.ceiling import (
-    UNITS,
     human_ceiling,
     pct_of_ceiling,
     resampled_rater_means,
+)
+from radconcord.backend.analysis.correlation import (
+    CLUSTERS,
+    CategorySection,
+    CorrelationEntry,
+    CorrelationOptions,
+    CorrelationReport,
+    MetricEntry,
+    PublishedEntry,
+    PublishedSection,
+    RaterSection,
+    SourceSection,
 )
 from radconcord.backend.analysis.data import (
     N_CATEGORIES,
     AnalysisInputError,
     MetricColumn,
     StudyRatings,
-    expand_metric_names,
-    load_metric_columns,
-    load_ratings,
 )
-from radconcord.backend.analysis.failure_modes import DEFAULT_FDR, failure_mode_tests
-from radconcord.backend.analysis.pairwise import CORRECTIONS, pairwise_section
+from radconcord.backend.analysis.failure_modes import failure_mode_tests
+from radconcord.backend.analysis.paired_tests import paired_tests_section
 from radconcord.backend.analysis.refit import RADCLIQ_INPUTS, refit
 from radconcord.backend.analysis.stats import (
     kendall_tau_b,
@@ -103,15 +122,19 @@ from radconcord.backend.analysis.stats import (
     rank_correlations_varying_target,
     to_json_safe,
 )
-from radconcord.backend.analysis.systems import DEFAULT_PERMUTATIONS, systems_json
+from radconcord.backend.analysis.systems import systems_json
 from radconcord.backend.metrics import registry
 from radconcord.backend.types import CATEGORIES
-from radconcord.db.session import Database
 
 logger = logging.getLogger(__name__)
 
-CLUSTERS = ("pair", "case")
+__all__ = ["CLUSTERS", "MIN_REFIT_PAIRS", "PUBLISHED", "SECTIONS", "MetricCorrelations",
+           "correlate", "correlate_metrics"]
+
 MIN_REFIT_PAIRS = 10
+#: The steps ``progress(done, total, section)`` names, in order.
+SECTIONS = ("data", "metrics and categories", "raters", "sources", "agreement",
+            "ceiling", "paired tests", "systems", "refit")
 
 # Published Kendall tau-b on ReXVal total errors (METRICS.md). ``key`` is our closest output
 # key; the papers do not publish every setting behind their numbers.
@@ -135,8 +158,10 @@ PUBLISHED: tuple[tuple[str, str, str | None, float], ...] = (
     ("CREPE paper (Cho et al., EMNLP 2025)", "CREPE", None, 0.786),
 )
 
+Progress = Callable[[int, int, str], None]
 
-def _f(value: Any) -> float | None:
+
+def _f(value: Any) -> float | None:  # noqa: ANN401 - any number
     """A JSON-safe float: NaN and infinities become ``None``."""
     if value is None:
         return None
@@ -144,50 +169,341 @@ def _f(value: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _ci(row: NDArray[np.float64]) -> list[float | None]:
-    return [_f(row[0]), _f(row[1])]
+def _ci(row: NDArray[np.float64]) -> tuple[float | None, float | None]:
+    return (_f(row[0]), _f(row[1]))
 
 
-def _correlation_entries(
-    keys: Sequence[str], result: CorrelationBootstrap
-) -> dict[str, dict[str, Any]]:
+def _entries(keys: Sequence[str], result: CorrelationBootstrap) -> dict[str, CorrelationEntry]:
     return {
-        key: {
-            "kendall_tau_b": _f(result.kendall[k]),
-            "kendall_ci95": _ci(result.kendall_ci[k]),
-            "spearman": _f(result.spearman[k]),
-            "spearman_ci95": _ci(result.spearman_ci[k]),
-            "n": int(result.n[k]),
-        }
+        key: CorrelationEntry(
+            kendall_tau_b=_f(result.kendall[k]), kendall_ci95=_ci(result.kendall_ci[k]),
+            spearman=_f(result.spearman[k]), spearman_ci95=_ci(result.spearman_ci[k]),
+            n=int(result.n[k]))
         for k, key in enumerate(keys)
     }
 
 
-def _bootstrap_subset(
-    x: NDArray[np.float64],
-    y: NDArray[np.float64],
-    subset: NDArray[np.int64],
+def draws_for(n: int, bootstrap: int, seed: int,
+              clusters: NDArray[Any] | None) -> Resamples | None:
+    """The resamples of ``n`` rated pairs (by cluster when given); ``None`` for 0 resamples."""
+    return draw_resamples(n, bootstrap, seed, clusters) if bootstrap > 0 else None
+
+
+# ------------------------------------------------------------------------------ metrics only
+
+
+@dataclass(frozen=True)
+class MetricCorrelations:
+    """Every key against one target (the ``metrics`` numbers without a study).
+
+    Attributes:
+        keys: Output keys, in the order of the arrays.
+        kendall, spearman: ``(k,)`` point estimates (NaN where undefined).
+        kendall_ci, spearman_ci: ``(k, 2)`` percentile intervals (NaN without resamples).
+        n: ``(k,)`` pairs used per key.
+        higher_is_better: Direction of each key.
+        n_pairs: Pairs with a target.
+        resamples: Resamples drawn (0: none).
+        cluster: ``"pair"`` or ``"case"``.
+        seed, level: As given.
+    """
+
+    keys: tuple[str, ...]
+    kendall: NDArray[np.float64]
+    kendall_ci: NDArray[np.float64]
+    spearman: NDArray[np.float64]
+    spearman_ci: NDArray[np.float64]
+    n: NDArray[np.int64]
+    higher_is_better: tuple[bool, ...]
+    n_pairs: int
+    resamples: int
+    cluster: str
+    seed: int
+    level: float
+
+
+def correlate_metrics(
+    scores: Mapping[str, ArrayLike],
+    errors: ArrayLike,
     *,
-    resamples: int,
-    seed: int,
-    clusters: NDArray[Any] | None,
-    level: float,
-) -> CorrelationBootstrap:
-    """Correlations on a subset of pairs, with its own resamples drawn from the same seed."""
-    sub_clusters = None if clusters is None else clusters[subset]
-    return bootstrap_correlations(
-        x[:, subset], y[subset], resamples=resamples if subset.size else 0, seed=seed,
-        clusters=sub_clusters, level=level,
+    higher_is_better: Mapping[str, bool],
+    bootstrap: int = 1000,
+    seed: int = 0,
+    cases: ArrayLike | None = None,
+    level: float = DEFAULT_LEVEL,
+    progress: Progress | None = None,
+) -> MetricCorrelations:
+    """Kendall tau-b and Spearman of each key against per-pair error counts.
+
+    The ``metrics`` section's computation on plain arrays: each key oriented so that higher
+    is better, errors negated, pairs with a NaN target left out, percentile intervals from
+    ``bootstrap`` resamples drawn with ``seed`` (by case when ``cases`` is given).
+
+    Args:
+        scores: ``key -> (n,)`` values.
+        errors: ``(n,)`` errors per pair (NaN: not rated).
+        higher_is_better: Direction of every key.
+        bootstrap: Resamples (0: intervals NaN).
+        seed: Seed of the resampling.
+        cases: ``(n,)`` case label per pair.
+        level: Interval coverage.
+        progress: ``progress(done, total, key)`` after each key.
+
+    Raises:
+        AnalysisInputError: fewer than 2 pairs with a target.
+        ValueError: values that are not numbers.
+    """
+    keys = list(scores)
+    target = np.asarray(errors, dtype=np.float64)
+    rated = np.flatnonzero(np.isfinite(target))
+    if rated.size < 2:
+        raise AnalysisInputError(
+            f"{rated.size} pair(s) have ratings; correlations need at least 2")
+    x = np.stack([orient(np.asarray(scores[k], dtype=np.float64), higher_is_better[k])
+                  for k in keys])[:, rated]
+    clusters = None if cases is None else np.asarray(cases, dtype=object)[rated]
+    draws = draws_for(rated.size, bootstrap, seed, clusters)
+    # One key at a time on the same resamples: identical values to one batched call at the
+    # same speed (each key's work is its own), and a progress step per key.
+    parts = []
+    for i, key in enumerate(keys):
+        (part,) = bootstrap_many(x[i : i + 1], -target[rated][None, :], resamples=0, seed=seed,
+                                 level=level, draws=draws)
+        parts.append(part)
+        if progress is not None:
+            progress(i + 1, len(keys), key)
+    return MetricCorrelations(
+        keys=tuple(keys),
+        kendall=np.concatenate([p.kendall for p in parts]),
+        kendall_ci=np.concatenate([p.kendall_ci for p in parts]),
+        spearman=np.concatenate([p.spearman for p in parts]),
+        spearman_ci=np.concatenate([p.spearman_ci for p in parts]),
+        n=np.concatenate([np.asarray(p.n, dtype=np.int64) for p in parts]),
+        higher_is_better=tuple(bool(higher_is_better[k]) for k in keys),
+        n_pairs=int(rated.size), resamples=draws.count if draws else 0,
+        cluster="case" if cases is not None else "pair", seed=seed, level=level,
     )
 
 
-def _refit_section(
-    ratings: StudyRatings,
-    columns: dict[str, MetricColumn],
-    target_mean: NDArray[np.float64],
-    *,
-    seed: int,
-) -> dict[str, Any]:
+# ------------------------------------------------------------------------------ the study
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What every section shares: the target, the rated pairs, the oriented metrics."""
+
+    keys: list[str]
+    target_mean: NDArray[np.float64]
+    rated: NDArray[np.int64]
+    x_all: NDArray[np.float64]
+    x: NDArray[np.float64]
+    cases: NDArray[Any]
+    clusters: NDArray[Any] | None
+    draws: Resamples | None
+    category_means: dict[str, NDArray[np.float64]]
+
+
+def _inputs(ratings: StudyRatings, scores: Mapping[str, MetricColumn],
+            options: CorrelationOptions) -> _Inputs:
+    target_mean = ratings.mean_errors(options.target)
+    rated = np.flatnonzero(np.isfinite(target_mean))
+    if rated.size < 2:
+        raise AnalysisInputError(
+            f"study '{ratings.study}' has {rated.size} rated pair(s); correlations need at"
+            " least 2 (a pair counts once a rater completed it)"
+        )
+    keys = list(scores)
+    x_all = np.stack([orient(scores[k].values, scores[k].higher_is_better) for k in keys])
+    cases = np.asarray(ratings.cases, dtype=object)
+    clusters = cases[rated] if options.cluster == "case" else None
+    return _Inputs(
+        keys=keys, target_mean=target_mean, rated=rated, x_all=x_all, x=x_all[:, rated],
+        cases=cases, clusters=clusters,
+        draws=draws_for(rated.size, options.bootstrap, options.seed, clusters),
+        category_means={str(c): ratings.mean_errors(options.target, c)
+                        for c in range(1, N_CATEGORIES + 1)},
+    )
+
+
+def _metric_entry(key: str, col: MetricColumn, main: CorrelationBootstrap, k: int,
+                  resampled: bool) -> MetricEntry:
+    return MetricEntry(
+        key=key, kendall_tau_b=_f(main.kendall[k]), kendall_ci95=_ci(main.kendall_ci[k]),
+        spearman=_f(main.spearman[k]), spearman_ci95=_ci(main.spearman_ci[k]),
+        higher_is_better=col.higher_is_better, signature=col.signature,
+        signature_hash=col.signature_hash, family=col.family, n=int(main.n[k]),
+        n_signatures=col.n_signatures,
+        n_degenerate_resamples=int(main.n_degenerate[k]) if resampled else 0,
+        # Values computed elsewhere and imported from a file (import-scores): where they
+        # came from; None for a metric this app computed.
+        imported=col.imported.as_json() if col.imported is not None else None,
+    )
+
+
+def _metrics_and_categories(
+    inp: _Inputs, scores: Mapping[str, MetricColumn], options: CorrelationOptions
+) -> tuple[dict[str, MetricEntry], dict[str, CategorySection], CorrelationBootstrap]:
+    """The total and the six categories share the resamples and the work on the metrics."""
+    rated = inp.rated
+    targets = np.stack([-inp.target_mean[rated]]
+                       + [-v[rated] for v in inp.category_means.values()])
+    main, *by_category = bootstrap_many(inp.x, targets, resamples=0, seed=options.seed,
+                                        level=options.level, draws=inp.draws)
+    metrics = {key: _metric_entry(key, scores[key], main, k, inp.draws is not None)
+               for k, key in enumerate(inp.keys)}
+    per_category = {
+        label: CategorySection(name=CATEGORIES[int(label)], mean_errors=_f(y_c[rated].mean()),
+                               metrics=_entries(inp.keys, res))
+        for (label, y_c), res in zip(inp.category_means.items(), by_category, strict=True)
+    }
+    return metrics, per_category, main
+
+
+def _subset_entries(inp: _Inputs, y: NDArray[np.float64], subset: NDArray[np.int64],
+                    options: CorrelationOptions) -> dict[str, CorrelationEntry]:
+    """Correlations on a subset of pairs, with its own resamples drawn from the same seed."""
+    clusters = inp.cases[subset] if options.cluster == "case" else None
+    res = bootstrap_correlations(
+        inp.x_all[:, subset], y[subset], resamples=options.bootstrap if subset.size else 0,
+        seed=options.seed, clusters=clusters, level=options.level,
+    )
+    return _entries(inp.keys, res)
+
+
+def _per_rater(inp: _Inputs, ratings: StudyRatings,
+               options: CorrelationOptions) -> dict[str, RaterSection]:
+    out: dict[str, RaterSection] = {}
+    rater_errors = ratings.rater_errors(options.target)
+    for r, name in enumerate(ratings.raters):
+        e_r = rater_errors[r]
+        subset = np.flatnonzero(np.isfinite(e_r))
+        others = np.delete(rater_errors, r, axis=0)
+        n_others = np.isfinite(others).sum(axis=0)
+        other_mean = np.where(n_others > 0, np.nansum(others, axis=0) / np.maximum(n_others, 1),
+                              np.nan)
+        shared = np.isfinite(e_r) & np.isfinite(other_mean)
+        out[name] = RaterSection(
+            n_pairs=int(subset.size),
+            mean_errors=_f(e_r[subset].mean()) if subset.size else None,
+            kendall_vs_other_raters=_f(kendall_tau_b(e_r[shared], other_mean[shared]))
+            if shared.sum() >= 2 else None,
+            n_shared_pairs=int(shared.sum()),
+            metrics=_subset_entries(inp, -e_r, subset, options),
+        )
+    return out
+
+
+def _per_source(inp: _Inputs, ratings: StudyRatings,
+                options: CorrelationOptions) -> dict[str, SourceSection]:
+    out: dict[str, SourceSection] = {}
+    sources = np.asarray(ratings.sources, dtype=object)
+    for src in sorted(set(ratings.sources)):
+        subset = inp.rated[sources[inp.rated] == src]
+        out[src] = SourceSection(
+            n_pairs=int(subset.size),
+            mean_errors=_f(inp.target_mean[subset].mean()) if subset.size else None,
+            metrics=_subset_entries(inp, -inp.target_mean, subset, options),
+        )
+    return out
+
+
+def _agreement(ratings: StudyRatings, target: str) -> dict[str, Any]:
+    return to_json_safe({
+        "target": target,
+        "raters": list(ratings.raters),
+        "total": agreement_summary(ratings.rater_errors(target)),
+        "per_category": {
+            str(c): agreement_summary(ratings.rater_errors(target, c))
+            for c in range(1, N_CATEGORIES + 1)
+        },
+    })
+
+
+def _failure_modes(inp: _Inputs, ratings: StudyRatings,
+                   options: CorrelationOptions) -> dict[str, Any]:
+    failure = failure_mode_tests({**inp.category_means, "total": inp.target_mean},
+                                 list(ratings.sources), fdr=options.fdr)
+    failure["target"] = options.target
+    return to_json_safe(failure)
+
+
+def _published(metrics: Mapping[str, MetricEntry]) -> PublishedSection:
+    return PublishedSection(
+        dataset="ReXVal, Kendall tau-b vs total errors",
+        note="values as published; their exact settings are not all published. 'key' is"
+             " our closest output key and 'ours' our value on this study (if scored).",
+        entries=tuple(
+            PublishedEntry(paper=paper, metric=name, key=key, kendall_tau_b=tau,
+                           ours=metrics[key].kendall_tau_b if key in metrics else None)
+            for paper, name, key, tau in PUBLISHED
+        ),
+    )
+
+
+def _unit_draws(inp: _Inputs, options: CorrelationOptions) -> Resamples | None:
+    """The ceiling's and paired tests' resamples: the main ones when the unit draws alike."""
+    unit = options.resolved_unit
+    if inp.draws is None or (unit == "case") == (options.cluster == "case"):
+        return inp.draws
+    return draw_resamples(inp.rated.size, options.bootstrap, options.seed,
+                          inp.cases[inp.rated] if unit == "case" else None)
+
+
+def _ceiling(inp: _Inputs, ratings: StudyRatings, options: CorrelationOptions,
+             unit_draws: Resamples | None) -> dict[str, Any] | None:
+    target, rated = options.target, inp.rated
+    ceiling = human_ceiling(
+        ratings.rater_errors(target)[:, rated], ratings.raters,
+        category_errors={str(c): ratings.rater_errors(target, c)[:, rated]
+                         for c in range(1, N_CATEGORIES + 1)},
+        draws=unit_draws, unit=options.resolved_unit, seed=options.seed, level=options.level,
+    )
+    return to_json_safe(ceiling.as_json()) if ceiling is not None else None
+
+
+def _paired_tests(inp: _Inputs, ratings: StudyRatings, options: CorrelationOptions,
+                  main: CorrelationBootstrap, unit_draws: Resamples | None) -> dict[str, Any]:
+    """Every two metrics compared on the same resamples (``pairwise.paired_tests_section``)."""
+    unit, y = options.resolved_unit, -inp.target_mean[inp.rated]
+    replicates: NDArray[np.float64] | None = None
+    if unit_draws is not None:
+        if unit == "rater_pair":
+            y_b = resampled_rater_means(ratings.rater_errors(options.target)[:, inp.rated],
+                                        unit_draws.count,
+                                        np.random.default_rng((options.seed, 1)))
+            replicates, _ = rank_correlations_varying_target(
+                inp.x, -y_b, unit_draws.weights, spearman=False)
+        elif unit_draws is inp.draws:
+            replicates = main.kendall_replicates
+        else:
+            replicates, _ = rank_correlations_batch(inp.x, y, unit_draws.weights,
+                                                    spearman=False)
+    return to_json_safe(paired_tests_section(inp.keys, main.kendall, replicates, inp.x, y,
+                                         unit=unit, correction=options.correction,
+                                         level=options.level))
+
+
+def _systems(inp: _Inputs, ratings: StudyRatings, scores: Mapping[str, MetricColumn],
+             options: CorrelationOptions) -> dict[str, Any]:
+    rated, keys = inp.rated, inp.keys
+    corpus_keys = [
+        k for k in keys
+        if k in registry.KEY_TO_FAMILY and registry.corpus_dependent(registry.KEY_TO_FAMILY[k])
+    ]
+    try:
+        return to_json_safe(systems_json(
+            np.stack([scores[k].values[rated] for k in keys], axis=1), keys,
+            [scores[k].higher_is_better for k in keys], inp.target_mean[rated],
+            list(np.asarray(ratings.sources, dtype=object)[rated]), list(inp.cases[rated]),
+            resamples=options.bootstrap, permutations=options.permutations,
+            seed=options.seed, level=options.level, corpus_dependent=corpus_keys,
+        ))
+    except ValueError as exc:
+        raise AnalysisInputError(f"systems section of study '{ratings.study}': {exc}") from exc
+
+
+def _refit_section(ratings: StudyRatings, columns: Mapping[str, MetricColumn],
+                   target_mean: NDArray[np.float64], *, seed: int) -> dict[str, Any]:
     missing = [k for k in RADCLIQ_INPUTS if k not in columns]
     if missing:
         return {"available": False, "reason": f"not scored on this study: {', '.join(missing)}",
@@ -208,272 +524,77 @@ def _refit_section(
     )
     out: dict[str, Any] = {"available": True, **result.as_dict()}
     out["signatures"] = {k: columns[k].signature for k in RADCLIQ_INPUTS}
-    return out
+    return to_json_safe(out)
 
 
-def correlate_study(
-    db: Database,
+def correlate(
+    ratings: StudyRatings,
+    scores: Mapping[str, MetricColumn],
+    options: CorrelationOptions | None = None,
     *,
-    study_name: str,
-    metrics: Sequence[str] | None = None,
-    significant_only: bool = False,
-    bootstrap: int = 1000,
-    seed: int = 0,
-    cluster: str = "pair",
-    level: float = DEFAULT_LEVEL,
-    fdr: float = DEFAULT_FDR,
-    unit: str | None = None,
-    correction: str = "holm",
-    permutations: int = DEFAULT_PERMUTATIONS,
-    progress: Callable[[int, int, str], None] | None = None,
-    counts: str = "raw",
-) -> dict[str, Any]:
+    refit_inputs: Mapping[str, MetricColumn] | None = None,
+    progress: Progress | None = None,
+) -> CorrelationReport:
     """Correlate every metric of a study with its radiologists; see the module docstring.
 
+    Arrays in (a study's counted ratings and its metric columns, as
+    :mod:`backend.services.study_data` loads them), a typed report out; nothing is read or
+    written.
+
     Args:
-        db: The database.
-        study_name: Study name.
-        metrics: Output keys or family names; ``None`` takes every key scored on the study.
-        significant_only: Target the clinically significant errors instead of all errors.
-        bootstrap: Resamples for the percentile intervals (0: no intervals).
-        seed: Seed of the resampling and of the refit's folds.
-        cluster: ``"pair"`` resamples pairs; ``"case"`` resamples cases with all their pairs.
-        level: Interval coverage.
-        fdr: False discovery rate of the failure-mode tests.
-        unit: Resampling unit of the ceiling and pairwise sections (``"pair"``, ``"case"``
-            or ``"rater_pair"``); ``None`` takes ``cluster``.
-        correction: Multiple-comparison correction over the pairwise matrix (``"holm"`` or
-            ``"bh"``).
-        permutations: Permutations of the systems section's randomization tests.
-        progress: Called as ``progress(done, total, section)`` as each section of the report
-            is finished (the bootstrap of a large study takes a while).
-        counts: ``"raw"`` (raters' mean) or ``"adjudicated"`` (consensus counts replace the
-            raters' mean of adjudicated pairs; per-rater, agreement and ceiling sections stay
-            on the raters' own counts). See :func:`backend.analysis.data.load_ratings`.
+        ratings: Pairs and counted ratings.
+        scores: ``key -> `` column of each metric to correlate (at least one), in output
+            order.
+        options: The settings (default :class:`CorrelationOptions`).
+        refit_inputs: Columns of the RadCliQ refit's inputs (default: those in ``scores``).
+        progress: Called as ``progress(done, total, section)`` as each section of
+            :data:`SECTIONS` is finished.
 
     Raises:
-        AnalysisInputError: unknown study, no scores, fewer than 2 rated pairs, bad option.
+        AnalysisInputError: a bad option, no metric, fewer than 2 rated pairs.
     """
-    sections = ("data", "metrics and categories", "raters", "sources", "agreement",
-                "ceiling", "pairwise", "systems", "refit")
+    options = options or CorrelationOptions()
+    options.validate()
+    if not scores:
+        raise AnalysisInputError(f"study '{ratings.study}' has no metric scores")
 
     def step(name: str) -> None:
         if progress is not None:
-            progress(sections.index(name) + 1, len(sections), name)
+            progress(SECTIONS.index(name) + 1, len(SECTIONS), name)
 
-    if cluster not in CLUSTERS:
-        raise AnalysisInputError(f"cluster must be one of {CLUSTERS}, got '{cluster}'")
-    unit = cluster if unit is None else unit
-    if unit not in UNITS:
-        raise AnalysisInputError(f"unit must be one of {UNITS}, got '{unit}'")
-    if correction not in CORRECTIONS:
-        raise AnalysisInputError(f"correction must be one of {CORRECTIONS}, got '{correction}'")
-    if permutations < 1:
-        raise AnalysisInputError(f"permutations must be >= 1, got {permutations}")
-    if bootstrap < 0:
-        raise AnalysisInputError(f"bootstrap must be >= 0, got {bootstrap}")
-    target = "significant" if significant_only else "total"
-    ratings = load_ratings(db, study_name, counts=counts)
-    keys = expand_metric_names(metrics) if metrics else None
-    if keys is not None and not keys:
-        raise AnalysisInputError("no metric named")
-    columns = load_metric_columns(db, ratings, keys)
-    if not columns:
-        raise AnalysisInputError(
-            f"study '{study_name}' has no metric scores (python -m backend score --study"
-            f" {study_name} --metrics ...)"
-        )
-    extra = [k for k in RADCLIQ_INPUTS if k not in columns]
-    refit_columns = {**columns, **load_metric_columns(db, ratings, extra, required=False)}
-
-    target_mean = ratings.mean_errors(target)
-    rated = np.flatnonzero(np.isfinite(target_mean))
-    if rated.size < 2:
-        raise AnalysisInputError(
-            f"study '{study_name}' has {rated.size} rated pair(s); correlations need at least 2"
-            " (a pair counts once a rater completed it)"
-        )
+    inp = _inputs(ratings, scores, options)
     step("data")
-    metric_keys = list(columns)
-    x_all = np.stack([orient(columns[k].values, columns[k].higher_is_better)
-                      for k in metric_keys])
-    x = x_all[:, rated]
-    cases = np.asarray(ratings.cases, dtype=object)
-    clusters = cases[rated] if cluster == "case" else None
-    draws: Resamples | None = (
-        draw_resamples(rated.size, bootstrap, seed, clusters) if bootstrap > 0 else None
-    )
-
-    # The total and the six categories share the resamples and the work on the metrics.
-    category_means = {
-        str(c): ratings.mean_errors(target, c) for c in range(1, N_CATEGORIES + 1)
-    }
-    targets = np.stack([-target_mean[rated]] + [-v[rated] for v in category_means.values()])
-    main, *by_category = bootstrap_many(x, targets, resamples=0, seed=seed, level=level,
-                                        draws=draws)
-    metric_section: dict[str, Any] = {}
-    for k, key in enumerate(metric_keys):
-        col = columns[key]
-        metric_section[key] = {
-            "kendall_tau_b": _f(main.kendall[k]),
-            "kendall_ci95": _ci(main.kendall_ci[k]),
-            "spearman": _f(main.spearman[k]),
-            "spearman_ci95": _ci(main.spearman_ci[k]),
-            "higher_is_better": col.higher_is_better,
-            "signature": col.signature,
-            "signature_hash": col.signature_hash,
-            "family": col.family,
-            "n": int(main.n[k]),
-            "n_signatures": col.n_signatures,
-            "n_degenerate_resamples": int(main.n_degenerate[k]) if draws else 0,
-            # Values computed elsewhere and imported from a file (import-scores): where
-            # they came from; null for a metric this app computed.
-            "imported": col.imported.as_json() if col.imported is not None else None,
-        }
-
-    per_category: dict[str, Any] = {}
-    for (label, y_c), res in zip(category_means.items(), by_category, strict=True):
-        per_category[label] = {
-            "name": CATEGORIES[int(label)],
-            "mean_errors": _f(y_c[rated].mean()),
-            "metrics": _correlation_entries(metric_keys, res),
-        }
-
+    metrics, per_category, main = _metrics_and_categories(inp, scores, options)
     step("metrics and categories")
-    per_rater: dict[str, Any] = {}
-    rater_errors = ratings.rater_errors(target)
-    for r, name in enumerate(ratings.raters):
-        e_r = rater_errors[r]
-        subset = np.flatnonzero(np.isfinite(e_r))
-        others = np.delete(rater_errors, r, axis=0)
-        n_others = np.isfinite(others).sum(axis=0)
-        other_mean = np.where(n_others > 0, np.nansum(others, axis=0) / np.maximum(n_others, 1),
-                              np.nan)
-        shared = np.isfinite(e_r) & np.isfinite(other_mean)
-        res = _bootstrap_subset(x_all, -e_r, subset, resamples=bootstrap, seed=seed,
-                                clusters=cases if cluster == "case" else None, level=level)
-        per_rater[name] = {
-            "n_pairs": int(subset.size),
-            "mean_errors": _f(e_r[subset].mean()) if subset.size else None,
-            "kendall_vs_other_raters": _f(kendall_tau_b(e_r[shared], other_mean[shared]))
-            if shared.sum() >= 2 else None,
-            "n_shared_pairs": int(shared.sum()),
-            "metrics": _correlation_entries(metric_keys, res),
-        }
-
+    per_rater = _per_rater(inp, ratings, options)
     step("raters")
-    per_source: dict[str, Any] = {}
-    sources = np.asarray(ratings.sources, dtype=object)
-    for src in sorted(set(ratings.sources)):
-        subset = rated[sources[rated] == src]
-        res = _bootstrap_subset(x_all, -target_mean, subset, resamples=bootstrap, seed=seed,
-                                clusters=cases if cluster == "case" else None, level=level)
-        per_source[src] = {
-            "n_pairs": int(subset.size),
-            "mean_errors": _f(target_mean[subset].mean()) if subset.size else None,
-            "metrics": _correlation_entries(metric_keys, res),
-        }
-
+    per_source = _per_source(inp, ratings, options)
     step("sources")
-    agreement = {
-        "target": target,
-        "raters": list(ratings.raters),
-        "total": agreement_summary(rater_errors),
-        "per_category": {
-            str(c): agreement_summary(ratings.rater_errors(target, c))
-            for c in range(1, N_CATEGORIES + 1)
-        },
-    }
-    failure = failure_mode_tests({**category_means, "total": target_mean},
-                                 list(ratings.sources), fdr=fdr)
-    failure["target"] = target
-
-    published = {
-        "dataset": "ReXVal, Kendall tau-b vs total errors",
-        "note": "values as published; their exact settings are not all published. 'key' is"
-                " our closest output key and 'ours' our value on this study (if scored).",
-        "entries": [
-            {"paper": paper, "metric": name, "key": key, "kendall_tau_b": tau,
-             "ours": metric_section.get(key, {}).get("kendall_tau_b") if key else None}
-            for paper, name, key, tau in PUBLISHED
-        ],
-    }
-
+    agreement = _agreement(ratings, options.target)
+    failure = _failure_modes(inp, ratings, options)
+    published = _published(metrics)
     step("agreement")
-    # Ceiling and pairwise: the main resamples when the unit draws the same way.
-    unit_draws = draws
-    if draws is not None and (unit == "case") != (cluster == "case"):
-        unit_draws = draw_resamples(rated.size, bootstrap, seed,
-                                    cases[rated] if unit == "case" else None)
-    rated_rater_errors = rater_errors[:, rated]
-    ceiling = human_ceiling(
-        rated_rater_errors, ratings.raters,
-        category_errors={str(c): ratings.rater_errors(target, c)[:, rated]
-                         for c in range(1, N_CATEGORIES + 1)},
-        draws=unit_draws, unit=unit, seed=seed, level=level,
-    )
-    ceiling_tau = ceiling.kendall if ceiling is not None else None
-    for entry in metric_section.values():
-        entry["pct_of_ceiling"] = pct_of_ceiling(entry["kendall_tau_b"], ceiling_tau)
-
+    unit_draws = _unit_draws(inp, options)
+    ceiling = _ceiling(inp, ratings, options, unit_draws)
+    ceiling_tau = None if ceiling is None else ceiling.get("kendall_tau_b")
+    metrics = {k: replace(m, pct_of_ceiling=_f(pct_of_ceiling(m.kendall_tau_b, ceiling_tau)))
+               for k, m in metrics.items()}
     step("ceiling")
-    replicates: NDArray[np.float64] | None = None
-    if unit_draws is not None:
-        if unit == "rater_pair":
-            y_b = resampled_rater_means(rated_rater_errors, unit_draws.count,
-                                        np.random.default_rng((seed, 1)))
-            replicates, _ = rank_correlations_varying_target(
-                x, -y_b, unit_draws.weights, spearman=False)
-        elif unit_draws is draws:
-            replicates = main.kendall_replicates
-        else:
-            replicates, _ = rank_correlations_batch(x, -target_mean[rated], unit_draws.weights,
-                                                    spearman=False)
-    pairwise = pairwise_section(metric_keys, main.kendall, replicates, x, -target_mean[rated],
-                                unit=unit, correction=correction, level=level)
-
-    step("pairwise")
-    corpus_keys = [
-        k for k in metric_keys
-        if k in registry.KEY_TO_FAMILY and registry.corpus_dependent(registry.KEY_TO_FAMILY[k])
-    ]
-    try:
-        systems = systems_json(
-            np.stack([columns[k].values[rated] for k in metric_keys], axis=1), metric_keys,
-            [columns[k].higher_is_better for k in metric_keys], target_mean[rated],
-            list(np.asarray(ratings.sources, dtype=object)[rated]), list(cases[rated]),
-            resamples=bootstrap, permutations=permutations, seed=seed, level=level,
-            corpus_dependent=corpus_keys,
-        )
-    except ValueError as exc:
-        raise AnalysisInputError(f"systems section of study '{study_name}': {exc}") from exc
+    paired = _paired_tests(inp, ratings, options, main, unit_draws)
+    step("paired tests")
+    systems = _systems(inp, ratings, scores, options)
     step("systems")
-
-    report = {
-        "study": ratings.study,
-        "target": target,
-        "n_pairs": int(rated.size),
-        "n_pairs_in_study": ratings.n_pairs,
-        "n_raters": len(ratings.raters),
-        "counts": ratings.counts_mode,
-        "n_adjudicated": ratings.n_adjudicated,
-        "seed": seed,
-        "resamples": draws.count if draws is not None else 0,
-        "cluster": cluster,
-        "level": level,
-        "metrics": metric_section,
-        "per_category": per_category,
-        "per_rater": per_rater,
-        "per_source": per_source,
-        "agreement": agreement,
-        "failure_modes": failure,
-        "radcliq_refit": _refit_section(ratings, refit_columns, target_mean, seed=seed),
-        "published": published,
-        "unit": unit,
-        "correction": correction,
-        "ceiling": ceiling.as_json() if ceiling is not None else None,
-        "pairwise": pairwise,
-        "systems": systems,
-    }
+    refit_section = _refit_section(ratings, refit_inputs if refit_inputs is not None else scores,
+                                   inp.target_mean, seed=options.seed)
+    report = CorrelationReport(
+        study=ratings.study, target=options.target, n_pairs=int(inp.rated.size),
+        n_pairs_in_study=ratings.n_pairs, n_raters=len(ratings.raters),
+        counts=ratings.counts_mode, n_adjudicated=ratings.n_adjudicated, seed=options.seed,
+        resamples=inp.draws.count if inp.draws is not None else 0, cluster=options.cluster,
+        level=options.level, metrics=metrics, per_category=per_category, per_rater=per_rater,
+        per_source=per_source, agreement=agreement, failure_modes=failure,
+        radcliq_refit=refit_section, published=published, unit=options.resolved_unit,
+        correction=options.correction, ceiling=ceiling, paired_tests=paired, systems=systems,
+    )
     step("refit")
-    return to_json_safe(report)
+    return report

@@ -1,10 +1,16 @@
 """``python -m backend``: the stable command line (see DESIGN.md).
 
-The command line is the layer above the services: each group of commands is one module of
+The command line is the layer above the services: each family of commands is one module of
 this package (``metrics``, ``scoring``, ``data``, ``accounts``, ``studies``, ``analysis``,
-``jobs``) exposing ``register(subparsers)``, which adds its parsers and sets ``func``. No
+``jobs``...) exposing ``register(commands)``, which adds its parsers and sets ``func``. No
 package below holds command code. Command modules import nothing heavy at import time.
 Errors a user can fix are printed as one line ``error: ...`` with exit status 2.
+
+The everyday commands are top-level (``score``, ``metrics``, ``import-pairs``,
+``import-rexval``, ``import-radpref``, ``correlate``, ``export``, ``report``, ``worker``,
+``benchmark``); the rest sit in groups (``study``, ``user``, ``db``, ``model``, ``jobs``,
+``pairwise``; :class:`backend.cli.common.Commands`). The flat names they had before the
+grouping (``create-user``, ``archive-study``...) still work as hidden aliases.
 """
 
 from __future__ import annotations
@@ -15,12 +21,15 @@ import logging
 import os
 import sys
 
-from radconcord.backend.cli.common import UserError
+from radconcord.backend.cli.common import Commands, UserError
 
-__all__ = ["COMMAND_MODULES", "CommandModuleError", "UserError", "build_parser", "main"]
+__all__ = [
+    "COMMAND_MODULES", "CommandModuleError", "UserError", "build_parser", "main", "old_names",
+]
 
-# Every module that contributes subcommands; each has register(subparsers). All of them must
-# import: a family that fails is an error, never a command that silently disappears.
+# Every module that contributes subcommands; each has register(commands), commands being a
+# backend.cli.common.Commands. All of them must import: a family that fails is an error,
+# never a command that silently disappears.
 COMMAND_MODULES = (
     "radconcord.backend.cli.metrics",
     "radconcord.backend.cli.scoring",
@@ -58,9 +67,18 @@ def build_parser(prog: str = "python -m backend", epilog: str | None = None
         CommandModuleError: A listed module cannot be imported or has no ``register``; the
             message names the module and the underlying error.
     """
+    return _build(prog, epilog)[0]
+
+
+def old_names(prog: str = "python -m backend") -> dict[str, tuple[str, str]]:
+    """Each flat command name kept as a hidden alias: its (group, subcommand)."""
+    return _build(prog, None)[1].aliases
+
+
+def _build(prog: str, epilog: str | None) -> tuple[argparse.ArgumentParser, Commands]:
     parser = argparse.ArgumentParser(prog=prog, description="RadConcord", epilog=epilog)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    sub = parser.add_subparsers(dest="command", required=True)
+    commands = Commands(parser.add_subparsers(dest="command", required=True))
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
@@ -70,9 +88,10 @@ def build_parser(prog: str = "python -m backend", epilog: str | None = None
             ) from exc
         register = getattr(module, "register", None)
         if not callable(register):
-            raise CommandModuleError(f"command module {name} has no register(subparsers)")
-        register(sub)
-    return parser
+            raise CommandModuleError(f"command module {name} has no register(commands)")
+        register(commands)
+    commands.finish()
+    return parser, commands
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m backend",

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from radconcord.backend.cli.common import database, service_errors
+from radconcord.backend.cli.common import Commands, database, service_errors
 
 T = TypeVar("T")
 
@@ -95,10 +95,11 @@ def _list_users(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this module's subcommands to ``python -m backend``."""
-    p = subparsers.add_parser(
-        "create-user",
+def register(commands: Commands) -> None:
+    """Add ``user create|reset-password|deactivate|reactivate|list`` (old names kept)."""
+    users = commands.group("user")
+    p = users.add_parser(
+        "create",
         help="create an admin or rater account (with a one-time password unless "
              "--password-stdin)",
     )
@@ -112,20 +113,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_create_user)
 
-    p = subparsers.add_parser(
+    p = users.add_parser(
         "reset-password",
         help="give an account a new one-time password (printed once) and log it out",
     )
     p.add_argument("username", metavar="USER")
     p.set_defaults(func=_reset_password)
 
-    p = subparsers.add_parser("deactivate", help="disable an account and log it out everywhere")
+    p = users.add_parser("deactivate", help="disable an account and log it out everywhere")
     p.add_argument("username", metavar="USER")
     p.set_defaults(func=_set_active(False))
 
-    p = subparsers.add_parser("reactivate", help="enable a deactivated account again")
+    p = users.add_parser("reactivate", help="enable a deactivated account again")
     p.add_argument("username", metavar="USER")
     p.set_defaults(func=_set_active(True))
 
-    p = subparsers.add_parser("list-users", help="list the accounts and their state")
+    p = users.add_parser("list", help="list the accounts and their state")
     p.set_defaults(func=_list_users)
+
+    for old, new in (("create-user", "create"), ("reset-password", "reset-password"),
+                     ("deactivate", "deactivate"), ("reactivate", "reactivate"),
+                     ("list-users", "list")):
+        commands.alias(old, "user", new)

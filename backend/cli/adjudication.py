@@ -6,9 +6,8 @@ Imports nothing heavy at import time (the database loads when the command runs).
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from radconcord.backend.cli.common import database, service_errors
+from radconcord.backend.cli.common import Commands, database, service_errors
 
 
 def _adjudicators(args: argparse.Namespace) -> int:
@@ -29,13 +28,13 @@ def _adjudicators(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
-    """Add the ``adjudicators`` subcommand.
+def register(commands: Commands) -> None:
+    """Add ``study adjudicators`` (old name ``adjudicators`` kept).
 
     Args:
-        subparsers: The object returned by ``ArgumentParser.add_subparsers``.
+        commands: The command line's commands and groups.
     """
-    p = subparsers.add_parser(
+    p = commands.group("study").add_parser(
         "adjudicators",
         help="list, add or remove a study's adjudicators",
         description="An adjudicator sees the raters' counts of the study's disputed pairs"
@@ -47,3 +46,4 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     action.add_argument("--remove", metavar="USER", help="USER is no longer an adjudicator")
     action.add_argument("--list", action="store_true", help="list them (the default)")
     p.set_defaults(func=_adjudicators)
+    commands.alias("adjudicators", "study", "adjudicators")

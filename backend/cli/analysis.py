@@ -82,7 +82,7 @@ def run_correlate(args: argparse.Namespace) -> int:
         args: Parsed arguments.
     """
     from radconcord.backend.analysis.data import AnalysisInputError
-    from radconcord.backend.analysis.report import correlate_study
+    from radconcord.backend.services.analysis import correlate_study
 
     if args.bootstrap < 0:
         raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
@@ -145,8 +145,8 @@ def run_correlate(args: argparse.Namespace) -> int:
 def _preference_block(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Database
                       keys: list[str] | None) -> dict[str, Any] | None:
     """The pairwise block of a study with judged comparisons, else None."""
+    from radconcord.backend.errors import InvalidInput, NotFound
     from radconcord.backend.services import pairwise
-    from radconcord.backend.services.errors import InvalidInput, NotFound
     from radconcord.backend.types import Actor
 
     admin = Actor.system()
@@ -176,7 +176,7 @@ def add_preference(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Databa
     Args:
         db: The database.
         args: The parsed ``correlate`` arguments.
-        result: The result of :func:`backend.analysis.report.correlate_study` (changed).
+        result: The result of :func:`backend.services.analysis.correlate_study` (changed).
     """
     if "preference" not in result:
         keys = sorted(result.get("metrics", {})) or None

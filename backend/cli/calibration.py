@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from radconcord.backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import Commands, UserError, database, service_errors
 
 
 def _pair_numbers(text: str | None) -> list[int] | None:
@@ -88,9 +88,10 @@ def _qualification(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this module's subcommands to ``python -m backend``."""
-    p = subparsers.add_parser(
+def register(commands: Commands) -> None:
+    """Add ``study training-items|qualification`` (old flat names kept)."""
+    study = commands.group("study")
+    p = study.add_parser(
         "training-items",
         help="mark a study's pairs as training (calibration) items, unmark or list them",
     )
@@ -108,7 +109,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list the training items")
     p.set_defaults(func=_training_items)
 
-    p = subparsers.add_parser("qualification",
-                              help="each rater's training items done and passed")
+    p = study.add_parser("qualification",
+                         help="each rater's training items done and passed")
     p.add_argument("--study", required=True, help="study name")
     p.set_defaults(func=_qualification)
+
+    commands.alias("training-items", "study", "training-items")
+    commands.alias("qualification", "study", "qualification")

@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-from radconcord.backend.cli.common import UserError, database, service_errors, user_errors
+from radconcord.backend.cli.common import Commands, UserError, database, service_errors, user_errors
 from radconcord.backend.util import file_sha256
 
 
@@ -125,14 +124,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
-    """Add ``import-pairs``, ``import-rexval``, ``import-demo``, ``import-scores``,
-    ``build-study``.
+def register(commands: Commands) -> None:
+    """Add ``import-pairs``, ``import-rexval``, ``study import-scores``, ``db import-demo``
+    and ``study build`` (old flat names kept).
 
     Args:
-        subparsers: The object returned by ``ArgumentParser.add_subparsers``.
+        commands: The command line's commands and groups.
     """
-    p = subparsers.add_parser("import-pairs", help="import a CSV/JSONL file of cases")
+    p = commands.add_parser("import-pairs", help="import a CSV/JSONL file of cases")
     p.add_argument("--input", required=True, help="CSV or JSONL file of cases")
     p.add_argument("--study", required=True, help="name of the new study")
     p.add_argument(
@@ -153,14 +152,14 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     p.add_argument("--seed", type=int, default=0, help="assignment seed recorded on the study")
     p.set_defaults(func=cmd_import_pairs)
 
-    p = subparsers.add_parser("import-rexval", help="import ReXVal's two CSV files")
+    p = commands.add_parser("import-rexval", help="import ReXVal's two CSV files")
     p.add_argument("--gt", required=True, help="50_samples_gt_and_candidates.csv")
     p.add_argument("--ratings", required=True,
                    help="6_valid_raters_per_rater_error_categories.csv")
     p.add_argument("--study", required=True, help="name of the new study")
     p.set_defaults(func=cmd_import_rexval)
 
-    p = subparsers.add_parser(
+    p = commands.group("study").add_parser(
         "import-scores", help="import a metric's per-pair values computed elsewhere",
         description="Import per-pair values of a metric computed elsewhere (an API, another "
                     "cluster, a notebook) into a study: they then show in every view of the "
@@ -186,12 +185,12 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
                    "value; the count is printed)")
     p.set_defaults(func=cmd_import_scores)
 
-    p = subparsers.add_parser("import-demo", help="import the bundled demo study")
+    p = commands.group("db").add_parser("import-demo", help="import the bundled demo study")
     p.add_argument("--study", default="Demo study", help="name of the new study")
     p.set_defaults(func=cmd_import_demo)
 
-    p = subparsers.add_parser(
-        "build-study",
+    p = commands.group("study").add_parser(
+        "build",
         help="create a ReXVal-style study from metric-oracle candidates of a report corpus",
         description="For each test report, pick the corpus report(s) each metric scores best "
                     "(TF-IDF candidate stage, exact re-ranking), deduplicate and create a "
@@ -218,6 +217,10 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
                    help="also write rexval/, jsonl/, hf/ and manifest.json into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_build_study)
+
+    commands.alias("import-scores", "study", "import-scores")
+    commands.alias("import-demo", "db", "import-demo")
+    commands.alias("build-study", "study", "build")
 
 
 def _positive(text: str) -> int:

@@ -15,15 +15,20 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from radconcord.backend.cli.common import UserError, database, service_errors
+
+if TYPE_CHECKING:
+    from radconcord.backend.cli.common import Commands
+    from radconcord.backend.runner.worker import Worker
+    from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``worker`` command and the ``jobs`` command group."""
+def register(subparsers: Commands | argparse._SubParsersAction) -> None:
+    """Add the ``worker`` command and the ``jobs`` command group (both top-level)."""
     from radconcord.backend.jobs import DEFAULT_STALE_AFTER, kind_names
 
     w = subparsers.add_parser(
@@ -97,15 +102,15 @@ def _check_cuda(device: str) -> None:
         )
 
 
-def build_worker(args: argparse.Namespace, db: Any) -> Any:
-    """The :class:`~backend.jobs.worker.Worker` that ``args`` describe.
+def build_worker(args: argparse.Namespace, db: Database) -> Worker:
+    """The :class:`~backend.runner.worker.Worker` that ``args`` describe.
 
     Raises:
         UserError: a bad device, kind or timing.
     """
     from radconcord.backend.errors import InvalidInput
     from radconcord.backend.jobs.registry import KINDS
-    from radconcord.backend.jobs.worker import Worker, normalise_device
+    from radconcord.backend.runner.worker import Worker, normalise_device
 
     if args.poll <= 0 or args.stale_after <= 0:
         raise UserError("--poll and --stale-after must be positive")
@@ -170,7 +175,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return 0
 
 
-def _study_id(db: Any, name: str) -> int:
+def _study_id(db: Database, name: str) -> int:
     from radconcord.backend.scoring.jobs import study_id_by_name
 
     with db.read() as s:

@@ -10,19 +10,18 @@ transformers are imported only when the command runs.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from radconcord.backend.cli.common import UserError
+from radconcord.backend.cli.common import Commands, UserError
 
 
-def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
-    """Add the ``llm-serve`` subcommand.
+def register(commands: Commands) -> None:
+    """Add ``model serve-llm`` (old name ``llm-serve`` kept).
 
     Args:
-        subparsers: The object returned by ``ArgumentParser.add_subparsers``.
+        commands: The command line's commands and groups.
     """
-    p = subparsers.add_parser(
-        "llm-serve",
+    p = commands.group("model").add_parser(
+        "serve-llm",
         help="serve a causal LM as an OpenAI-compatible chat endpoint (for the LLM metrics)",
         description="Load one causal LM (hub id with --revision, model folder or .gguf file) "
         "and serve GET /v1/models and POST /v1/chat/completions (greedy, non-streaming; "
@@ -41,6 +40,7 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     p.add_argument("--batch-wait-ms", type=float, default=10.0,
                    help="how long a request waits for others to batch with")
     p.set_defaults(func=cmd_llm_serve)
+    commands.alias("llm-serve", "model", "serve-llm")
 
 
 def cmd_llm_serve(args: argparse.Namespace) -> int:

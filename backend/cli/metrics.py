@@ -12,19 +12,19 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
-from radconcord.backend.cli.common import UserError, database, service_errors, user_errors
+from radconcord.backend.cli.common import Commands, UserError, database, service_errors, user_errors
 from radconcord.backend.cli.progress import progress_bar
 
 
-def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
-    """Add the ``metrics``, ``uncertainty`` and ``train-er2score`` subcommands.
+def register(commands: Commands) -> None:
+    """Add ``metrics``, ``model uncertainty`` and ``model train-er2score`` (old flat names
+    kept).
 
     Args:
-        subparsers: The object returned by ``ArgumentParser.add_subparsers``.
+        commands: The command line's commands and groups.
     """
-    p = subparsers.add_parser(
+    p = commands.add_parser(
         "metrics",
         help="list every metric family and output key, available here or why not",
         description="List every registered metric family with its output keys, their "
@@ -33,7 +33,8 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_metrics)
 
-    u = subparsers.add_parser(
+    model = commands.group("model")
+    u = model.add_parser(
         "uncertainty",
         help="SMAS variance over several sampled candidates of each case",
         description="Group the candidates of a PAIRS file by case_id (each group: several "
@@ -47,7 +48,7 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     u.set_defaults(func=cmd_uncertainty)
 
 
-    p = subparsers.add_parser(
+    p = model.add_parser(
         "train-er2score",
         help="train an ER2Score LoRA adapter + reward head on a study's radiologist ratings",
         description="Build (accepted, rejected) candidate pairs per reference from the study's"
@@ -71,6 +72,9 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     p.add_argument("--max-steps", type=int, default=None, help="cap on optimiser steps")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
     p.set_defaults(func=cmd_train_er2score)
+
+    commands.alias("uncertainty", "model", "uncertainty")
+    commands.alias("train-er2score", "model", "train-er2score")
 
 
 def _direction(value: bool | None) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from radconcord.backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import Commands, UserError, database, service_errors
 
 MONITORING_CSV = "monitoring.csv"
 INTRA_CSV = "intra_rater.csv"
@@ -178,9 +178,9 @@ DEFAULT_STRAIGHT_RUN = 8
 DEFAULT_OUTLIER_Z = 3.0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this module's subcommands to ``python -m backend``."""
-    p = subparsers.add_parser(
+def register(commands: Commands) -> None:
+    """Add ``study qc`` (old name ``qc`` kept)."""
+    p = commands.group("study").add_parser(
         "qc", help="rater monitoring and intra-rater agreement of a study (quality control)")
     p.add_argument("--study", required=True, help="study name")
     p.add_argument("--out", metavar="DIR",
@@ -192,3 +192,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    metavar="Z", help=f"flag |robust z| > Z across raters "
                                      f"(default {DEFAULT_OUTLIER_Z:g})")
     p.set_defaults(func=_qc)
+    commands.alias("qc", "study", "qc")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from radconcord.backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import Commands, UserError, database, service_errors
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -58,9 +58,10 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this module's subcommands to ``python -m backend``."""
-    p = subparsers.add_parser(
+def register(commands: Commands) -> None:
+    """Add ``import-radpref`` and ``study export-radpref`` (old name ``export-radpref``
+    kept)."""
+    p = commands.add_parser(
         "import-radpref",
         help="create a pairwise + 1-5 study from RadPref files (preference_data.json and "
              "radiologist_annotations/user_N.json)")
@@ -77,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "files have some: by default they are kept with a warning)")
     p.set_defaults(func=_import)
 
-    p = subparsers.add_parser(
+    p = commands.group("study").add_parser(
         "export-radpref",
         help="write a pairwise study as RadPref files (preference_data.json and "
              "radiologist_annotations/user_N.json)")
@@ -85,3 +86,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder to write (created; must be empty if it exists)")
     p.set_defaults(func=_export)
+    commands.alias("export-radpref", "study", "export-radpref")

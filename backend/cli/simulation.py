@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from radconcord.backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import Commands, UserError, database, service_errors
 from radconcord.backend.cli.progress import progress_bar
 
 
@@ -66,13 +65,14 @@ def _strategy(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
-    """Add ``simulate-rating`` and ``assign-strategy``.
+def register(commands: Commands) -> None:
+    """Add ``study simulate-rating`` and ``study assign-strategy`` (old flat names kept).
 
     Args:
-        subparsers: The object returned by ``ArgumentParser.add_subparsers``.
+        commands: The command line's commands and groups.
     """
-    p = subparsers.add_parser(
+    study = commands.group("study")
+    p = study.add_parser(
         "simulate-rating",
         help="replay a rated study under random and adaptive orders; CI width vs ratings",
         description="Replay a fully rated study, revealing one rater x pair rating at a time"
@@ -98,7 +98,7 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
                    help="database URL (default: DATABASE_URL or the data folder's SQLite file)")
     p.set_defaults(func=_simulate)
 
-    a = subparsers.add_parser(
+    a = study.add_parser(
         "assign-strategy",
         help="order raters' remaining pairs randomly (default) or adaptively",
         description="Choose a study's order strategy; recorded in the study's provenance"
@@ -114,3 +114,6 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     a.add_argument("--database-url", default=None,
                    help="database URL (default: DATABASE_URL or the data folder's SQLite file)")
     a.set_defaults(func=_strategy)
+
+    commands.alias("simulate-rating", "study", "simulate-rating")
+    commands.alias("assign-strategy", "study", "assign-strategy")

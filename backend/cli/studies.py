@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from radconcord.backend.cli.common import UserError, database, service_errors
+from radconcord.backend.cli.common import Commands, UserError, database, service_errors
 
 
 def _init_db(args: argparse.Namespace) -> int:
@@ -23,7 +23,8 @@ def _init_db(args: argparse.Namespace) -> int:
 
 
 def _seed_demo(args: argparse.Namespace) -> int:
-    from radconcord.backend.services.seed import DEMO_USERS, seed_demo
+    from radconcord.backend.services.demo_accounts import DEMO_USERS
+    from radconcord.backend.services.seed import seed_demo
 
     with database() as db, service_errors():
         result = seed_demo(db)
@@ -151,33 +152,36 @@ def _redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this module's subcommands to ``python -m backend``."""
-    p = subparsers.add_parser("init-db", help="create or upgrade the study database schema")
+def register(commands: Commands) -> None:
+    """Add ``db init|seed-demo`` and ``study assign|archive|delete|settings`` (old names
+    kept)."""
+    db = commands.group("db")
+    study = commands.group("study")
+    p = db.add_parser("init", help="create or upgrade the study database schema")
     p.set_defaults(func=_init_db)
 
-    p = subparsers.add_parser(
+    p = db.add_parser(
         "seed-demo", help="create the demo accounts and study (idempotent)"
     )
     p.set_defaults(func=_seed_demo)
 
-    p = subparsers.add_parser("assign", help="assign raters to a study's pairs")
+    p = study.add_parser("assign", help="assign raters to a study's pairs")
     p.add_argument("--study", required=True, help="study name")
     p.add_argument("--raters", required=True, help="comma-separated rater usernames")
     p.add_argument("--per-pair", type=int, required=True, help="raters per pair (k)")
     p.add_argument("--seed", type=int, default=0, help="seed of the assignment and orders")
     p.set_defaults(func=_assign)
 
-    p = subparsers.add_parser(
-        "archive-study",
+    p = study.add_parser(
+        "archive",
         help="archive a study (kept, hidden from raters and lists); --undo brings it back",
     )
     p.add_argument("--study", required=True, help="study name")
     p.add_argument("--undo", action="store_true", help="unarchive: back to closed")
     p.set_defaults(func=_archive)
 
-    p = subparsers.add_parser(
-        "delete-study",
+    p = study.add_parser(
+        "delete",
         help="delete a study and its ratings (exported first when it has any)",
     )
     p.add_argument("--study", required=True, help="study name")
@@ -187,8 +191,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "<data dir>/deleted-studies)")
     p.set_defaults(func=_delete)
 
-    p = subparsers.add_parser("study-settings", help="show or change a study's settings")
+    p = study.add_parser("settings", help="show or change a study's settings")
     p.add_argument("--study", required=True, help="study name")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="e.g. highlight_differences=true (repeatable)")
     p.set_defaults(func=_settings)
+
+    commands.alias("init-db", "db", "init")
+    commands.alias("seed-demo", "db", "seed-demo")
+    for old, new in (("assign", "assign"), ("archive-study", "archive"),
+                     ("delete-study", "delete"), ("study-settings", "settings")):
+        commands.alias(old, "study", new)

@@ -1,10 +1,11 @@
 """One job system: every long task runs in a worker process, pages only queue and watch.
 
-``backend.jobs`` holds the queue (the ``jobs`` table), the registry of job kinds, the
-context a kind runs with and the worker. Importing it loads no model code: the web app
-queues jobs through it and the worker imports a kind's module only to run one.
+``backend.jobs`` holds the queue (the ``jobs`` table), the registry of job kinds and the
+context a kind runs with; it sits below the services. The worker and the kinds live in
+:mod:`backend.runner`, above the services. Importing this package loads no model code: the
+web app queues jobs through it and the worker imports a kind's module only to run one.
 
-A new kind: a module under ``backend/jobs/kinds/`` with ``run(ctx, params) -> dict | None``
+A new kind: a module under ``backend/runner/kinds/`` with ``run(ctx, params) -> dict | None``
 and one line in :data:`backend.jobs.registry.KINDS`.
 """
 

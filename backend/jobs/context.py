@@ -1,4 +1,4 @@
-"""What a job kind gets to run: the database, its job's identity, the warm metric pool.
+"""What a job kind gets to run: the database, its job (id, study, actor), the warm metric pool.
 
 A kind reports progress through :meth:`JobContext.progress` (or calls
 :meth:`JobContext.check` between steps that report nothing). Both raise
@@ -6,20 +6,48 @@ A kind reports progress through :meth:`JobContext.progress` (or calls
 over (this one was presumed dead), or this worker is shutting down. The kind lets the
 exception propagate (cleaning up its staging area on the way, if it has one); the worker
 records the outcome.
+
+The context carries what the worker read when it claimed the job (its study and who queued
+it), so a kind never reads its own job row again: :attr:`JobContext.study_id` and
+:attr:`JobContext.actor`.
+
+Within :mod:`backend.jobs` the imports run one way: context -> queue -> registry.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
+
+from radconcord.backend.errors import NotFound
+from radconcord.backend.jobs import queue
+from radconcord.backend.jobs.queue import CANCELLED_BY_USER, CLAIM_LOST, WORKER_STOPPING
+from radconcord.backend.types import Actor
+from radconcord.db.models import User
+
 if TYPE_CHECKING:
     from radconcord.backend.scoring.runner import MetricPool
+    from radconcord.db.session import Database
 
-#: Why a job was interrupted (``JobCancelled.reason``).
-CANCELLED_BY_USER, CLAIM_LOST, WORKER_STOPPING = "cancelled", "lost", "stopping"
+__all__ = [
+    "CANCELLED_BY_USER",
+    "CLAIM_LOST",
+    "PROGRESS_EVERY",
+    "SYSTEM_CREATORS",
+    "WORKER_STOPPING",
+    "JobCancelled",
+    "JobContext",
+    "KindFn",
+]
+
+#: ``created_by`` of the jobs queued by the command line or a script: they run as
+#: :meth:`Actor.system`.
+SYSTEM_CREATORS = frozenset({"", "system"})
 
 #: Seconds between two progress writes of one job (the last step is always written).
 PROGRESS_EVERY = 0.5
@@ -52,20 +80,53 @@ class JobContext:
         pool: The worker's warm metric instances (one per process: a model loads once).
         batch_size: Items per committed batch for kinds that batch (the worker's setting).
         stop_event: Set when the worker is asked to stop.
+        study_id: The study the job works on (``None`` for a job without one).
+        created_by: Who queued the job (``""`` or ``system``: the command line or a script).
     """
 
-    db: Any
+    db: Database
     job_id: int
     worker_id: str
     device: str
     pool: MetricPool
     batch_size: int = 32
     stop_event: threading.Event = field(default_factory=threading.Event)
+    study_id: int | None = None
+    created_by: str = ""
     _interrupt: str | None = field(default=None, init=False, repr=False)
     _last_write: float = field(default=0.0, init=False, repr=False)
     #: The last ``(done, total)`` the kind reported, written or not (throttled).
     last_progress: tuple[int, int] | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _actor: Actor | None = field(default=None, init=False, repr=False)
+
+    @property
+    def actor(self) -> Actor:
+        """The account that queued the job, as an :class:`Actor` (read on first use).
+
+        A job runs on behalf of the admin who queued it, as that account is now: a demoted
+        or deactivated admin's queued job fails the service's own role check. Jobs queued by
+        the command line or a script run as :meth:`Actor.system`.
+
+        Raises:
+            NotFound: the account that queued the job no longer exists.
+        """
+        if self._actor is None:
+            self._actor = self._load_actor()
+        return self._actor
+
+    def _load_actor(self) -> Actor:
+        name = self.created_by or ""
+        if name in SYSTEM_CREATORS:
+            return Actor.system()
+        with self.db.begin() as s:
+            user = s.scalar(select(User).where(User.username == name))
+            if user is None:
+                raise NotFound(
+                    f"the account {name!r} that queued job {self.job_id} no longer exists"
+                )
+            role = user.role if user.active else "inactive"
+            return Actor(user_id=user.id, username=user.username, role=role)
 
     def interrupt(self, reason: str) -> None:
         """Make the next :meth:`check` raise :class:`JobCancelled` for ``reason``.
@@ -90,8 +151,6 @@ class JobContext:
         Raises:
             JobCancelled: the job was cancelled, its claim was lost, or the worker stops.
         """
-        from radconcord.backend.jobs import queue
-
         self.last_progress = (int(done), int(total))
         now = time.monotonic()
         if done >= total or now - self._last_write >= PROGRESS_EVERY:
@@ -109,8 +168,6 @@ class JobContext:
         Reads the job row at most every :data:`PROGRESS_EVERY` s (the heartbeat thread
         also looks), so calling it in a tight loop is cheap.
         """
-        from radconcord.backend.jobs import queue
-
         now = time.monotonic()
         if self._interrupt is None and now - self._last_write >= PROGRESS_EVERY:
             self._last_write = now
@@ -123,3 +180,7 @@ class JobContext:
         reason = self.interrupted
         if reason is not None:
             raise JobCancelled(reason)
+
+
+#: The signature of a kind's ``run(ctx, params)``: its JSON result, or ``None``.
+KindFn = Callable[[JobContext, dict[str, Any]], "dict[str, Any] | None"]

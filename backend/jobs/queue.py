@@ -23,16 +23,27 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, false, or_, select, true, update
+from sqlalchemy import ColumnElement, delete, false, or_, select, true, update
 
+from radconcord.backend import clock
 from radconcord.backend.errors import InvalidInput, NotFound
 from radconcord.backend.jobs import registry
-from radconcord.backend.jobs.context import CANCELLED_BY_USER, CLAIM_LOST
 from radconcord.db.models import Job, Study, WorkerProcess
 
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from sqlalchemy.orm import Session
+
+    from radconcord.db.session import Database
+
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
+#: Why a running job must stop: what :func:`heartbeat` and :func:`report_progress` return,
+#: and :attr:`backend.jobs.context.JobCancelled.reason` (an admin cancelled it, another worker
+#: took it over, this worker is shutting down).
+CANCELLED_BY_USER, CLAIM_LOST, WORKER_STOPPING = "cancelled", "lost", "stopping"
 #: States a job never leaves.
 FINISHED = frozenset({DONE, FAILED, CANCELLED})
 #: Seconds without heartbeat after which a running job is presumed orphaned.
@@ -142,18 +153,6 @@ class WorkerInfo:
     alive: bool
 
 
-def utcnow() -> dt.datetime:
-    """Timezone-aware now."""
-    return dt.datetime.now(dt.UTC)
-
-
-def _aware(value: dt.datetime | None) -> dt.datetime | None:
-    # SQLite hands back naive datetimes; everything is stored in UTC.
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    return value
-
-
 def _info(job: Job, study_name: str | None) -> JobInfo:
     return JobInfo(
         id=job.id,
@@ -172,14 +171,14 @@ def _info(job: Job, study_name: str | None) -> JobInfo:
         created_by=job.created_by or "",
         worker_id=job.worker_id,
         attempts=job.attempts or 0,
-        heartbeat_at=_aware(job.heartbeat_at),
-        created_at=_aware(job.created_at),
-        started_at=_aware(job.started_at),
-        finished_at=_aware(job.finished_at),
+        heartbeat_at=clock.as_utc(job.heartbeat_at),
+        created_at=clock.as_utc(job.created_at),
+        started_at=clock.as_utc(job.started_at),
+        finished_at=clock.as_utc(job.finished_at),
     )
 
 
-def _reading(db: Any) -> Any:
+def _reading(db: Database) -> AbstractContextManager[Session]:
     """A read-only transaction where the database offers one (no SQLite write lock)."""
     read = getattr(db, "read", None)
     return read() if read is not None else db.begin()
@@ -209,7 +208,7 @@ def _json_object(value: Any, what: str) -> dict[str, Any]:
 
 
 def enqueue(
-    db: Any,
+    db: Database,
     kind: str,
     params: dict[str, Any],
     *,
@@ -264,14 +263,14 @@ def enqueue(
             device=device,
             status=QUEUED,
             created_by=created_by[:64],
-            created_at=utcnow(),
+            created_at=clock.utcnow(),
         )
         s.add(job)
         s.flush()
         return job.id
 
 
-def get(db: Any, job_id: int) -> JobInfo | None:
+def get(db: Database, job_id: int) -> JobInfo | None:
     """The job with ``job_id`` or ``None``."""
     with _reading(db) as s:
         job = s.get(Job, job_id)
@@ -282,7 +281,7 @@ def get(db: Any, job_id: int) -> JobInfo | None:
 
 
 def list_jobs(
-    db: Any, *, kind: str | None = None, study_id: int | None = None, limit: int = 200
+    db: Database, *, kind: str | None = None, study_id: int | None = None, limit: int = 200
 ) -> list[JobInfo]:
     """Jobs, newest first, optionally of one kind and/or one study."""
     with _reading(db) as s:
@@ -299,7 +298,7 @@ def list_jobs(
         return [_info(job, name) for job, name in s.execute(q)]
 
 
-def cancel(db: Any, job_id: int) -> JobInfo:
+def cancel(db: Database, job_id: int) -> JobInfo:
     """Cancel a job: a queued one at once, a running one at its next progress report.
 
     A finished job is returned unchanged.
@@ -307,7 +306,7 @@ def cancel(db: Any, job_id: int) -> JobInfo:
     Raises:
         NotFound: no job with ``job_id``.
     """
-    now = utcnow()
+    now = clock.utcnow()
     with db.begin() as s:
         if s.get(Job, job_id) is None:
             raise NotFound(f"no job {job_id}")
@@ -328,7 +327,7 @@ def cancel(db: Any, job_id: int) -> JobInfo:
     return info
 
 
-def wait(db: Any, job_id: int, *, timeout: float, poll: float = 0.1) -> JobInfo:
+def wait(db: Database, job_id: int, *, timeout: float, poll: float = 0.1) -> JobInfo:
     """Poll until the job is finished; returns its final state.
 
     Raises:
@@ -353,11 +352,11 @@ def wait(db: Any, job_id: int, *, timeout: float, poll: float = 0.1) -> JobInfo:
 # -- what workers do ------------------------------------------------------------------------
 
 
-def _stale(cutoff: dt.datetime) -> Any:
+def _stale(cutoff: dt.datetime) -> ColumnElement[bool]:
     return (Job.status == RUNNING) & or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < cutoff)
 
 
-def _device_filter(worker_device: str) -> Any:
+def _device_filter(worker_device: str) -> ColumnElement[bool]:
     """Jobs a worker on ``worker_device`` may take: any-device jobs and its own."""
     allowed = [worker_device]
     if worker_device.startswith("cuda"):
@@ -365,7 +364,9 @@ def _device_filter(worker_device: str) -> Any:
     return or_(Job.device.is_(None), Job.device.in_(allowed))
 
 
-def _claimable(cutoff: dt.datetime, max_attempts: int, device: str, kinds: Sequence[str]) -> Any:
+def _claimable(
+    cutoff: dt.datetime, max_attempts: int, device: str, kinds: Sequence[str]
+) -> ColumnElement[bool]:
     return (
         or_(
             Job.status == QUEUED,
@@ -377,7 +378,7 @@ def _claimable(cutoff: dt.datetime, max_attempts: int, device: str, kinds: Seque
 
 
 def claim(
-    db: Any,
+    db: Database,
     *,
     worker_id: str,
     device: str = "cpu",
@@ -405,7 +406,7 @@ def claim(
         The claimed job, or ``None`` when there is nothing to do.
     """
     kinds = list(kinds) if kinds else registry.kind_names()
-    now = utcnow()
+    now = clock.utcnow()
     cutoff = now - dt.timedelta(seconds=stale_after)
     # An idle worker polls every few seconds: look first without the write lock, which on
     # SQLite would make raters' saves wait behind every poll of every worker.
@@ -460,11 +461,11 @@ def claim(
     return None
 
 
-def _owned(job_id: int, owner: str) -> Any:
+def _owned(job_id: int, owner: str) -> ColumnElement[bool]:
     return (Job.id == job_id) & (Job.worker_id == owner) & (Job.status == RUNNING)
 
 
-def _owned_update(db: Any, job_id: int, owner: str, /, **values: Any) -> str | None:
+def _owned_update(db: Database, job_id: int, owner: str, /, **values: Any) -> str | None:
     """Update a job this worker runs; returns why it must stop (``None``: carry on)."""
     with db.begin() as s:
         res = s.execute(
@@ -479,18 +480,18 @@ def _owned_update(db: Any, job_id: int, owner: str, /, **values: Any) -> str | N
         return CANCELLED_BY_USER if requested else None
 
 
-def heartbeat(db: Any, job_id: int, worker_id: str) -> str | None:
+def heartbeat(db: Database, job_id: int, worker_id: str) -> str | None:
     """Refresh the job's heartbeat.
 
     Returns:
         ``None`` to carry on, ``"lost"`` when this worker no longer owns the job,
         ``"cancelled"`` when an admin asked it to stop.
     """
-    return _owned_update(db, job_id, worker_id, heartbeat_at=utcnow())
+    return _owned_update(db, job_id, worker_id, heartbeat_at=clock.utcnow())
 
 
 def report_progress(
-    db: Any, job_id: int, worker_id: str, done: int, total: int, message: str
+    db: Database, job_id: int, worker_id: str, done: int, total: int, message: str
 ) -> str | None:
     """Record progress (and heartbeat); returns what :func:`heartbeat` returns."""
     return _owned_update(
@@ -500,12 +501,12 @@ def report_progress(
         progress_done=int(done),
         progress_total=int(total),
         message=str(message)[:2000],
-        heartbeat_at=utcnow(),
+        heartbeat_at=clock.utcnow(),
     )
 
 
 def finish(
-    db: Any, job_id: int, worker_id: str, result: dict[str, Any] | None, message: str
+    db: Database, job_id: int, worker_id: str, result: dict[str, Any] | None, message: str
 ) -> bool:
     """Mark the job done with its JSON ``result``; ``False`` if this worker lost it."""
     return (
@@ -516,7 +517,7 @@ def finish(
             status=DONE,
             result=result,
             message=message[:2000],
-            finished_at=utcnow(),
+            finished_at=clock.utcnow(),
         )
         != CLAIM_LOST
     )
@@ -529,7 +530,7 @@ def _progress_values(progress: tuple[int, int] | None) -> dict[str, int]:
 
 
 def fail(
-    db: Any, job_id: int, worker_id: str, error: str, *,
+    db: Database, job_id: int, worker_id: str, error: str, *,
     progress: tuple[int, int] | None = None,
 ) -> bool:
     """Mark the job failed with ``error`` (shown to the admin); ``False`` if lost.
@@ -539,7 +540,7 @@ def fail(
     """
     return (
         _owned_update(
-            db, job_id, worker_id, status=FAILED, error=error[:4000], finished_at=utcnow(),
+            db, job_id, worker_id, status=FAILED, error=error[:4000], finished_at=clock.utcnow(),
             **_progress_values(progress),
         )
         != CLAIM_LOST
@@ -547,20 +548,20 @@ def fail(
 
 
 def mark_cancelled(
-    db: Any, job_id: int, worker_id: str, message: str = "cancelled", *,
+    db: Database, job_id: int, worker_id: str, message: str = "cancelled", *,
     progress: tuple[int, int] | None = None,
 ) -> bool:
     """Mark a job this worker stopped on request as cancelled; ``False`` if lost."""
     return (
         _owned_update(
             db, job_id, worker_id, status=CANCELLED, message=message[:2000],
-            finished_at=utcnow(), **_progress_values(progress),
+            finished_at=clock.utcnow(), **_progress_values(progress),
         )
         != CLAIM_LOST
     )
 
 
-def release(db: Any, job_id: int, worker_id: str, message: str = "") -> bool:
+def release(db: Database, job_id: int, worker_id: str, message: str = "") -> bool:
     """Put a job this worker owns back in the queue (polite shutdown: not a failed attempt)."""
     return (
         _owned_update(
@@ -581,10 +582,10 @@ def release(db: Any, job_id: int, worker_id: str, message: str = "") -> bool:
 
 
 def register_worker(
-    db: Any, worker_id: str, *, host: str, pid: int, device: str, kinds: Sequence[str]
+    db: Database, worker_id: str, *, host: str, pid: int, device: str, kinds: Sequence[str]
 ) -> None:
     """Announce a worker (replacing an old row of the same id) and forget long-gone ones."""
-    now = utcnow()
+    now = clock.utcnow()
     with db.begin() as s:
         s.execute(
             delete(WorkerProcess)
@@ -608,20 +609,20 @@ def register_worker(
         )
 
 
-def worker_heartbeat(db: Any, worker_id: str, current_job_id: int | None) -> None:
+def worker_heartbeat(db: Database, worker_id: str, current_job_id: int | None) -> None:
     """Refresh a worker's heartbeat and the job it runs now."""
     with db.begin() as s:
         s.execute(
             update(WorkerProcess)
             .where(WorkerProcess.id == worker_id)
-            .values(heartbeat_at=utcnow(), current_job_id=current_job_id)
+            .values(heartbeat_at=clock.utcnow(), current_job_id=current_job_id)
             .execution_options(synchronize_session=False)
         )
 
 
-def stop_worker(db: Any, worker_id: str) -> None:
+def stop_worker(db: Database, worker_id: str) -> None:
     """Record a worker's clean exit."""
-    now = utcnow()
+    now = clock.utcnow()
     with db.begin() as s:
         s.execute(
             update(WorkerProcess)
@@ -632,17 +633,17 @@ def stop_worker(db: Any, worker_id: str) -> None:
 
 
 def list_workers(
-    db: Any, *, alive_after: float = WORKER_ALIVE_AFTER, include_gone: bool = False
+    db: Database, *, alive_after: float = WORKER_ALIVE_AFTER, include_gone: bool = False
 ) -> list[WorkerInfo]:
     """Workers, most recently started first; only the alive ones unless ``include_gone``."""
-    cutoff = utcnow() - dt.timedelta(seconds=alive_after)
+    cutoff = clock.utcnow() - dt.timedelta(seconds=alive_after)
     with _reading(db) as s:
         rows = s.scalars(
             select(WorkerProcess).order_by(WorkerProcess.started_at.desc(), WorkerProcess.id)
         ).all()
         out = []
         for w in rows:
-            beat = _aware(w.heartbeat_at)
+            beat = clock.as_utc(w.heartbeat_at)
             alive = w.stopped_at is None and beat is not None and beat >= cutoff
             if alive or include_gone:
                 out.append(
@@ -653,9 +654,9 @@ def list_workers(
                         device=w.device,
                         kinds=tuple(w.kinds or ()),
                         current_job_id=w.current_job_id,
-                        started_at=_aware(w.started_at),
+                        started_at=clock.as_utc(w.started_at),
                         heartbeat_at=beat,
-                        stopped_at=_aware(w.stopped_at),
+                        stopped_at=clock.as_utc(w.stopped_at),
                         alive=alive,
                     )
                 )

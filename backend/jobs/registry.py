@@ -3,30 +3,33 @@
 Nothing here imports a kind's module until a worker runs a job of that kind, so ``import
 backend.jobs`` (done by the web app to queue jobs) loads no model code. A kind whose module
 fails to import raises: it is never skipped silently.
+
+The bottom of the job queue: it imports no other module of :mod:`backend.jobs` (the queue
+checks kind names here; the context imports the queue), so the package has no cycle. The
+signature of a kind, :data:`backend.jobs.context.KindFn`, lives with the context it takes.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from radconcord.backend.jobs.context import JobContext
+from typing import Any
 
 #: ``run(ctx, params) -> result dict | None`` of each kind, as ``"module:function"``.
 KINDS: dict[str, str] = {
-    "score": "radconcord.backend.jobs.kinds.score:run",
-    "probes": "radconcord.backend.jobs.kinds.probes:run",
-    "build_oracle": "radconcord.backend.jobs.kinds.build_oracle:run",
-    "train_er2score": "radconcord.backend.jobs.kinds.train_er2score:run",
-    "refit_radcliq": "radconcord.backend.jobs.kinds.refit_radcliq:run",
-    "import": "radconcord.backend.jobs.kinds.imports:run",
-    "simulate_rating": "radconcord.backend.jobs.kinds.simulate_rating:run",
-    "report": "radconcord.backend.jobs.kinds.report:run",
+    "score": "radconcord.backend.runner.kinds.score:run",
+    "probes": "radconcord.backend.runner.kinds.probes:run",
+    "build_oracle": "radconcord.backend.runner.kinds.build_oracle:run",
+    "train_er2score": "radconcord.backend.runner.kinds.train_er2score:run",
+    "refit_radcliq": "radconcord.backend.runner.kinds.refit_radcliq:run",
+    "import": "radconcord.backend.runner.kinds.imports:run",
+    "simulate_rating": "radconcord.backend.runner.kinds.simulate_rating:run",
+    "report": "radconcord.backend.runner.kinds.report:run",
 }
 
-KindFn = Callable[["JobContext", dict[str, Any]], "dict[str, Any] | None"]
+#: What :func:`load_kind` returns: ``run(ctx, params)`` (typed in full as
+#: :data:`backend.jobs.context.KindFn`).
+LoadedKind = Callable[..., "dict[str, Any] | None"]
 
 
 class UnknownJobKind(KeyError):
@@ -55,7 +58,7 @@ def check_kind(name: str) -> str:
     return name
 
 
-def load_kind(name: str) -> KindFn:
+def load_kind(name: str) -> LoadedKind:
     """The ``run`` function of kind ``name``, importing its module now.
 
     Raises:

@@ -4,7 +4,7 @@ Model. A causal LM backbone (its base transformer, no LM head) with a LoRA adapt
 ``LoraConfig`` on the attention projections) reads ``reward_text(reference, candidate)``; the
 final hidden state of the last non-padding token goes through a linear head ``hidden -> 6``.
 Output ``k`` is the sub-reward ``r_k`` for ReXVal category ``k`` (1-6, see
-``backend.services.types.CATEGORIES``); ER2Score = ``sum_k r_k``. Every reward is "higher is
+``backend.types.CATEGORIES``); ER2Score = ``sum_k r_k``. Every reward is "higher is
 better": training pushes a candidate with fewer errors in category ``k`` to a higher ``r_k``.
 
 Training (:func:`train_reward_model`) uses (accepted, rejected) candidates of the same reference.

@@ -283,7 +283,9 @@ def _is_packaged_minilm(ref: ModelRef) -> bool:
     return name in {PACKAGED_MINILM_ID.lower(), "all-minilm-l6-v2"}
 
 
-def _model_dir_candidates(ref: ModelRef) -> list[Path]:
+def model_dir_candidates(ref: ModelRef) -> list[Path]:
+    """Folders under the models folder (:func:`model_dir`) where ``ref`` may be stored, in
+    the order they are tried: ``owner--name``, ``owner/name``, then the short name."""
     root = model_dir()
     if root is None:
         return []
@@ -378,7 +380,7 @@ def locate(ref: ModelRef, *, allow_packaged: bool = True) -> tuple[Resolved | No
             return Resolved(ref, p, "path"), None
         what = "does not exist" if not p.exists() else "has no config.json"
         return None, f"model folder {p} {what}"
-    for p in _model_dir_candidates(ref):
+    for p in model_dir_candidates(ref):
         if is_model_folder(p):
             return Resolved(ref, p.resolve(), "model_dir"), None
     if allow_packaged and _is_packaged_minilm(ref):

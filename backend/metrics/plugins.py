@@ -4,7 +4,7 @@ A package declares ``name = "module:Object"`` under ``[project.entry-points."rad
 The object is a metric class (the :class:`~backend.metrics.base.Metric` contract plus a
 ``card``) or a function decorated with :func:`metric`. :func:`discover` reads the entry points
 once, on the registry's first use (:mod:`backend.metrics.registry`), and turns each into a
-registry :class:`~backend.metrics.registry.Entry`:
+registry :class:`~backend.metrics.entry.Entry`:
 
 * Only the plug-in's module is imported there, never its weights (``load()`` does that), so
   its keys, directions, kind and corpus dependence come from the class itself.
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from radconcord.backend.metrics.base import (
     BaseMetric,
@@ -44,9 +44,7 @@ from radconcord.backend.metrics.base import (
     MetricUnavailable,
     OutputSpec,
 )
-
-if TYPE_CHECKING:
-    from radconcord.backend.metrics.registry import Entry
+from radconcord.backend.metrics.entry import Entry
 
 log = logging.getLogger(__name__)
 
@@ -343,8 +341,6 @@ def discover(
         The plug-ins kept, their classes, and the refused ones' messages. Never raises for a
         plug-in's fault.
     """
-    from radconcord.backend.metrics.registry import Entry
-
     if entry_points is None:
         entry_points = metadata.entry_points(group=GROUP)
     # Name order, so which of two clashing plug-ins wins does not depend on sys.path order.

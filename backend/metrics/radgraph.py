@@ -402,7 +402,7 @@ def locate_encoder(name: str, override: str | None) -> tuple[Path | None, str | 
     if hf.is_model_folder(p):
         return p.resolve(), None
     ref = hf.ModelRef(name)
-    for cand in hf._model_dir_candidates(ref):  # noqa: SLF001 - the shared naming rule
+    for cand in hf.model_dir_candidates(ref):  # the shared naming rule
         if hf.is_model_folder(cand):
             return cand.resolve(), None
     try:

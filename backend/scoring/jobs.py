@@ -1,6 +1,6 @@
 """What scoring jobs need from a study: the request's metric names and a study's pairs.
 
-The queue itself is :mod:`backend.jobs` (kind ``score``, :mod:`backend.jobs.kinds.score`);
+The queue itself is :mod:`backend.jobs` (kind ``score``, :mod:`backend.runner.kinds.score`);
 this module keeps the scoring-specific parts that the job kind, the services and the
 ``score --study`` command share: checking a request without importing any metric, and
 reading a study's pairs as runner inputs.

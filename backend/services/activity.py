@@ -85,11 +85,12 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from radconcord.backend import clock
+from radconcord.backend.errors import InvalidInput
 from radconcord.backend.services import sessions
-from radconcord.backend.services.errors import InvalidInput
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_status import UNPUBLISHED_STATUSES
+from radconcord.backend.types import Actor
 from radconcord.db.models import (
-    STUDY_STAGING,
     ActivitySpan,
     Assignment,
     AuthSession,
@@ -126,8 +127,6 @@ TIMELINE_LOCK = 0x52430001
 CLIENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{8,64}")
 #: Only open studies take time on task: a closed study's numbers are final.
 OPEN_STATUS = "open"
-# Studies no rater may know of: their pairs answer like pairs that do not exist.
-HIDDEN_STATUSES = ("draft", STUDY_STAGING)
 
 
 def _env_seconds(name: str, default: float, low: float) -> float:
@@ -218,10 +217,6 @@ class _Refused(Exception):
         self.message = message
 
 
-def _utc(value: dt.datetime) -> dt.datetime:
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
-
-
 def _from_ms(value: object, field: str) -> dt.datetime:
     # Booleans are ints to Python; a timestamp that is a bool is a client bug.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -240,8 +235,8 @@ def _coerce(item: SpanInput | Mapping[str, Any]) -> SpanInput:
             raise _Refused("start", f"start: must be a datetime, got {item.started_at!r}")
         if not isinstance(item.ended_at, dt.datetime):
             raise _Refused("end", f"end: must be a datetime, got {item.ended_at!r}")
-        span = SpanInput(str(item.opaque_id), _utc(item.started_at), _utc(item.ended_at),
-                         item.events)
+        span = SpanInput(str(item.opaque_id), clock.as_utc(item.started_at),
+                         clock.as_utc(item.ended_at), item.events)
     elif isinstance(item, Mapping):
         unknown = sorted(set(item) - {"pair", "start", "end", "events"})
         if unknown:
@@ -293,7 +288,7 @@ def union_seconds(intervals: Iterable[tuple[dt.datetime, dt.datetime]]) -> float
     """
     total = 0.0
     current: tuple[dt.datetime, dt.datetime] | None = None
-    for start, end in sorted((_utc(a), _utc(b)) for a, b in intervals):
+    for start, end in sorted((clock.as_utc(a), clock.as_utc(b)) for a, b in intervals):
         if end <= start:
             continue
         if current is None or start > current[1]:
@@ -314,7 +309,7 @@ class _Timeline:
         self._starts: list[dt.datetime] = []
         self._ends: list[dt.datetime] = []
         for a, b in intervals:
-            self.add(_utc(a), _utc(b))
+            self.add(clock.as_utc(a), clock.as_utc(b))
 
     def uncovered(self, a: dt.datetime, b: dt.datetime) -> float:
         """Seconds of ``[a, b]`` that no interval covers."""
@@ -380,8 +375,9 @@ def session_windows(s: Session, rater_id: int, session_id: int, now: dt.datetime
                             AuthSession.token_sha256.is_not(None))).all()
     windows = []
     for created, expires, revoked in rows:
-        ends = [now, _utc(expires)] + ([_utc(revoked)] if revoked is not None else [])
-        windows.append((_utc(created), min(ends)))
+        ends = [now, clock.as_utc(expires)]
+        ends += [clock.as_utc(revoked)] if revoked is not None else []
+        windows.append((clock.as_utc(created), min(ends)))
     return _merge(windows)
 
 
@@ -442,7 +438,7 @@ def _refresh(s: Session, owner: Assignment | Judgement) -> float:
     # Credits of one rater never overlap (each instant once): their sum is exact.
     owner.active_seconds = float(sum(float(c or 0.0) for *_, c in rows))
     owner.claimed_seconds = union_seconds((a, b) for a, b, _, _ in rows)
-    owner.last_active_at = max((_utc(e) for _, _, e, c in rows if e is not None and c),
+    owner.last_active_at = max((clock.as_utc(e) for _, _, e, c in rows if e is not None and c),
                                default=None)
     return float(owner.active_seconds)
 
@@ -505,7 +501,7 @@ def record_spans(
                            f"{client_id!r}")
     if len(spans) > MAX_SPANS_PER_BATCH:
         raise InvalidInput(f"spans: {len(spans)} in one batch, at most {MAX_SPANS_PER_BATCH}")
-    now = _utc(now) if now is not None else dt.datetime.now(dt.UTC)
+    now = clock.as_utc(now) if now is not None else clock.utcnow()
     refused: list[RefusedSpan] = []
     valid: list[tuple[int, SpanInput]] = []
     for index, item in enumerate(spans):
@@ -551,8 +547,10 @@ def record_spans(
         accepted: list[tuple[SpanInput, Assignment | Judgement]] = []
         for index, span in valid:
             hit = found.get(span.opaque_id)
-            # Hidden studies (draft, importing) answer like a pair that does not exist.
-            if hit is None or hit[1] in HIDDEN_STATUSES:
+            # A study never shown to raters answers like a pair that does not exist; an
+            # archived one was shown (a late span from an old tab) and is refused by name
+            # below, as a closed one is (study_status explains the two policies).
+            if hit is None or hit[1] in UNPUBLISHED_STATUSES:
                 refused.append(RefusedSpan(
                     index, "pair", f"span {index}: pair {span.opaque_id!r} is not in your "
                                    "assignments"))

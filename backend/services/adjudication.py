@@ -39,26 +39,22 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from radconcord.backend import clock
 from radconcord.backend.analysis.adjudication import queue_reason
-from radconcord.backend.services.errors import (
+from radconcord.backend.errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
     ServiceError,
     require_admin,
 )
-from radconcord.backend.services.rating import (
-    CELLS,
-    HIDDEN_STATUSES,
-    MAX_COUNT,
-    ImageRef,
-    as_utc,
-    utcnow,
-)
+from radconcord.backend.services.assignment_writes import CELLS, MAX_COUNT
+from radconcord.backend.services.rating import ImageRef
 from radconcord.backend.services.repo import get_study
 from radconcord.backend.services.roles import ADJUDICATOR
 from radconcord.backend.services.study_settings import effective
-from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.backend.services.study_status import HIDDEN_STATUSES
+from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.db.models import (
     PAIR_STUDY,
     STUDY_STAGING,
@@ -488,7 +484,7 @@ def _consensus(s: Session, pair_id: int) -> Consensus | None:
     adj, username = row
     return Consensus(counts=_stored_counts(adj.counts), note=adj.note or "",
                      reason=adj.reason or "", version=int(adj.version or 0),
-                     updated_at=as_utc(adj.updated_at), adjudicator=username)
+                     updated_at=clock.as_utc(adj.updated_at), adjudicator=username)
 
 
 def _checked_counts(counts: object) -> dict[Cell, int]:
@@ -566,7 +562,7 @@ def record(db: Database, actor: Actor, *, study_name: str, opaque_id: str,
             raise InvalidInput("note: required when the consensus differs from every"
                                " rater's counts (say why)")
         reason = _reason(study, by_rater) or NOT_QUEUED
-        now = utcnow()
+        now = clock.utcnow()
         stored_counts = {f"{c}:{int(sig)}": n for (c, sig), n in cells.items()}
         if row is None:
             row = Adjudication(pair_id=pid, created_at=now)
@@ -604,7 +600,7 @@ def export_rows(db: Database, actor: Actor, *, study_name: str) -> list[dict[str
         out = []
         for adj, oid, username in sorted(rows, key=lambda r: number[r[0].pair_id]):
             counts = _stored_counts(adj.counts)
-            updated = as_utc(adj.updated_at)
+            updated = clock.as_utc(adj.updated_at)
             for category, significant in CELLS:
                 out.append({
                     "pair_number": number[adj.pair_id],

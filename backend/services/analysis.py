@@ -1,25 +1,37 @@
 """Analysis services for the dashboard: correlations, inter-rater agreement, failure modes.
 
 Admin only (raters never see metric scores, sources or other raters' answers). Each function
-returns frozen dataclasses of plain values; the full ``correlate`` JSON (report.py layout) is
-kept in ``StudyCorrelation.report`` for the panels that need the other sections.
+returns frozen dataclasses of plain values; the full typed ``correlate`` report
+(:class:`backend.analysis.correlation.CorrelationReport`) is kept in
+``StudyCorrelation.result`` (its JSON in ``.report``) for the panels that need the other sections.
+
+Every correlation of a study goes through :func:`study_report`: the one loader
+(:mod:`backend.services.study_data`) reads the study, the pure core
+(:func:`backend.analysis.report.correlate`) computes. :func:`correlate_study` is its JSON
+(what ``radconcord correlate`` writes), without the admin check (the CLI and the Python API
+run as the system).
 
 Raw or adjudicated counts: ``counts="raw"`` (default) correlates with the raters' mean per
 pair; ``counts="adjudicated"`` uses the adjudicators' consensus on adjudicated pairs instead
-(:func:`backend.analysis.data.load_ratings`). Results say which (``counts``,
+(:func:`backend.services.study_data.load_ratings`). Results say which (``counts``,
 ``n_adjudicated``). Agreement between raters is always computed on their own (raw) counts,
 and :class:`StudyAgreement` says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
+from radconcord.backend.analysis.bootstrap import DEFAULT_LEVEL
+from radconcord.backend.analysis.correlation import CorrelationOptions, CorrelationReport
 from radconcord.backend.analysis.data import AnalysisInputError, StudyNotFound
-from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
-from radconcord.backend.services.types import Actor
+from radconcord.backend.analysis.failure_modes import DEFAULT_FDR
+from radconcord.backend.analysis.systems import DEFAULT_PERMUTATIONS
+from radconcord.backend.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 
 
@@ -70,7 +82,8 @@ class StudyCorrelation:
         seed: Bootstrap seed.
         resamples: Bootstrap resamples.
         metrics: One row per key, best Kendall tau first.
-        report: The complete ``correlate`` JSON (per category, rater, source, ...).
+        report: The ``correlate`` JSON (per category, rater, source, ceiling, paired tests,
+            systems, ...); :attr:`result` is the same report typed, which pages read.
         counts: ``"raw"`` or ``"adjudicated"``: which per-pair values were correlated.
         n_adjudicated: Pairs whose value is an adjudicated consensus (0 for raw).
     """
@@ -84,6 +97,11 @@ class StudyCorrelation:
     report: dict[str, Any]
     counts: str = "raw"
     n_adjudicated: int = 0
+
+    @cached_property
+    def result(self) -> CorrelationReport:
+        """The typed report (what pages read), from :attr:`report`."""
+        return CorrelationReport.from_json(self.report)
 
 
 @dataclass(frozen=True)
@@ -233,45 +251,124 @@ def study_correlation(
         NotFound: unknown study.
         InvalidInput: nothing to correlate, or an unknown ``counts``.
     """
-    from radconcord.backend.analysis.report import correlate_study
-
     require_admin(actor)
     _check_counts(counts)
-    # Raw is correlate_study's own default: pass the option only when it changes something.
-    extra = {"counts": counts} if counts != "raw" else {}
     report = _run(
-        correlate_study, db=db, study_name=study_name, metrics=metrics,
-        significant_only=significant_only, bootstrap=resamples, seed=seed, cluster=cluster,
-        unit=unit, correction=correction, **extra,
+        study_report, db=db, study_name=study_name, metrics=metrics,
+        options=CorrelationOptions(significant_only=significant_only, bootstrap=resamples,
+                                   seed=seed, cluster=cluster, unit=unit,
+                                   correction=correction),
+        counts=counts,
     )
-    published: dict[str, list[tuple[str, float]]] = {}
-    for entry in report["published"]["entries"]:
-        if entry["key"]:
-            published.setdefault(entry["key"], []).append((entry["paper"], entry["kendall_tau_b"]))
     rows = [
         MetricCorrelation(
             key=key,
-            higher_is_better=m["higher_is_better"],
-            kendall_tau_b=m["kendall_tau_b"],
-            kendall_lo=m["kendall_ci95"][0],
-            kendall_hi=m["kendall_ci95"][1],
-            spearman=m["spearman"],
-            spearman_lo=m["spearman_ci95"][0],
-            spearman_hi=m["spearman_ci95"][1],
-            n=m["n"],
-            signature=m["signature"],
-            published=tuple(published.get(key, ())),
-            pct_of_ceiling=m.get("pct_of_ceiling"),
-            imported=m.get("imported"),
+            higher_is_better=m.higher_is_better,
+            kendall_tau_b=m.kendall_tau_b,
+            kendall_lo=m.kendall_ci95[0],
+            kendall_hi=m.kendall_ci95[1],
+            spearman=m.spearman,
+            spearman_lo=m.spearman_ci95[0],
+            spearman_hi=m.spearman_ci95[1],
+            n=m.n,
+            signature=m.signature,
+            published=report.published.for_key(key),
+            pct_of_ceiling=m.pct_of_ceiling,
+            imported=m.imported,
         )
-        for key, m in report["metrics"].items()
+        for key, m in report.metrics.items()
     ]
     rows.sort(key=lambda r: -(r.kendall_tau_b if r.kendall_tau_b is not None else -2.0))
     return StudyCorrelation(
-        study=report["study"], target=report["target"], n_pairs=report["n_pairs"],
-        seed=report["seed"], resamples=report["resamples"], metrics=tuple(rows), report=report,
-        counts=str(report.get("counts", "raw")), n_adjudicated=int(report.get("n_adjudicated", 0)),
+        study=report.study, target=report.target, n_pairs=report.n_pairs,
+        seed=report.seed, resamples=report.resamples, metrics=tuple(rows), report=report.to_json(),
+        counts=report.counts, n_adjudicated=report.n_adjudicated,
     )
+
+
+def study_report(
+    db: Database,
+    *,
+    study_name: str,
+    metrics: Sequence[str] | None = None,
+    options: CorrelationOptions | None = None,
+    counts: str = "raw",
+    progress: Callable[[int, int, str], None] | None = None,
+) -> CorrelationReport:
+    """Load a study (the one loader) and correlate it (the core): the typed report.
+
+    No admin check: callers check (:func:`study_correlation`) or run as the system (the
+    CLI, the Python API, the report job through :func:`study_correlation`).
+
+    Args:
+        db: The database.
+        study_name: Study name.
+        metrics: Output keys or family names; ``None`` takes every key scored on the study.
+        options: The settings (:class:`CorrelationOptions`; default its defaults).
+        counts: ``"raw"`` or ``"adjudicated"`` (see the module docstring).
+        progress: ``progress(done, total, section)`` as each section is finished.
+
+    Raises:
+        StudyNotFound: unknown study.
+        AnalysisInputError: bad option, no scores, fewer than 2 rated pairs.
+    """
+    from radconcord.backend.analysis.report import correlate
+    from radconcord.backend.services.study_data import load_study
+
+    options = options or CorrelationOptions()
+    options.validate()
+    data = load_study(db, study_name, metrics=metrics, counts=counts)
+    return correlate(data.ratings, data.scores, options, refit_inputs=data.refit_inputs,
+                     progress=progress)
+
+
+def correlate_study(
+    db: Database,
+    *,
+    study_name: str,
+    metrics: Sequence[str] | None = None,
+    significant_only: bool = False,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    cluster: str = "pair",
+    level: float = DEFAULT_LEVEL,
+    fdr: float = DEFAULT_FDR,
+    unit: str | None = None,
+    correction: str = "holm",
+    permutations: int = DEFAULT_PERMUTATIONS,
+    progress: Callable[[int, int, str], None] | None = None,
+    counts: str = "raw",
+) -> dict[str, Any]:
+    """The ``correlate`` JSON of a study (what ``radconcord correlate --output`` writes).
+
+    :func:`study_report` with the options as keywords, as ``report.to_json()``; the layout is
+    :mod:`backend.analysis.report`'s docstring.
+
+    Args:
+        db: The database.
+        study_name: Study name.
+        metrics: Output keys or family names; ``None`` takes every key scored on the study.
+        significant_only: Target the clinically significant errors.
+        bootstrap: Resamples for the intervals (0: none).
+        seed: Seed of the resampling and of the refit's folds.
+        cluster: ``"pair"`` or ``"case"`` resampling.
+        level: Interval coverage.
+        fdr: False discovery rate of the failure-mode tests.
+        unit: Resampling unit of the ceiling and the paired tests; ``None``: ``cluster``.
+        correction: ``"holm"`` or ``"bh"`` over the paired matrix.
+        permutations: Permutations of the systems section's tests.
+        progress: ``progress(done, total, section)`` as each section is finished.
+        counts: ``"raw"`` or ``"adjudicated"``.
+
+    Raises:
+        StudyNotFound: unknown study.
+        AnalysisInputError: bad option, no scores, fewer than 2 rated pairs.
+    """
+    options = CorrelationOptions(
+        significant_only=significant_only, bootstrap=bootstrap, seed=seed, cluster=cluster,
+        level=level, fdr=fdr, unit=unit, correction=correction, permutations=permutations)
+    return study_report(db, study_name=study_name, metrics=metrics, options=options,
+                        counts=counts, progress=progress).to_json()
 
 
 def _check_counts(counts: str) -> None:
@@ -283,8 +380,9 @@ def _check_counts(counts: str) -> None:
 
 def _agreement(db: Database, study_name: str, target: str) -> dict[str, Any]:
     from radconcord.backend.analysis.agreement import agreement_summary
-    from radconcord.backend.analysis.data import N_CATEGORIES, load_ratings
-    from radconcord.backend.analysis.report import to_json_safe
+    from radconcord.backend.analysis.data import N_CATEGORIES
+    from radconcord.backend.analysis.stats import to_json_safe
+    from radconcord.backend.services.study_data import load_ratings
 
     def compute(study_name: str) -> dict[str, Any]:
         # Adjudicated loading only to count the adjudicated pairs: rater_errors stay raw.
@@ -362,9 +460,10 @@ def study_failure_modes(
         NotFound: unknown study.
         InvalidInput: ``fdr`` outside (0, 1), or an unknown ``counts``.
     """
-    from radconcord.backend.analysis.data import N_CATEGORIES, load_ratings
+    from radconcord.backend.analysis.data import N_CATEGORIES
     from radconcord.backend.analysis.failure_modes import failure_mode_tests
-    from radconcord.backend.analysis.report import to_json_safe
+    from radconcord.backend.analysis.stats import to_json_safe
+    from radconcord.backend.services.study_data import load_ratings
 
     require_admin(actor)
     if not 0.0 < fdr < 1.0:

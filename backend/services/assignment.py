@@ -61,11 +61,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from radconcord.backend.analysis import adaptive
-from radconcord.backend.analysis.data import AnalysisInputError, study_imports
-from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.analysis.data import AnalysisInputError
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.study_data import study_imports
 from radconcord.backend.services.study_settings import effective
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import (
     PAIR_REPEAT,
     PAIR_STUDY,

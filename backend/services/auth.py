@@ -24,16 +24,19 @@ from dataclasses import dataclass
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
 
-from radconcord.backend.services.errors import (
+from radconcord.backend import clock
+from radconcord.backend.errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
     require_admin,
 )
-from radconcord.backend.services.types import ROLES, Actor
-from radconcord.db.models import User
+from radconcord.backend.services import demo_accounts
+from radconcord.backend.types import ROLES, Actor
+from radconcord.db.models import AuthSession, User
 from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
@@ -99,23 +102,12 @@ def _info(user: User) -> UserInfo:
     )
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
 def generate_one_time_password() -> str:
     """A random, readable password such as ``k7mq-x4tz-9hbw-pe3r`` (19 characters)."""
     return "-".join(
         "".join(secrets.choice(OTP_ALPHABET) for _ in range(OTP_GROUP_LENGTH))
         for _ in range(OTP_GROUPS)
     )
-
-
-def _demo_passwords() -> dict[str, str]:
-    # Imported here: backend.services.seed imports this module.
-    from radconcord.backend.services.seed import DEMO_USERS
-
-    return {password: username for username, password, _, _ in DEMO_USERS}
 
 
 def _check_password(password: str, *, username: str, allow_demo_of: str | None = None) -> None:
@@ -133,7 +125,7 @@ def _check_password(password: str, *, username: str, allow_demo_of: str | None =
         raise InvalidInput(f"password: must be at most {MAX_PASSWORD_LENGTH} characters")
     if password.strip().lower() == (username or "").strip().lower():
         raise InvalidInput("password: must not be the username")
-    demo_owner = _demo_passwords().get(password)
+    demo_owner = demo_accounts.demo_password_owners().get(password)
     if demo_owner is not None and (allow_demo_of or "").lower() != demo_owner.lower():
         raise InvalidInput("password: this is a published demo password; choose another")
 
@@ -157,20 +149,41 @@ def _find_user(s: object, username: str) -> User:
     return user
 
 
-def _revoke_sessions(
-    s: object, user_id: int, *, reason: str, keep_session_id: int | None = None
-) -> int:
-    """Revoke the live sessions of an account (except ``keep_session_id``); how many.
+def revoke_user_sessions(s: Session, user_id: int, reason: str, *,
+                         keep_session_id: int | None = None) -> int:
+    """End every session of an account inside the caller's transaction.
 
-    Call it after the new password hash is set in ``s``: the kept session is re-stamped with
-    it, so the browser making a password change stays logged in.
+    For deactivation and password changes: the account's open tabs lose access on their
+    next action and no remembered browser logs in again.
+
+    Args:
+        s: The caller's SQLAlchemy session (its transaction commits the change).
+        user_id: The account.
+        reason: Why (stored, at most 32 characters), e.g. ``"deactivated"``.
+        keep_session_id: A session to keep (the tab where users changed their own password);
+            it is re-stamped with the account's current password hash, so call this after
+            setting the new hash in ``s``.
+
+    Returns:
+        How many sessions were ended.
     """
-    # Imported here: backend.services.sessions imports this module.
-    from radconcord.backend.services.sessions import revoke_user_sessions
-
-    return revoke_user_sessions(
-        s, user_id, reason, keep_session_id=keep_session_id  # type: ignore[arg-type]
-    )
+    now = clock.utcnow()
+    condition = [AuthSession.user_id == user_id, AuthSession.revoked_at.is_(None)]
+    if keep_session_id is not None:
+        condition.append(AuthSession.id != keep_session_id)
+    result = s.execute(update(AuthSession).where(*condition).values(
+        revoked_at=now, revoked_reason=reason[:32], ticket_sha256=None, ticket_expires_at=None
+    ).execution_options(synchronize_session=False))
+    if keep_session_id is not None:
+        user = s.get(User, user_id)
+        if user is not None:
+            s.execute(update(AuthSession).where(
+                AuthSession.id == keep_session_id, AuthSession.user_id == user_id).values(
+                credential_stamp=credential_stamp(user.password_hash)
+            ).execution_options(synchronize_session=False))
+    ended = int(result.rowcount or 0)
+    log.info("ended %d session(s) of user %s (%s)", ended, user_id, reason)
+    return ended
 
 
 def _guard_last_admin(s: object, user: User, action: str) -> None:
@@ -333,7 +346,8 @@ class SessionUser:
     must_change_password: bool = False
 
 
-def _stamp(password_hash: str) -> str:
+def credential_stamp(password_hash: str) -> str:
+    """A short digest of a password hash: it changes whenever the password changes."""
     return hashlib.sha256(password_hash.encode("utf-8")).hexdigest()[:16]
 
 
@@ -350,7 +364,7 @@ def session_user(db: Database, *, user_id: int) -> SessionUser | None:
         return None
     return SessionUser(
         Actor(user_id=row.id, username=row.username, role=row.role),
-        _stamp(row.password_hash),
+        credential_stamp(row.password_hash),
         bool(row.must_change_password),
     )
 
@@ -396,9 +410,9 @@ def set_password(db: Database, actor: Actor, *, username: str, password: str) ->
                 raise PermissionDenied("this account is no longer active")
         user = _find_user(s, username)
         user.password_hash = new_hash
-        user.password_changed_at = _now()
+        user.password_changed_at = clock.utcnow()
         user.must_change_password = not own
-        _revoke_sessions(
+        revoke_user_sessions(
             s, user.id, reason=REVOKED_PASSWORD_CHANGED if own else REVOKED_PASSWORD_RESET
         )
     log.info("password set for %s by %s", username, actor.username)
@@ -431,9 +445,9 @@ def reset_password(db: Database, actor: Actor, *, username: str) -> OneTimePassw
         _require_live_admin(s, actor)
         user = _find_user(s, username)
         user.password_hash = new_hash
-        user.password_changed_at = _now()
+        user.password_changed_at = clock.utcnow()
         user.must_change_password = True
-        revoked = _revoke_sessions(s, user.id, reason=REVOKED_PASSWORD_RESET)
+        revoked = revoke_user_sessions(s, user.id, reason=REVOKED_PASSWORD_RESET)
         s.flush()
         info = _info(user)
     log.info("password of %s reset by %s (%d sessions ended)", info.username, actor.username,
@@ -500,9 +514,9 @@ def change_own_password(
             raise InvalidInput("current password: the password was changed meanwhile; log in "
                                "again")
         user.password_hash = new_hash
-        user.password_changed_at = _now()
+        user.password_changed_at = clock.utcnow()
         user.must_change_password = False
-        revoked = _revoke_sessions(
+        revoked = revoke_user_sessions(
             s, user.id, reason=REVOKED_PASSWORD_CHANGED, keep_session_id=keep_session_id
         )
         s.flush()
@@ -531,7 +545,7 @@ def set_active(db: Database, actor: Actor, *, username: str, active: bool) -> Us
         revoked = 0
         if not active:
             _guard_last_admin(s, user, "deactivate")
-            revoked = _revoke_sessions(s, user.id, reason=REVOKED_DEACTIVATED)
+            revoked = revoke_user_sessions(s, user.id, reason=REVOKED_DEACTIVATED)
         user.active = active
         s.flush()
         info = _info(user)

@@ -18,7 +18,7 @@ and the study its import would create give the same figures:
   from another scheme, so they are not used as a count gold set here).
 - ``study=NAME``: a study of the database; a study in the pairwise annotation mode is a
   preference set (its completed judgements), any other a count set (its counted ratings,
-  :func:`backend.analysis.data.load_ratings`).
+  :func:`backend.services.study_data.load_ratings`).
 
 Scores: the runner (:func:`backend.scoring.runner.score`) with the database as the cache, one
 :class:`~backend.scoring.runner.MetricPool` for the whole run. A folder's pairs are keyed by
@@ -44,9 +44,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
 from radconcord.backend.analysis import leaderboard as lb
-from radconcord.backend.analysis.data import AnalysisInputError, StudyRatings, load_ratings
+from radconcord.backend.analysis.data import AnalysisInputError, StudyRatings
 from radconcord.backend.analysis.stats import to_json_safe
 from radconcord.backend.datasets import radpref, rexval
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.metrics import registry
 from radconcord.backend.metrics.base import MetricUnavailable
 from radconcord.backend.scoring import jobs as scoring_jobs
@@ -57,12 +58,12 @@ from radconcord.backend.scoring.runner import (
     requested_keys,
     score,
 )
-from radconcord.backend.services.errors import InvalidInput, require_admin
 from radconcord.backend.services.imports import REXVAL_RATER_PREFIX
 from radconcord.backend.services.radpref import username_of
 from radconcord.backend.services.reports import input_hashes, package_versions
+from radconcord.backend.services.study_data import load_ratings
 from radconcord.backend.services.study_settings import effective
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.backend.util import atomic_write, file_sha256, records_to_csv
 from radconcord.db.models import (
     PAIR_STUDY,
@@ -576,7 +577,7 @@ def _columns(db: Database, ds: Dataset, keys: Sequence[str] | None
              ) -> tuple[list[lb.MetricValues], list[lb.NotAvailable]]:
     """Stored columns as ``correlate`` reads them (one signature per key, imported scores
     with the direction given at import); a key without a known direction is n/a."""
-    from radconcord.backend.analysis.data import load_metric_columns
+    from radconcord.backend.services.study_data import load_metric_columns
 
     assert ds.ratings is not None
     na: list[lb.NotAvailable] = []
@@ -849,13 +850,14 @@ def csv_text(doc: Mapping[str, Any]) -> str:
 def html_text(doc: Mapping[str, Any], *, inline_plotlyjs: bool = True) -> str:
     """``leaderboard.html``: self-contained (plotly.js inlined)."""
     from radconcord.backend.analysis.leaderboard_html import render_html
+    from radconcord.backend.figures.leaderboard import forest_markup
 
     plotlyjs = None
     if inline_plotlyjs:
         from plotly.offline import get_plotlyjs
 
         plotlyjs = get_plotlyjs()
-    return render_html(doc, plotlyjs=plotlyjs)
+    return render_html(doc, plotlyjs=plotlyjs, forest=forest_markup)
 
 
 def write_outputs(doc: Mapping[str, Any], out_dir: str | Path, *,

@@ -15,7 +15,7 @@ corpus sha256, candidate-stage settings).
 Everything that can fail on user input (name taken, unknown rater, unknown metric, unreadable
 corpus file) is checked before the scoring work. Pages call :func:`enqueue_build`, which runs
 those checks and queues a ``build_oracle`` job: the metrics run on the worker
-(``backend.jobs.kinds.build_oracle``), never in the web process. The study is written by the
+(``backend.runner.kinds.build_oracle``), never in the web process. The study is written by the
 staged import (invisible until complete), and a job's build records the job id in the
 study's provenance, so a build retried after a kill -9 either starts over (the killed run's
 staging study is removed) or, when the killed run had already finished the study, completes
@@ -39,11 +39,11 @@ from radconcord.backend import config
 from radconcord.backend.datasets import corpus as corpus_mod
 from radconcord.backend.datasets import oracle
 from radconcord.backend.datasets.corpus import Corpus, CorpusReport
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.imaging.deid import DEID_PROFILE
 from radconcord.backend.services import assignment, exports, imports, job_inputs
-from radconcord.backend.services.errors import InvalidInput, require_admin
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.backend.util import MANIFEST, free_output_dir, publish_dir
 from radconcord.db.models import STUDY_STAGING, Assignment, Case, Pair, Study, User
 from radconcord.db.session import Database

@@ -36,12 +36,12 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from radconcord.backend.services import assignment, rating
+from radconcord.backend.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.services import assignment, assignment_writes, qualification
 from radconcord.backend.services.definitions import DEFINITIONS
-from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
 from radconcord.backend.services.repo import get_study
 from radconcord.backend.services.study_settings import effective
-from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.db.models import (
     PAIR_REPEAT,
     PAIR_STUDY,
@@ -73,7 +73,7 @@ def cell_key(category: int, significant: bool) -> str:
 
 
 def _full_counts(cells: Mapping[tuple[int, bool], int]) -> dict[str, int]:
-    return {cell_key(c, g): int(cells.get((c, g), 0)) for c, g in rating.CELLS}
+    return {cell_key(c, g): int(cells.get((c, g), 0)) for c, g in assignment_writes.CELLS}
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class TrainingFeedback:
     """What a rater sees after finishing a training item."""
 
     opaque_id: str
-    cells: tuple[FeedbackCell, ...]  # in ``rating.CELLS`` order
+    cells: tuple[FeedbackCell, ...]  # in ``assignment_writes.CELLS`` order
     rater_total: int
     expert_total: int
     definitions: dict[int, tuple[str, str]]  # category -> (name, definition)
@@ -200,9 +200,9 @@ def parse_expert_csv(text: str) -> dict[int, dict[str, int]]:
         if category not in CATEGORIES:
             raise InvalidInput(f"training CSV line {line}: error_category must be 1-6, "
                                f"got {category}")
-        if not 0 <= count <= rating.MAX_COUNT:
+        if not 0 <= count <= assignment_writes.MAX_COUNT:
             raise InvalidInput(f"training CSV line {line}: num_errors must be "
-                               f"0-{rating.MAX_COUNT}, got {count}")
+                               f"0-{assignment_writes.MAX_COUNT}, got {count}")
         cell = (category, flag in _TRUE)
         pair_cells = cells.setdefault(number, {})
         if cell in pair_cells:
@@ -263,15 +263,15 @@ def mark_training(db: Database, actor: Actor, *, study_name: str,
     if not expert:
         raise InvalidInput("training items: no pairs given")
     checked: dict[int, dict[str, int]] = {}
-    valid = {cell_key(c, g) for c, g in rating.CELLS}
+    valid = {cell_key(c, g) for c, g in assignment_writes.CELLS}
     for number, counts in expert.items():
         unknown = sorted(set(counts) - valid)
         if unknown:
             raise InvalidInput(f"pair {number}: unknown cell(s) {', '.join(unknown)}")
         for key, n in counts.items():
-            if not rating._is_int(n) or not 0 <= int(n) <= rating.MAX_COUNT:
+            if not assignment_writes.is_int(n) or not 0 <= int(n) <= assignment_writes.MAX_COUNT:
                 raise InvalidInput(f"pair {number} cell {key}: count must be 0-"
-                                   f"{rating.MAX_COUNT}, got {n!r}")
+                                   f"{assignment_writes.MAX_COUNT}, got {n!r}")
         checked[int(number)] = {k: int(counts.get(k, 0)) for k in sorted(valid)}
     numbers = _numbers(checked)
     with db.begin() as s:
@@ -459,7 +459,7 @@ def qualification_status(db: Database, actor: Actor, *,
             select(User.id, User.username).join(Assignment, Assignment.rater_id == User.id)
             .where(Assignment.study_id == study.id).distinct().order_by(User.username)
         ):
-            gate = rating.qualification(s, rater_id, study.id, study.settings,
+            gate = qualification.qualification(s, rater_id, study.id, study.settings,
                                         count_without_gate=True)
             out.append(RaterQualification(
                 rater=username, training=gate.training, done=gate.done, passed=gate.passed,
@@ -487,15 +487,15 @@ def training_rows(db: Database, actor: Actor, study_name: str) -> list[dict[str,
             .where(Pair.study_id == study.id, Pair.kind == PAIR_TRAINING)
             .order_by(User.username, Pair.position)
         ):
-            if rating.answer_key_of(expert, rater_id):
+            if qualification.answer_key_of(expert, rater_id):
                 continue  # the expert's own counts: the answer key, not a training answer
             cells = {(int(c), bool(g)): int(n) for c, g, n in s.execute(
                 select(Rating.category, Rating.significant, Rating.count)
                 .where(Rating.rater_id == rater_id, Rating.pair_id == pair_id))}
             expert_counts = (expert or {}).get("counts") or {}
-            passed = (rating.item_passed(sum(cells.values()), expert, max_error)
+            passed = (qualification.item_passed(sum(cells.values()), expert, max_error)
                       if done is not None else None)
-            for c, g in rating.CELLS:
+            for c, g in assignment_writes.CELLS:
                 rows.append({
                     "rater": username, "pair_number": int(position) + 1,
                     "opaque_id": opaque_id, "category": c, "significant": g,
@@ -536,19 +536,19 @@ def training_feedback(db: Database, actor: Actor, opaque_id: str) -> TrainingFee
             about the expert's counts leaks before the rater has answered).
     """
     with db.read() as s:
-        t = rating._target(s, actor, opaque_id)
+        t = assignment_writes.find_target(s, actor, opaque_id)
         if t.kind != PAIR_TRAINING or t.assignment.completed_at is None:
             raise NotFound(f"no feedback for pair {opaque_id!r}: it is not one of your done "
                            "training items")
         expert = s.scalar(select(Pair.expert).where(Pair.id == t.pair_id)) or {}
-        mine = rating._counts(s, actor, t.pair_id)
+        mine = assignment_writes.stored_counts(s, actor, t.pair_id)
         settings = s.scalar(select(Study.settings).where(Study.id == t.study_id))
         values = effective(settings)
-        gate = rating.qualification(s, actor.user_id, t.study_id, settings)
+        gate = qualification.qualification(s, actor.user_id, t.study_id, settings)
         study_name = s.scalar(select(Study.name).where(Study.id == t.study_id))
     theirs = expert.get("counts") or {}
     cells = tuple(FeedbackCell(c, g, int(mine[(c, g)]), int(theirs.get(cell_key(c, g), 0)))
-                  for c, g in rating.CELLS)
+                  for c, g in assignment_writes.CELLS)
     rater_total = sum(c.rater for c in cells)
     expert_total = sum(c.expert for c in cells)
     gated = int(values["qualification_items"]) > 0
@@ -564,7 +564,7 @@ def training_feedback(db: Database, actor: Actor, opaque_id: str) -> TrainingFee
     )
 
 
-def _standing(gate: rating.Qualification, study_name: str) -> str:
+def _standing(gate: qualification.Qualification, study_name: str) -> str:
     """The gate in words for the feedback panel: the rater learns there, not only on the
     studies list, whether the study pairs are open, how far they are, or that they failed."""
     if gate.open:

@@ -4,14 +4,14 @@ The categories and their order are those of the ReXVal dataset (Yu et al., 2023)
 radiologists counted, for each candidate report against its reference, the errors of each
 kind, each either clinically significant or not. The wording here is ours, written for the
 rating screen's definitions panel (one keystroke away) and the training feedback; the names
-are :data:`backend.services.types.CATEGORIES`, so the two cannot drift apart.
+are :data:`backend.types.CATEGORIES`, so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from radconcord.backend.services.types import CATEGORIES
+from radconcord.backend.types import CATEGORIES
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ reference is seen in training and evaluation.
 
 Torch and transformers are imported only when training starts. Pages and scripts queue a
 ``train_er2score`` job with :func:`enqueue_training` (checked here, trained on the worker by
-``backend.jobs.kinds.train_er2score``); the command line trains inline. A job's training
+``backend.runner.kinds.train_er2score``); the command line trains inline. A job's training
 builds the adapter in a hidden folder named after the job (``.<name>.job-<id>``) together with
 ``training.json`` (the summary and the job id) and renames it onto the output at the end: a
 killed run leaves no half adapter under the output name, its retry starts over in the same
@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
-from radconcord.backend.analysis.data import StudyNotFound, load_ratings
-from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
-from radconcord.backend.services.types import Actor
+from radconcord.backend.analysis.data import StudyNotFound
+from radconcord.backend.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.services.study_data import load_ratings
+from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_STUDY, Pair, Report
 from radconcord.db.session import Database
 

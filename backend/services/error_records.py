@@ -12,7 +12,7 @@ analysis and export. The grid of such a study is shown read-only.
 Blinding and concurrency are the rating service's: every query starts from the actor's own
 assignment (a pair that is not theirs is ``NotFound``, whether it exists or not), a write
 locks that assignment row, checks the version the rater saw (``expected_version``; a stale
-one raises :class:`backend.services.rating.StaleWrite` and writes nothing) and bumps it.
+one raises :class:`backend.services.assignment_writes.StaleWrite` and writes nothing) and bumps it.
 Texts of a record are always cut from the stored reports by their offsets (character offsets,
 end exclusive); a client never supplies them.
 """
@@ -28,11 +28,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from radconcord.backend.services import rating
-from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend import clock
+from radconcord.backend.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.services import assignment_writes, transactions
 from radconcord.backend.services.repo import get_study
 from radconcord.backend.services.study_settings import effective
-from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.backend.util import is_db_id
 from radconcord.db.models import PAIR_STUDY, ErrorRecord, Pair, Report, Study, User
 from radconcord.db.session import Database
@@ -93,7 +94,7 @@ class PairRecords:
     Attributes:
         opaque_id: The pair as the rater knows it.
         records: In the order they were made.
-        counts: Every cell of :data:`backend.services.rating.CELLS`.
+        counts: Every cell of :data:`backend.services.assignment_writes.CELLS`.
         version: The pair's version, to be carried by the next change.
         saved_at: When this change was stored (None for a plain read).
     """
@@ -202,7 +203,7 @@ def _view(r: ErrorRecord) -> RecordView:
         candidate_end=r.candidate_end, candidate_text=r.candidate_text,
         reference_start=r.reference_start, reference_end=r.reference_end,
         reference_text=r.reference_text, note=r.note or "",
-        created_at=rating.as_utc(r.created_at),  # type: ignore[arg-type]
+        created_at=clock.as_utc(r.created_at),  # type: ignore[arg-type]
     )
 
 
@@ -238,8 +239,8 @@ def _derive(s: Session, actor: Actor, t: Any, now: dt.datetime) -> bool:  # noqa
     s.flush()
     tally = Counter((int(r.category), bool(r.significant)) for r in _records(s, actor, t.pair_id))
     changed = False
-    for cell in rating.CELLS:  # the grid's order, as set_counts audits
-        if rating._set_cell(s, actor, t, *cell, tally.get(cell, 0), now):
+    for cell in assignment_writes.CELLS:  # the grid's order, as set_counts audits
+        if assignment_writes.set_cell(s, actor, t, *cell, tally.get(cell, 0), now):
             changed = True
     return changed
 
@@ -250,7 +251,7 @@ def _answer(s: Session, actor: Actor, t: Any, opaque_id: str,  # noqa: ANN401
     return PairRecords(
         opaque_id=str(opaque_id),
         records=tuple(_view(r) for r in _records(s, actor, t.pair_id)),
-        counts=rating._counts(s, actor, t.pair_id),
+        counts=assignment_writes.stored_counts(s, actor, t.pair_id),
         version=int(t.assignment.version or 0),
         saved_at=saved_at,
     )
@@ -266,7 +267,7 @@ def list_records(db: Database, actor: Actor, *, opaque_id: str) -> PairRecords:
         NotFound: the pair does not exist or is not assigned to the actor.
     """
     with db.read() as s:
-        t = rating._target(s, actor, opaque_id)
+        t = assignment_writes.find_target(s, actor, opaque_id)
         return _answer(s, actor, t, opaque_id, None)
 
 
@@ -307,7 +308,7 @@ def add_record(
 
     Raises:
         InvalidInput: a value missing or out of range, the same record already made, a cell
-            over ``rating.MAX_COUNT``, or a study that does not use per-error records.
+            over ``assignment_writes.MAX_COUNT``, or a study that does not use per-error records.
         NotFound: the pair is not assigned to the actor.
         PermissionDenied: the study is closed.
         StaleWrite: ``expected_version`` is not the stored version; nothing was written.
@@ -319,11 +320,11 @@ def add_record(
     category = int(category)
 
     def work(s: Session) -> PairRecords:
-        now = rating.utcnow()
-        t = rating._target(s, actor, opaque_id, lock=True)
-        rating._writable(s, t)
+        now = clock.utcnow()
+        t = assignment_writes.find_target(s, actor, opaque_id, lock=True)
+        assignment_writes.check_writable(s, t)
         _require_mode(s, t)
-        rating._check_version(s, actor, t, expected_version)
+        assignment_writes.check_version(s, actor, t, expected_version)
         ref_text, cand_text = _texts(s, t)
         record = ErrorRecord(rater_id=actor.user_id, pair_id=t.pair_id, kind=kind,
                              category=category, significant=significant,
@@ -347,16 +348,16 @@ def add_record(
                                    "is already recorded")
         same_cell = sum(1 for r in existing
                         if (int(r.category), bool(r.significant)) == (category, significant))
-        if same_cell >= rating.MAX_COUNT:
-            raise InvalidInput(f"category {category}: at most {rating.MAX_COUNT} records of "
-                               "one category and significance per pair")
+        if same_cell >= assignment_writes.MAX_COUNT:
+            raise InvalidInput(f"category {category}: at most {assignment_writes.MAX_COUNT} "
+                               "records of one category and significance per pair")
         s.add(record)
         _derive(s, actor, t, now)
-        rating._bump(t)  # a record is a change even when the counts stay the same
+        assignment_writes.bump_version(t)  # a record is a change even when the counts stay the same
         return _answer(s, actor, t, opaque_id, now)
 
-    return rating.write_retrying(db, work, what=f"error record of pair {opaque_id!r}",
-                         message=rating.BUSY_ACTION_MESSAGE)
+    return transactions.write_retrying(db, work, what=f"error record of pair {opaque_id!r}",
+                         message=transactions.BUSY_ACTION_MESSAGE)
 
 
 def delete_record(
@@ -385,11 +386,11 @@ def delete_record(
                            f"{expected_version!r:.40}")
 
     def work(s: Session) -> PairRecords:
-        now = rating.utcnow()
-        t = rating._target(s, actor, opaque_id, lock=True)
-        rating._writable(s, t)
+        now = clock.utcnow()
+        t = assignment_writes.find_target(s, actor, opaque_id, lock=True)
+        assignment_writes.check_writable(s, t)
         _require_mode(s, t)
-        rating._check_version(s, actor, t, expected_version)
+        assignment_writes.check_version(s, actor, t, expected_version)
         record = s.scalar(select(ErrorRecord).where(
             ErrorRecord.id == int(record_id), ErrorRecord.rater_id == actor.user_id,
             ErrorRecord.pair_id == t.pair_id)) if is_db_id(record_id) else None
@@ -398,11 +399,11 @@ def delete_record(
                            f"{opaque_id!r}")
         s.delete(record)
         _derive(s, actor, t, now)
-        rating._bump(t)
+        assignment_writes.bump_version(t)
         return _answer(s, actor, t, opaque_id, now)
 
-    return rating.write_retrying(db, work, what=f"error record of pair {opaque_id!r}",
-                         message=rating.BUSY_ACTION_MESSAGE)
+    return transactions.write_retrying(db, work, what=f"error record of pair {opaque_id!r}",
+                         message=transactions.BUSY_ACTION_MESSAGE)
 
 
 def export_rows(db: Database, actor: Actor, study_name: str) -> list[dict[str, Any]]:
@@ -454,7 +455,7 @@ def export_rows(db: Database, actor: Actor, study_name: str) -> list[dict[str, A
                 "reference_text": r.reference_text,
                 "note": r.note or "",
                 "details": r.details,
-                "created_at": rating.as_utc(r.created_at).isoformat(),  # type: ignore[union-attr]
+                "created_at": clock.as_utc(r.created_at).isoformat(),  # type: ignore[union-attr]
             }
             for position, opaque_id, username, r in rows
         ]

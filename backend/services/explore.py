@@ -28,13 +28,12 @@ from radconcord.backend.analysis.data import (
     MetricColumn,
     StudyNotFound,
     StudyRatings,
-    load_metric_columns,
-    load_ratings,
 )
 from radconcord.backend.analysis.disagreement import DiffOp, rank_disagreements, word_diff
-from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.errors import InvalidInput, NotFound, require_admin
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_data import load_metric_columns, load_ratings
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, MetricScore, Pair, Rating, Report, ScoreImport
 from radconcord.db.session import Database
 

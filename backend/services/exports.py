@@ -110,19 +110,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import aliased, selectinload
 
 from radconcord.backend import config
-from radconcord.backend.analysis.data import (
-    AnalysisInputError,
-    load_metric_columns,
-    load_ratings,
-    study_imports,
-)
+from radconcord.backend.analysis.data import AnalysisInputError
 from radconcord.backend.datasets import rexval
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.imaging.deid import DEID_PROFILE
 from radconcord.backend.services import activity, study_settings
 from radconcord.backend.services.assignment import study_strategy
-from radconcord.backend.services.errors import InvalidInput, require_admin
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.backend.services.study_data import load_metric_columns, load_ratings, study_imports
+from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.backend.util import MANIFEST, SafeCsvWriter, free_output_dir, publish_dir
 from radconcord.db.models import (
     PAIR_REPEAT,

@@ -17,20 +17,17 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from radconcord.backend.services.errors import (
+from radconcord.backend import clock
+from radconcord.backend.errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
     require_admin,
 )
-from radconcord.backend.services.rating import (
-    HIDDEN_STATUSES,
-    READ_ONLY_STATUSES,
-    as_utc,
-    write_retrying,
-)
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_status import HIDDEN_STATUSES, READ_ONLY_STATUSES
+from radconcord.backend.services.transactions import write_retrying
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Pair, Study, User
 from radconcord.db.session import Database
 
@@ -100,7 +97,7 @@ def _assignment(s: Session, actor: Actor, opaque_id: str) -> tuple[Assignment, s
 
 
 def _state(opaque_id: str, assignment: Assignment) -> FlagState:
-    return FlagState(opaque_id=opaque_id, flagged_at=as_utc(assignment.flagged_at),
+    return FlagState(opaque_id=opaque_id, flagged_at=clock.as_utc(assignment.flagged_at),
                      note=assignment.flag_note or "")
 
 
@@ -189,7 +186,7 @@ def pair_flag(db: Database, actor: Actor, *, opaque_id: str) -> FlagState:
         ).first()
     if row is None:
         raise NotFound(f"pair {opaque_id!r} is not in your assignments")
-    return FlagState(opaque_id=str(opaque_id), flagged_at=as_utc(row[0]), note=row[1] or "")
+    return FlagState(opaque_id=str(opaque_id), flagged_at=clock.as_utc(row[0]), note=row[1] or "")
 
 
 def study_flags(db: Database, actor: Actor, study_name: str) -> list[StudyFlag]:
@@ -217,7 +214,7 @@ def study_flags(db: Database, actor: Actor, study_name: str) -> list[StudyFlag]:
         ).all()
     return [
         StudyFlag(pair_number=int(position) + 1, opaque_id=oid, kind=str(kind),
-                  rater=username, note=note or "", flagged_at=as_utc(flagged_at),
+                  rater=username, note=note or "", flagged_at=clock.as_utc(flagged_at),
                   completed=completed is not None)
         for position, oid, kind, username, note, flagged_at, completed in rows
     ]

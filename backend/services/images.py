@@ -27,6 +27,7 @@ from PIL import Image as PILImage
 from sqlalchemy import exists, or_, select
 
 from radconcord.backend import config
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.imaging.load import ImageLoadError, LoadedImage, load_image
 from radconcord.backend.imaging.render import (
     DEFAULT_MAX_SIDE,
@@ -35,9 +36,8 @@ from radconcord.backend.imaging.render import (
     render_png,
 )
 from radconcord.backend.imaging.window import Window, resolve_window
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.rating import HIDDEN_STATUSES
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_status import HIDDEN_STATUSES
+from radconcord.backend.types import Actor
 from radconcord.backend.util import is_db_id
 from radconcord.db.models import Assignment, Comparison, Image, Judgement, Pair, Study, StudyRole
 from radconcord.db.session import Database

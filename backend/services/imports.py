@@ -5,7 +5,7 @@ An import never holds the database for long: a rater's save must not wait behind
 1. Everything that needs no database is checked first (names, case lists, image paths), so
    most bad inputs are refused before anything is written.
 2. The study is created with status ``importing`` (``db.models.STUDY_STAGING``): no listing or
-   query for raters or admins shows it (``repo.get_study``, ``rating.HIDDEN_STATUSES``,
+   query for raters or admins shows it (``repo.get_study``, ``study_status.HIDDEN_STATUSES``,
    ``studies.list_studies``, ``backend.analysis.data``).
 3. Cases are written in batches of about ``BATCH_PAIRS`` pairs, one short transaction each
    (bulk INSERTs; image files are prepared before the batch's transaction opens). Each batch
@@ -54,6 +54,7 @@ from sqlalchemy.orm import Session
 
 from radconcord.backend import config
 from radconcord.backend.datasets import rexval
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.imaging.deid import (
     BURNED_IN_WARNING,
     DEID_PROFILE,
@@ -64,8 +65,7 @@ from radconcord.backend.imaging.deid import (
 )
 from radconcord.backend.imaging.load import ImageLoadError, file_sha256, load_image, sniff_format
 from radconcord.backend.scoring.hashing import input_hash
-from radconcord.backend.services.errors import InvalidInput, require_admin
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.db.models import (
     STUDY_STAGING,
     Assignment,
@@ -810,7 +810,7 @@ def import_cases(
     return summary
 
 
-def _unusable_hashes(indices: list[int]) -> dict[int, str]:
+def unusable_hashes(indices: list[int]) -> dict[int, str]:
     """Argon2 hashes of random secrets nobody keeps, computed before the transaction.
 
     Hashing costs ~0.2 s each by design; on SQLite a transaction holds the write lock, so
@@ -915,7 +915,7 @@ def import_rexval(
         },
     }
     rater_indices = sorted({r.rater_index for r in ratings.rows})
-    hashes = _unusable_hashes(rater_indices)
+    hashes = unusable_hashes(rater_indices)
 
     def add_ratings(db: Database, staging: _Staging) -> tuple[int, int]:
         pair_of: dict[tuple[int, str], _PairRef] = {}
@@ -1159,7 +1159,7 @@ def preview_lines(preview: ImportPreview, *, max_missing: int = 20) -> list[str]
 
 # ----------------------------------------------------------------- imports on the worker
 
-#: The job kind that runs an import on the worker (``backend.jobs.kinds.imports``).
+#: The job kind that runs an import on the worker (``backend.runner.kinds.imports``).
 KIND = "import"
 #: An import with more pairs than this goes to the worker (pages); smaller ones run inline.
 WORKER_MIN_PAIRS = 2000

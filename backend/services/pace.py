@@ -31,11 +31,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from radconcord.backend.services import rating
-from radconcord.backend.services.errors import InvalidInput, NotFound
-from radconcord.backend.services.rating import HIDDEN_STATUSES
+from radconcord.backend import clock
+from radconcord.backend.errors import InvalidInput, NotFound
+from radconcord.backend.services import qualification
 from radconcord.backend.services.study_settings import effective
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_status import HIDDEN_STATUSES
+from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_TRAINING, ActivitySpan, Assignment, Pair, Study
 from radconcord.db.session import Database
 
@@ -45,10 +46,6 @@ PAUSE_SECONDS = 300.0
 MIN_DONE_FOR_ESTIMATE = 3
 #: How far back the spans of the current stretch are read (longer stretches are cut there).
 LOOKBACK = dt.timedelta(hours=12)
-
-
-def _utc(value: dt.datetime) -> dt.datetime:
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -136,8 +133,9 @@ def continuous_work(spans: Iterable[tuple[dt.datetime, dt.datetime]], now: dt.da
         now: The current time.
         pause_seconds: A gap longer than this ends a stretch.
     """
-    now = _utc(now)
-    ordered = sorted((_utc(a), _utc(b)) for a, b in spans if _utc(b) > _utc(a))
+    now = clock.as_utc(now)
+    ordered = sorted((clock.as_utc(a), clock.as_utc(b)) for a, b in spans
+                     if clock.as_utc(b) > clock.as_utc(a))
     # Spans ending in the future (a fast client clock) count up to now only.
     ordered = [(a, min(b, now)) for a, b in ordered if a < now]
     if not ordered:
@@ -167,7 +165,7 @@ def reminder_due(stretch: Stretch, period_minutes: int, *,
     if period_minutes <= 0 or stretch.started_at is None:
         return False
     threshold = float(period_minutes)
-    if snoozed is not None and _utc(snoozed[0]) == _utc(stretch.started_at):
+    if snoozed is not None and clock.as_utc(snoozed[0]) == clock.as_utc(stretch.started_at):
         threshold = float(snoozed[1]) + period_minutes
     return stretch.minutes >= threshold
 
@@ -214,7 +212,7 @@ def rater_pace(db: Database, actor: Actor, *, study_name: str,
     Raises:
         NotFound: no such visible study, or none of its pairs are the actor's.
     """
-    now = _utc(now) if now is not None else dt.datetime.now(dt.UTC)
+    now = clock.as_utc(now) if now is not None else clock.utcnow()
     with db.read() as s:
         study = s.execute(
             select(Study.id, Study.settings)
@@ -223,7 +221,7 @@ def rater_pace(db: Database, actor: Actor, *, study_name: str,
         query = select(Assignment.completed_at, Assignment.active_seconds).where(
             Assignment.rater_id == actor.user_id, Assignment.study_id == study.id
         ) if study is not None else None
-        if study is not None and not rating.qualification(
+        if study is not None and not qualification.qualification(
                 s, actor.user_id, study.id, study.settings).open:
             # While the gate holds the rater at the training items, only they are left:
             # the study pairs behind it are neither "left" nor part of the time estimate.

@@ -43,32 +43,29 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
+from radconcord.backend import clock
 from radconcord.backend.analysis import preference as pref
-from radconcord.backend.analysis.data import AnalysisInputError, StudyImports, study_imports
-from radconcord.backend.services.assignment import (
-    active_raters,
-    balanced_new_items,
-    seeded_batch,
-    seeded_rng,
-)
-from radconcord.backend.services.errors import (
+from radconcord.backend.analysis.data import AnalysisInputError, StudyImports
+from radconcord.backend.errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
     ServiceError,
     require_admin,
 )
-from radconcord.backend.services.rating import (
-    BUSY_ACTION_MESSAGE,
-    HIDDEN_STATUSES,
-    READ_ONLY_STATUSES,
-    ImageRef,
-    as_utc,
-    write_retrying,
+from radconcord.backend.services.assignment import (
+    active_raters,
+    balanced_new_items,
+    seeded_batch,
+    seeded_rng,
 )
+from radconcord.backend.services.rating import ImageRef
 from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.study_data import study_imports
 from radconcord.backend.services.study_settings import effective
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_status import HIDDEN_STATUSES, READ_ONLY_STATUSES
+from radconcord.backend.services.transactions import BUSY_ACTION_MESSAGE, write_retrying
+from radconcord.backend.types import Actor
 from radconcord.db.models import (
     PAIR_STUDY,
     Case,
@@ -89,10 +86,6 @@ PAIRWISE = "pairwise"
 PREFERENCES = ("A", "B", "tie")
 RATING_RANGE = (1, 5)
 STALE_MESSAGE = "Not saved: changed in another window, reloaded"
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 def _require_pairwise(study: Study) -> None:
@@ -382,7 +375,7 @@ def _queue(s: Session, actor: Actor, study_id: int) -> list[tuple[str, dt.dateti
 def _saved(opaque_id: str, j: Judgement, *, changed: bool,
            next_open: str | None = None) -> JudgementSaved:
     return JudgementSaved(str(opaque_id), j.preference, j.rating_a, j.rating_b,
-                          int(j.version or 0), as_utc(j.completed_at), changed, next_open)
+                          int(j.version or 0), clock.as_utc(j.completed_at), changed, next_open)
 
 
 def rater_studies(db: Database, actor: Actor) -> list[RaterPairwiseStudy]:
@@ -453,7 +446,7 @@ def get_comparison(db: Database, actor: Actor, opaque_id: str) -> ComparisonView
             opaque_id=c.opaque_id, study_name=study.name, index=pos + 1, total=len(ids),
             reference_text=ref_text, candidate_a_text=a_text, candidate_b_text=b_text,
             images=images, preference=j.preference, rating_a=j.rating_a, rating_b=j.rating_b,
-            version=int(j.version or 0), completed_at=as_utc(j.completed_at),
+            version=int(j.version or 0), completed_at=clock.as_utc(j.completed_at),
             prev_opaque_id=ids[pos - 1] if pos > 0 else None,
             next_opaque_id=ids[pos + 1] if pos + 1 < len(ids) else None,
             read_only=study.status in READ_ONLY_STATUSES)
@@ -525,12 +518,12 @@ def save_judgement(db: Database, actor: Actor, opaque_id: str, *,
             setattr(j, key, value)
         if changes:
             j.version = int(j.version or 0) + 1
-            j.updated_at = _utcnow()
+            j.updated_at = clock.utcnow()
         s.flush()
         return _saved(c.opaque_id, j, changed=bool(changes))
 
     # A click must not fail because an import or the scoring worker holds the database for
-    # a moment: retried as the count grid's saves are (rating.SAVE_RETRY_SECONDS).
+    # a moment: retried as the count grid's saves are (transactions.SAVE_RETRY_SECONDS).
     return write_retrying(db, work, what=f"judgement {opaque_id}",
                           message=BUSY_ACTION_MESSAGE)
 
@@ -560,7 +553,7 @@ def complete(db: Database, actor: Actor, opaque_id: str, *,
                                f"{' and '.join(missing)}")
         changed = j.completed_at is None
         if changed:
-            j.completed_at = _utcnow()
+            j.completed_at = clock.utcnow()
             j.version = int(j.version or 0) + 1
             j.updated_at = j.completed_at
         s.flush()
@@ -636,7 +629,7 @@ def results(db: Database, actor: Actor, study_name: str) -> list[ComparisonResul
                 .join(Comparison, Comparison.id == Judgement.comparison_id)
                 .where(Comparison.study_id == study.id)
                 .order_by(User.username)):
-            answers[cid].append(RaterJudgement(name, p, ra, rb, as_utc(done),
+            answers[cid].append(RaterJudgement(name, p, ra, rb, clock.as_utc(done),
                                                float(seconds or 0.0)))
     return [ComparisonResult(int(pos), oid, ext, int(apos), int(bpos), sa or "", sb or "",
                              tuple(answers.get(cid, ())))

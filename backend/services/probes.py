@@ -15,7 +15,7 @@ metric key:
 
 Pages never run the metrics: :func:`enqueue_probes` checks the request (admin, study, metric
 names, sample size) and queues a ``probes`` job; the worker runs :func:`run_probes`
-(``backend.jobs.kinds.probes``) with its warm metric pool and stores
+(``backend.runner.kinds.probes``) with its warm metric pool and stores
 :func:`result_to_json` as the job's result, which the page turns back into a
 :class:`ProbeResult` with :func:`result_from_json`. Families that cannot run on the worker
 are reported with their reason instead of failing the whole run.
@@ -40,9 +40,9 @@ from radconcord.backend.analysis.perturb import (
     Perturbation,
     generate,
 )
-from radconcord.backend.services.errors import InvalidInput, ServiceError, require_admin
+from radconcord.backend.errors import InvalidInput, ServiceError, require_admin
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_STUDY, Pair, Report
 from radconcord.db.session import Database
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
+from radconcord.backend import clock
+from radconcord.backend.errors import require_admin
 from radconcord.backend.services.activity import summarize
-from radconcord.backend.services.errors import require_admin
-from radconcord.backend.services.rating import as_utc
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_STUDY, Assignment, Pair, User
 from radconcord.db.session import Database
 
@@ -125,7 +125,7 @@ def study_progress(db: Database, actor: Actor, *, study_name: str) -> StudyProgr
                 completed=int(done),
                 total=int(total),
                 active_seconds=times[u].total_seconds,
-                last_active_at=as_utc(last),
+                last_active_at=clock.as_utc(last),
                 median_seconds=times[u].median_seconds,
                 pairs_with_time=times[u].pairs_with_time,
             )

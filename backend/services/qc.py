@@ -39,15 +39,15 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
+from radconcord.backend import clock
 from radconcord.backend.analysis import intra_rater as ir
 from radconcord.backend.analysis import judge_monitoring as jm
 from radconcord.backend.analysis import monitoring as mon
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.services.activity import clipped_seconds
-from radconcord.backend.services.errors import InvalidInput, require_admin
 from radconcord.backend.services.radpref import DETAILS_KEY as RADPREF_DETAILS
-from radconcord.backend.services.rating import as_utc
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import (
     PAIR_REPEAT,
     PAIR_STUDY,
@@ -195,7 +195,7 @@ def monitoring(db: Database, actor: Actor, study_name: str, *,
         entry["time"] += float(seconds or 0.0)
         if completed_at is not None:
             entry["done"].append(mon.DoneItem(
-                pair=int(position) + 1, completed_at=as_utc(completed_at),
+                pair=int(position) + 1, completed_at=clock.as_utc(completed_at),
                 seconds=float(seconds or 0.0),
                 total=float(grids[(user_id, pair_id)].sum())))
     inputs = [mon.RaterInput(rater=u, done=e["done"], assigned=e["assigned"],
@@ -395,7 +395,7 @@ def _judgement_monitoring(db: Database, actor: Actor, study_name: str, straight_
         # Marking done needs the preference and both ratings: a done one has all three.
         if completed_at is not None and preference is not None:
             entry["done"].append(jm.Judged(
-                comparison=int(position) + 1, completed_at=as_utc(completed_at),
+                comparison=int(position) + 1, completed_at=clock.as_utc(completed_at),
                 preference=str(preference), rating_a=int(rating_a or 0),
                 rating_b=int(rating_b or 0), seconds=float(seconds or 0.0),
                 # An imported RadPref comparison keeps its file's sides (A = C1).

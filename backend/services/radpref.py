@@ -40,13 +40,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from radconcord.backend.datasets import radpref
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.scoring.hashing import input_hash
 from radconcord.backend.services import imports
-from radconcord.backend.services.errors import InvalidInput, require_admin
 from radconcord.backend.services.job_inputs import check_name_not_pending
 from radconcord.backend.services.repo import get_study
 from radconcord.backend.services.study_settings import HISTORY_KEY
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import (
     PAIR_STUDY,
     Assignment,
@@ -218,7 +218,7 @@ def import_radpref(
     if dry_run:
         return summary
     # Hashing costs ~0.2 s each by design: done before the transaction holds the lock.
-    hashes = imports._unusable_hashes(list(range(len(usernames))))
+    hashes = imports.unusable_hashes(list(range(len(usernames))))
     try:
         with db.begin() as s:
             study_id = _write(s, actor, data, name, usernames, hashes)

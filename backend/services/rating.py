@@ -13,54 +13,65 @@ raters never wait for each other on PostgreSQL.
 
 Every change of a rater's counts or done-state of a pair bumps that assignment's ``version``
 in the same transaction. A save may carry the version the rater saw (``expected_version``); a
-stale one (another tab or window changed the pair since) is refused with :class:`StaleWrite`,
-which carries the stored counts and version so the screen can show them. Nothing is written.
+stale one (another tab or window changed the pair since) is refused with
+:class:`~backend.services.assignment_writes.StaleWrite`, which carries the stored counts and
+version so the screen can show them. Nothing is written.
 
 Calibration: training items (``Pair.kind == "training"``) come first in every rater's order.
 With the study setting ``qualification_items`` N > 0 the rater reaches the study pairs and
 their hidden repeats only after N done training items within ``qualification_max_error`` of
-the expert's total (:class:`Qualification`): until then their queue and studies list show
-only the training items and any other pair is refused with :class:`PermissionDenied` saying
-how many passed. A done training item is final (read only, never reopened): the rater has
-seen the expert's counts.
+the expert's total (:class:`~backend.services.qualification.Qualification`): until then
+their queue and studies list show only the training items and any other pair is refused with
+:class:`PermissionDenied` saying how many passed. A done training item is final (read only,
+never reopened): the rater has seen the expert's counts.
 
 Writes never fail because another writer (an import, a scoring job, another rater) holds the
 database for a moment: each one retries with backoff for up to ``SAVE_RETRY_SECONDS`` (SQLite
 "database is locked", PostgreSQL serialization failures, deadlocks, lock timeouts) and only
-then raises :class:`SaveFailed`, whose message tells the rater that nothing was stored and
-the value they entered is kept to be saved again.
+then raises :class:`~backend.services.transactions.SaveFailed`, whose message tells the rater
+that nothing was stored and the value they entered is kept to be saved again.
+
+The steps a write to an assigned pair shares with per-error records and calibration (target,
+lock, version, bump, set a cell, audit) live in :mod:`backend.services.assignment_writes`;
+the retry in :mod:`backend.services.transactions`; the gate in
+:mod:`backend.services.qualification`; which statuses raters see in
+:mod:`backend.services.study_status`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
-import numbers
-import random
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, aliased
 
+from radconcord.backend import clock
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services import assignment
-from radconcord.backend.services.errors import (
-    InvalidInput,
-    NotFound,
-    PermissionDenied,
-    ServiceError,
+from radconcord.backend.services.assignment_writes import (
+    CELLS,
+    MAX_COUNT,
+    Target,
+    bump_version,
+    check_version,
+    check_writable,
+    final_for_adjudicator,
+    find_target,
+    is_int,
+    set_cell,
+    stored_counts,
+    upsert_rating,
 )
+from radconcord.backend.services.qualification import qualification
 from radconcord.backend.services.study_settings import effective
-from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.backend.services.study_status import HIDDEN_STATUSES, READ_ONLY_STATUSES
+from radconcord.backend.services.transactions import BUSY_MESSAGE, write_retrying
+from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.db.models import (
     PAIR_TRAINING,
-    ROLE_ADJUDICATOR,
-    STUDY_STAGING,
     Assignment,
     Image,
     Pair,
@@ -68,140 +79,8 @@ from radconcord.db.models import (
     RatingEvent,
     Report,
     Study,
-    StudyRole,
 )
-from radconcord.db.session import (
-    Database,
-    DatabaseBusy,
-    is_busy_error,
-    is_storage_full,
-    storage_location,
-)
-
-log = logging.getLogger(__name__)
-
-MAX_COUNT = 99
-# Every (category, significant) cell of the ReXVal scheme, in display order.
-CELLS: tuple[tuple[int, bool], ...] = tuple(
-    (category, significant) for category in sorted(CATEGORIES) for significant in (True, False)
-)
-# Studies raters cannot see: not opened yet, or still being imported.
-HIDDEN_STATUSES = ("draft", STUDY_STAGING, "archived")
-READ_ONLY_STATUSES = ("closed",)  # studies raters can see but no longer change
-
-
-# How long a write keeps retrying while other writers hold the database, then gives up.
-SAVE_RETRY_SECONDS = 5.0
-# The longest one attempt waits for the lock (PostgreSQL): a few attempts fit in the window.
-_ATTEMPT_SECONDS = 1.5
-# On SQLite an attempt waits this long in the busy handler (polls after 1, 2, 5, 10 ms),
-# then the next attempt follows at once: a tight poll that finds the gaps between batches.
-_SQLITE_POLL_SECONDS = 0.02
-_T = TypeVar("_T")
-
-BUSY_MESSAGE = "Not saved: the database is busy; your count is kept, try again"
-BUSY_ACTION_MESSAGE = "Not saved: the database is busy; nothing was changed, try again"
-STALE_MESSAGE = "Not saved: changed in another window, reloaded"
-
-
-class SaveFailed(ServiceError):
-    """A write gave up after ``SAVE_RETRY_SECONDS`` of a busy database; nothing was stored."""
-
-    def __init__(self, message: str = BUSY_MESSAGE) -> None:
-        super().__init__(message)
-
-
-STORAGE_FULL_MESSAGE = ("Not saved: the server's storage is full. Tell the study's "
-                        "administrator")
-
-
-class StorageFull(ServiceError):
-    """A write failed because the database's storage is full; nothing was stored.
-
-    Not retried within the request (the disk will not empty in seconds); the grid keeps the
-    change and sends it again later, as it does for a busy database.
-    """
-
-    def __init__(self, message: str = STORAGE_FULL_MESSAGE) -> None:
-        super().__init__(message)
-
-
-class StaleWrite(ServiceError):
-    """A save carried a version of the pair older than the stored one; nothing was written.
-
-    Attributes:
-        counts: the stored counts, every cell of ``CELLS``.
-        version: the stored version, to be carried by the next save.
-        completed_at: the stored done-state.
-    """
-
-    def __init__(self, *, counts: dict[tuple[int, bool], int], version: int,
-                 completed_at: dt.datetime | None, message: str = STALE_MESSAGE) -> None:
-        super().__init__(message)
-        self.counts = counts
-        self.version = version
-        self.completed_at = completed_at
-
-
-def write_retrying(db: Database, work: Callable[[Any], _T], *, what: str,
-                   budget: float | None = None, message: str = BUSY_ACTION_MESSAGE) -> _T:
-    """Run ``work(session)`` in a write transaction, retrying while the database is busy.
-
-    PostgreSQL queues lock waiters fairly, so an attempt simply waits (at most
-    ``_ATTEMPT_SECONDS``) and is retried after a backoff (50 ms doubling to 500 ms, with
-    jitter). SQLite has no queue: a writer waiting in its busy handler sleeps up to 100 ms
-    between polls, and a process writing batch after batch (an import, the scoring worker)
-    takes the lock again before it looks. There an attempt waits only ``_SQLITE_POLL_SECONDS``
-    and the next follows a few milliseconds later, so a save gets in at the first gap
-    between two batches. Either way the attempts stop ``budget`` seconds after the first.
-
-    Raises:
-        SaveFailed: the database stayed busy for the whole budget.
-        StorageFull: the database's storage is full (logged as one line naming the folder).
-        ServiceError: whatever ``work`` raises (not retried).
-    """
-    budget = SAVE_RETRY_SECONDS if budget is None else budget
-    sqlite = db.engine.dialect.name == "sqlite"
-    start = time.monotonic()
-    deadline = start + budget
-    delay = 0.05
-    attempts = 0
-    while True:
-        attempts += 1
-        cap = _SQLITE_POLL_SECONDS if sqlite else _ATTEMPT_SECONDS
-        wait = max(0.005, min(deadline - time.monotonic(), cap))
-        try:
-            with db.begin(busy_timeout=wait) as s:
-                return work(s)
-        except (DBAPIError, DatabaseBusy, OSError) as exc:
-            if is_storage_full(exc):
-                log.error("%s not saved: storage full (%s): %s", what, storage_location(db),
-                          getattr(exc, "orig", exc))
-                raise StorageFull() from None
-            if isinstance(exc, OSError) or not is_busy_error(exc):
-                raise
-            left = deadline - time.monotonic()
-            if left <= 0:
-                log.warning("%s not saved: database busy for %.1f s (%d attempts): %s",
-                            what, time.monotonic() - start, attempts, exc)
-                raise SaveFailed(message) from None
-            pause = random.uniform(0.001, 0.004) if sqlite else delay * (0.5 + random.random())
-            time.sleep(min(pause, left))
-            delay = min(delay * 2, 0.5)
-
-
-def utcnow() -> dt.datetime:
-    """Timezone-aware current time in UTC."""
-    return dt.datetime.now(dt.UTC)
-
-
-def as_utc(value: dt.datetime | None) -> dt.datetime | None:
-    """``value`` as an aware UTC datetime (SQLite hands back naive datetimes, stored as UTC)."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    return value.astimezone(dt.UTC)
+from radconcord.db.session import Database
 
 
 class ImageRef(NamedTuple):
@@ -310,217 +189,7 @@ class CompletionStatus:
 # -- internals ------------------------------------------------------------------------------
 
 
-class _Target(NamedTuple):
-    assignment: Assignment
-    pair_id: int
-    case_id: int
-    reference_id: int
-    candidate_id: int
-    study_id: int
-    study_name: str
-    study_status: str
-    kind: str
-
-
-@dataclass(frozen=True)
-class Qualification:
-    """Where a rater stands with a study's qualification gate.
-
-    A training item passes when the rater's total count is within ``max_error`` of the
-    expert's total. With ``required`` N > 0 the study pairs (and repeats) open to the rater
-    only once N items have passed; with N = 0 there is no gate.
-    """
-
-    required: int
-    max_error: int
-    training: int  # training items the rater holds
-    done: int  # of them marked done
-    passed: int  # of the done ones, within max_error of the expert
-
-    @property
-    def open(self) -> bool:
-        """The rater may rate the study pairs."""
-        return self.required <= 0 or self.passed >= self.required
-
-    @property
-    def failed(self) -> bool:
-        """Even passing every remaining training item cannot reach ``required``.
-
-        A rater who holds fewer training items than ``required`` has not failed: the lead
-        set the rule before marking (all) the items, and the rater waits for them.
-        """
-        return (not self.open and self.training >= self.required
-                and self.passed + (self.training - self.done) < self.required)
-
-    def message(self, study_name: str) -> str | None:
-        """What the rater is told while the gate holds them back; None when open."""
-        if self.open:
-            return None
-        if self.training == 0:
-            return (f"Study {study_name!r} starts with training items that are not ready "
-                    "yet: your study lead will let you know.")
-        if self.failed:
-            return (f"You did not qualify for study {study_name!r}: {self.passed} of the "
-                    f"{self.required} training items needed were within {self.max_error} "
-                    "of the expert's total. Your study lead can see this and will contact you.")
-        if self.done == self.training:
-            return (f"Study {study_name!r}: {self.passed} of the {self.required} training "
-                    "items needed passed; the others are not ready yet: your study lead "
-                    "will let you know.")
-        return (f"Finish the training items of study {study_name!r} first "
-                f"({self.passed} of {self.required} passed).")
-
-
-def expert_total(expert: Mapping[str, Any] | None) -> int | None:
-    """Sum of a training item's expert counts (``Pair.expert["counts"]``); None if absent."""
-    counts = (expert or {}).get("counts")
-    if not isinstance(counts, Mapping):
-        return None
-    return sum(int(v) for v in counts.values())
-
-
-def item_passed(rater_total: int, expert: Mapping[str, Any] | None, max_error: int) -> bool:
-    """A done training item passes when the totals differ by at most ``max_error``."""
-    total = expert_total(expert)
-    return total is not None and abs(int(rater_total) - total) <= int(max_error)
-
-
-def answer_key_of(expert: Mapping[str, Any] | None, rater_id: int) -> bool:
-    """Whether a training item's expert counts are this rater's own (marked from their
-    ratings): it is their answer key, not a test of them."""
-    return (expert or {}).get("rater_id") == rater_id
-
-
-def _training_rows(s: Session, rater_id: int, study_id: int
-                   ) -> list[tuple[int, dt.datetime | None, int, dict[str, Any] | None]]:
-    """(pair id, completed_at, rater total, expert) of every training item the rater holds,
-    their own answer keys included, in their order."""
-    totals = (
-        select(Rating.pair_id, func.sum(Rating.count).label("total"))
-        .where(Rating.rater_id == rater_id)
-        .group_by(Rating.pair_id)
-        .subquery()
-    )
-    return [
-        (int(pid), done, int(total or 0), expert)
-        for pid, done, total, expert in s.execute(
-            select(Pair.id, Assignment.completed_at, totals.c.total, Pair.expert)
-            .join(Assignment, Assignment.pair_id == Pair.id)
-            .outerjoin(totals, totals.c.pair_id == Pair.id)
-            .where(Assignment.rater_id == rater_id, Assignment.study_id == study_id,
-                   Pair.kind == PAIR_TRAINING)
-            .order_by(Assignment.order_index, Assignment.id)
-        )
-    ]
-
-
-def training_results(s: Session, rater_id: int, study_id: int
-                     ) -> list[tuple[int, dt.datetime | None, int, dict[str, Any] | None]]:
-    """(pair id, completed_at, rater total, expert) of a rater's training items, in order.
-
-    Items whose expert counts are the rater's own (:func:`answer_key_of`) are left out.
-    """
-    return [r for r in _training_rows(s, rater_id, study_id)
-            if not answer_key_of(r[3], rater_id)]
-
-
-def qualification(s: Session, rater_id: int, study_id: int,
-                  settings: Mapping[str, Any] | None = None, *,
-                  count_without_gate: bool = False) -> Qualification:
-    """The rater's standing with the study's gate (``settings``: the stored Study.settings).
-
-    The rater whose counts are the expert's answer key of a training item (marked from
-    their ratings, so given to them too) is not held by the gate: they are the expert it
-    measures against. Without a gate the items are not read (this runs on every save)
-    unless ``count_without_gate`` asks for them (the lead's view).
-    """
-    if settings is None:
-        settings = s.scalar(select(Study.settings).where(Study.id == study_id))
-    values = effective(settings)
-    required = int(values["qualification_items"])
-    max_error = int(values["qualification_max_error"])
-    rows = _training_rows(s, rater_id, study_id) if required > 0 or count_without_gate else []
-    if any(answer_key_of(r[3], rater_id) for r in rows):
-        required = 0
-    results = [r for r in rows if not answer_key_of(r[3], rater_id)]
-    done = [r for r in results if r[1] is not None]
-    passed = sum(1 for _, _, total, expert in done if item_passed(total, expert, max_error))
-    return Qualification(required=required, max_error=max_error, training=len(results),
-                         done=len(done), passed=passed)
-
-
-def _not_found(opaque_id: str) -> NotFound:
-    return NotFound(f"pair {opaque_id!r} is not in your assignments")
-
-
-def _target(s: Session, actor: Actor, opaque_id: str, *, lock: bool = False) -> _Target:
-    """The actor's assignment for ``opaque_id`` (and what it points to), or ``NotFound``."""
-    stmt = (
-        select(
-            Assignment,
-            Pair.id,
-            Pair.case_id,
-            Pair.reference_id,
-            Pair.candidate_id,
-            Study.id,
-            Study.name,
-            Study.status,
-            Pair.kind,
-            Study.settings,
-        )
-        .join(Pair, Pair.id == Assignment.pair_id)
-        .join(Study, Study.id == Assignment.study_id)
-        .where(
-            Assignment.rater_id == actor.user_id,
-            Pair.opaque_id == str(opaque_id),
-            Study.status.not_in(HIDDEN_STATUSES),
-        )
-    )
-    if lock:
-        stmt = stmt.with_for_update(of=Assignment)
-    row = s.execute(stmt).first()
-    if row is None:
-        raise _not_found(opaque_id)
-    target = _Target(*row[:-1])
-    if target.kind != PAIR_TRAINING:
-        gate = qualification(s, actor.user_id, target.study_id, row[-1])
-        if not gate.open:
-            raise PermissionDenied(gate.message(target.study_name) or "")
-    return target
-
-
-def final_for_adjudicator(s: Session, rater_id: int, study_id: int) -> bool:
-    """Whether the rater adjudicates the study and has rated all of their pairs of it.
-
-    Adjudication opens to them at that moment and shows the other raters' counts, so their
-    own become final: a change made after would no longer be an independent reading.
-    """
-    adjudicates = s.scalar(select(StudyRole.id).where(
-        StudyRole.study_id == study_id, StudyRole.user_id == rater_id,
-        StudyRole.role == ROLE_ADJUDICATOR)) is not None
-    if not adjudicates:
-        return False
-    return s.scalar(select(Assignment.id).where(
-        Assignment.study_id == study_id, Assignment.rater_id == rater_id,
-        Assignment.completed_at.is_(None)).limit(1)) is None
-
-
-def _writable(s: Session, target: _Target, *, counts: bool = True) -> None:
-    if target.study_status in READ_ONLY_STATUSES:
-        raise PermissionDenied(f"study {target.study_name!r} is closed; ratings can't change")
-    if final_for_adjudicator(s, target.assignment.rater_id, target.study_id):
-        raise PermissionDenied(
-            f"your ratings of study {target.study_name!r} are final: as its adjudicator you "
-            "can see the other raters' counts now that yours are done (an admin can take "
-            "the adjudicator role away for a correction)")
-    if counts and target.kind == PAIR_TRAINING and target.assignment.completed_at is not None:
-        # The expert's counts are shown once the item is done: a later change would be
-        # copied from them, not a judgement.
-        raise PermissionDenied("this training item is done and its expert counts are shown: "
-                               "its counts can't change")
-
-
-def _grid_editable(s: Session, target: _Target) -> None:
+def _grid_editable(s: Session, target: Target) -> None:
     """Refuse direct count edits where the counts derive from the rater's error records."""
     mode = effective(s.scalar(select(Study.settings).where(Study.id == target.study_id)))[
         "annotation_mode"]
@@ -554,109 +223,19 @@ def _next_open(queue: list[tuple[str, Any]], after: str) -> str | None:
     return None
 
 
-def _counts(s: Session, actor: Actor, pair_id: int) -> dict[tuple[int, bool], int]:
-    counts = dict.fromkeys(CELLS, 0)
-    for category, significant, count in s.execute(
-        select(Rating.category, Rating.significant, Rating.count).where(
-            Rating.rater_id == actor.user_id, Rating.pair_id == pair_id
-        )
-    ):
-        counts[(int(category), bool(significant))] = int(count)
-    return counts
-
-
-def _upsert_rating(
-    s: Session, *, rater_id: int, pair_id: int, category: int, significant: bool, count: int,
-    now: dt.datetime,
-) -> None:
-    """Insert or update one rating cell in a single statement (SQLite and PostgreSQL)."""
-    dialect = s.get_bind().dialect.name
-    if dialect == "postgresql":
-        insert = pg_insert
-    elif dialect == "sqlite":
-        insert = sqlite_insert
-    else:  # pragma: no cover - the project supports these two
-        raise RuntimeError(f"unsupported database dialect {dialect!r}")
-    stmt = insert(Rating).values(
-        rater_id=rater_id,
-        pair_id=pair_id,
-        category=category,
-        significant=significant,
-        count=count,
-        created_at=now,
-        updated_at=now,
-    )
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[Rating.rater_id, Rating.pair_id, Rating.category, Rating.significant],
-        set_={"count": stmt.excluded.count, "updated_at": stmt.excluded.updated_at},
-    )
-    s.execute(stmt)
-
-
-def _is_int(value: object) -> bool:
-    # numpy integers from a widget are fine; bools and floats are not counts.
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _validate_cell(category: object, significant: object, count: object) -> None:
-    if not _is_int(category) or int(category) not in CATEGORIES:
+    if not is_int(category) or int(category) not in CATEGORIES:
         raise InvalidInput(f"category: must be an integer 1-6, got {category!r}")
     if not isinstance(significant, bool):
         raise InvalidInput(f"significant: must be true or false, got {significant!r}")
-    if not _is_int(count) or not 0 <= int(count) <= MAX_COUNT:
+    if not is_int(count) or not 0 <= int(count) <= MAX_COUNT:
         raise InvalidInput(f"count: must be an integer 0-{MAX_COUNT}, got {count!r}")
 
 
 def _validate_version(expected_version: object) -> None:
-    if expected_version is not None and (not _is_int(expected_version)
+    if expected_version is not None and (not is_int(expected_version)
                                          or int(expected_version) < 0):
         raise InvalidInput(f"expected_version: must be an integer >= 0, got {expected_version!r}")
-
-
-def _check_version(s: Session, actor: Actor, t: _Target, expected_version: int | None) -> None:
-    """Refuse a save based on an older view of the pair (called with the row lock held)."""
-    stored = int(t.assignment.version or 0)
-    if expected_version is not None and int(expected_version) != stored:
-        raise StaleWrite(counts=_counts(s, actor, t.pair_id), version=stored,
-                         completed_at=as_utc(t.assignment.completed_at))
-
-
-def _bump(t: _Target) -> int:
-    t.assignment.version = int(t.assignment.version or 0) + 1
-    return t.assignment.version
-
-
-def _set_cell(s: Session, actor: Actor, t: _Target, category: int, significant: bool,
-              count: int, now: dt.datetime) -> bool:
-    """Store one cell and audit it; False (nothing written) when it already holds ``count``."""
-    # Read in its own statement, after the lock is held: under PostgreSQL's READ COMMITTED
-    # a statement that waited for a row lock re-reads only the locked row, so a count
-    # joined into the locking query could be stale and break the audit chain.
-    old = s.scalar(
-        select(Rating.count).where(
-            Rating.rater_id == actor.user_id,
-            Rating.pair_id == t.pair_id,
-            Rating.category == category,
-            Rating.significant == significant,
-        )
-    )
-    if (old if old is not None else 0) == count:
-        return False
-    _upsert_rating(s, rater_id=actor.user_id, pair_id=t.pair_id, category=category,
-                   significant=significant, count=count, now=now)
-    s.add(
-        RatingEvent(
-            rater_id=actor.user_id,
-            pair_id=t.pair_id,
-            action="set",
-            category=category,
-            significant=significant,
-            old_count=old,
-            new_count=count,
-            at=now,
-        )
-    )
-    return True
 
 
 # -- services -------------------------------------------------------------------------------
@@ -738,7 +317,8 @@ def rater_queue(db: Database, actor: Actor, *, study_name: str) -> list[QueueIte
     if not queue:
         raise NotFound(f"you have no pairs to rate in study {study_name!r}")
     return [
-        QueueItem(opaque_id=oid, index=i, completed=done is not None, completed_at=as_utc(done))
+        QueueItem(opaque_id=oid, index=i, completed=done is not None,
+                  completed_at=clock.as_utc(done))
         for i, (oid, done) in enumerate(queue, start=1)
     ]
 
@@ -752,7 +332,7 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
     reference = aliased(Report)
     candidate = aliased(Report)
     with db.read() as s:
-        t = _target(s, actor, opaque_id)
+        t = find_target(s, actor, opaque_id)
         ref_text, cand_text = s.execute(
             select(reference.text, candidate.text)
             .join_from(reference, candidate, candidate.case_id == reference.case_id)
@@ -766,7 +346,7 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
                 .order_by(Image.id)
             )
         )
-        counts = _counts(s, actor, t.pair_id)
+        counts = stored_counts(s, actor, t.pair_id)
         ids = [oid for oid, _ in _queue(s, actor, t.study_id)]
         settings = effective(s.scalar(select(Study.settings).where(Study.id == t.study_id)))
         final = final_for_adjudicator(s, actor.user_id, t.study_id)
@@ -781,7 +361,7 @@ def get_pair(db: Database, actor: Actor, *, opaque_id: str) -> RaterPairView:
         candidate_text=cand_text,
         images=images,
         counts=counts,
-        completed_at=as_utc(t.assignment.completed_at),
+        completed_at=clock.as_utc(t.assignment.completed_at),
         prev_opaque_id=ids[pos - 1] if pos > 0 else None,
         next_opaque_id=ids[pos + 1] if pos + 1 < len(ids) else None,
         version=int(t.assignment.version or 0),
@@ -837,15 +417,15 @@ def set_count(
     category, count = int(category), int(count)
 
     def work(s: Session) -> SaveResult:
-        now = utcnow()
-        t = _target(s, actor, opaque_id, lock=True)
+        now = clock.utcnow()
+        t = find_target(s, actor, opaque_id, lock=True)
         # A pair marked done stays editable (a rater going back to fix a count must never
         # lose the edit); the change is audited like any other.
-        _writable(s, t)
+        check_writable(s, t)
         _grid_editable(s, t)
-        _check_version(s, actor, t, expected_version)
-        changed = _set_cell(s, actor, t, category, significant, count, now)
-        version = _bump(t) if changed else int(t.assignment.version or 0)
+        check_version(s, actor, t, expected_version)
+        changed = set_cell(s, actor, t, category, significant, count, now)
+        version = bump_version(t) if changed else int(t.assignment.version or 0)
         return SaveResult(saved_at=now, count=count, changed=changed, version=version)
 
     return write_retrying(db, work, what=f"count of pair {opaque_id!r}", message=BUSY_MESSAGE)
@@ -893,18 +473,18 @@ def set_counts(
     wanted = {(int(c), bool(g)): int(n) for (c, g), n in cells.items()}
 
     def work(s: Session) -> CountsSaved:
-        now = utcnow()
-        t = _target(s, actor, opaque_id, lock=True)
-        _writable(s, t)
+        now = clock.utcnow()
+        t = find_target(s, actor, opaque_id, lock=True)
+        check_writable(s, t)
         _grid_editable(s, t)
-        _check_version(s, actor, t, expected_version)
+        check_version(s, actor, t, expected_version)
         changed = []
         for cell in CELLS:  # a fixed order: audit events come out in grid order
-            if cell in wanted and _set_cell(s, actor, t, *cell, wanted[cell], now):
+            if cell in wanted and set_cell(s, actor, t, *cell, wanted[cell], now):
                 changed.append(cell)
-        version = _bump(t) if changed else int(t.assignment.version or 0)
+        version = bump_version(t) if changed else int(t.assignment.version or 0)
         s.flush()
-        return CountsSaved(saved_at=now, version=version, counts=_counts(s, actor, t.pair_id),
+        return CountsSaved(saved_at=now, version=version, counts=stored_counts(s, actor, t.pair_id),
                            changed=tuple(changed))
 
     return write_retrying(db, work, what=f"counts of pair {opaque_id!r}", message=BUSY_MESSAGE)
@@ -938,12 +518,12 @@ def complete_pair(
     _validate_version(expected_version)
 
     def work(s: Session) -> CompletionStatus:
-        now = utcnow()
-        t = _target(s, actor, opaque_id, lock=True)
-        _writable(s, t, counts=False)
-        _check_version(s, actor, t, expected_version)
+        now = clock.utcnow()
+        t = find_target(s, actor, opaque_id, lock=True)
+        check_writable(s, t, counts=False)
+        check_version(s, actor, t, expected_version)
         if t.assignment.completed_at is None:
-            counts = _counts(s, actor, t.pair_id)
+            counts = stored_counts(s, actor, t.pair_id)
             if not any(counts.values()) and not confirm_zero:
                 raise InvalidInput(
                     "all counts are 0: confirm that the candidate has no errors "
@@ -959,7 +539,7 @@ def complete_pair(
             }
             for category, significant in CELLS:
                 if (category, significant) not in present:
-                    _upsert_rating(
+                    upsert_rating(
                         s,
                         rater_id=actor.user_id,
                         pair_id=t.pair_id,
@@ -969,7 +549,7 @@ def complete_pair(
                         now=now,
                     )
             t.assignment.completed_at = now
-            _bump(t)
+            bump_version(t)
             s.add(RatingEvent(rater_id=actor.user_id, pair_id=t.pair_id, action="complete", at=now))
             s.flush()
             # The queue-ordering hook: an adaptive study reorders this rater's open pairs so
@@ -978,7 +558,7 @@ def complete_pair(
                 s, study_id=t.study_id, rater_id=actor.user_id, username=actor.username,
                 completed_pair_id=t.pair_id,
             )
-        completed_at = as_utc(t.assignment.completed_at)
+        completed_at = clock.as_utc(t.assignment.completed_at)
         s.flush()
         nxt = _next_open(_queue(s, actor, t.study_id), str(opaque_id))
         return CompletionStatus(str(opaque_id), completed_at, nxt)
@@ -996,15 +576,15 @@ def reopen_pair(db: Database, actor: Actor, *, opaque_id: str) -> CompletionStat
     """
 
     def work(s: Session) -> CompletionStatus:
-        now = utcnow()
-        t = _target(s, actor, opaque_id, lock=True)
-        _writable(s, t, counts=False)
+        now = clock.utcnow()
+        t = find_target(s, actor, opaque_id, lock=True)
+        check_writable(s, t, counts=False)
         if t.kind == PAIR_TRAINING and t.assignment.completed_at is not None:
             raise PermissionDenied("a done training item can't be reopened: you have seen "
                                    "the expert's counts")
         if t.assignment.completed_at is not None:
             t.assignment.completed_at = None
-            _bump(t)
+            bump_version(t)
             s.add(RatingEvent(rater_id=actor.user_id, pair_id=t.pair_id, action="reopen", at=now))
             s.flush()
         nxt = _next_open(_queue(s, actor, t.study_id), str(opaque_id))
@@ -1031,33 +611,19 @@ def assigned_case_ids(db: Database, actor: Actor) -> frozenset[int]:
 
 
 __all__ = [
-    "BUSY_MESSAGE",
-    "CELLS",
-    "SAVE_RETRY_SECONDS",
-    "STALE_MESSAGE",
     "CompletionStatus",
     "CountsSaved",
     "ImageRef",
-    "Qualification",
     "QueueItem",
     "RaterPairView",
     "RaterStudy",
-    "SaveFailed",
     "SaveResult",
-    "StaleWrite",
-    "as_utc",
     "assigned_case_ids",
     "complete_pair",
-    "expert_total",
     "get_pair",
-    "item_passed",
-    "qualification",
     "rater_queue",
     "rater_studies",
     "reopen_pair",
     "set_count",
     "set_counts",
-    "training_results",
-    "answer_key_of",
-    "utcnow",
 ]

@@ -32,7 +32,7 @@ ProgressFn = Callable[[int, int, str], None]
 
 
 def _rated_pairs(db: Database, study_name: str, significant_only: bool) -> int:
-    from radconcord.backend.analysis.data import load_ratings
+    from radconcord.backend.services.study_data import load_ratings
 
     try:
         ratings = load_ratings(db, study_name)
@@ -129,9 +129,9 @@ def refit_study(
         ServiceError: an input metric failed while scoring.
     """
     from radconcord.backend.analysis.refit import RADCLIQ_INPUTS
-    from radconcord.backend.analysis.report import correlate_study
     from radconcord.backend.scoring.jobs import study_pairs
     from radconcord.backend.scoring.runner import MetricFailed, ScoringError, score
+    from radconcord.backend.services.analysis import correlate_study
 
     require_admin(actor)
     with db.read() as s:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from radconcord.backend.services.errors import NotFound
+from radconcord.backend.errors import NotFound
 from radconcord.db.models import STUDY_STAGING, Study
 
 

@@ -4,9 +4,10 @@
 provenance from :mod:`backend.services.studies`, agreement from
 :func:`backend.services.analysis.study_agreement`, everything else from the ``correlate``
 JSON of :func:`backend.services.analysis.study_correlation`) and hands them to the pure
-renderer :mod:`backend.analysis.html_report`. :func:`write_report` publishes the bundle as a
-folder (``report.html``, ``figures/``, ``manifest.json``) atomically; the ``report`` command
-and the ``report`` job kind both use it.
+renderer :mod:`backend.analysis.html_report`, with the figures of
+:mod:`backend.figures.correlation` (the dashboard's drawings). :func:`write_report` publishes
+the bundle as a folder (``report.html``, ``figures/``, ``manifest.json``) atomically; the
+``report`` command and the ``report`` job kind both use it.
 
 Figures are exported as SVG through plotly's static engine (kaleido, which drives the
 system's Chromium) when it is installed and works; otherwise each figure is written as a
@@ -27,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from radconcord.backend import config
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.services import analysis, studies
-from radconcord.backend.services.errors import InvalidInput, require_admin
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.backend.util import publish_dir
 from radconcord.db.session import Database
 
@@ -166,6 +167,7 @@ def render_report(
         InvalidInput: nothing to report (no scores, fewer than 2 rated pairs), bad options.
     """
     from radconcord.backend.analysis import html_report
+    from radconcord.backend.figures.correlation import report_figures
 
     require_admin(actor)
     if resamples < 0:
@@ -211,14 +213,15 @@ def render_report(
         "inputs": [{"where": w, "sha256": h} for w, h in input_hashes(provenance)],
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    figures = html_report.build_figures(corr.report)
+    report = corr.report
+    figures = report_figures(corr.result)
     fmt, markup, note = _export_figures(figures)
     plotlyjs = None
     if fmt == "html" and markup:
         from plotly.offline import get_plotlyjs
 
         plotlyjs = get_plotlyjs()
-    html = html_report.render_html(corr.report, facts, figures=markup, figure_format=fmt,
+    html = html_report.render_html(report, facts, figures=markup, figure_format=fmt,
                                    figure_note=note, plotlyjs=plotlyjs)
     if fmt == "svg":
         files = {f"{name}.svg": text.encode("utf-8") for name, text in markup.items()}

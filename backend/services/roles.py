@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import exists, select
 
-from radconcord.backend.services.rating import HIDDEN_STATUSES
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_status import HIDDEN_STATUSES
+from radconcord.backend.types import Actor
 from radconcord.db.models import (
     ROLE_ADJUDICATOR,
     Assignment,

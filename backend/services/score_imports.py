@@ -60,17 +60,18 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from radconcord.backend.analysis.data import EXTERNAL_FAMILY, ScoreImportInfo, study_imports
-from radconcord.backend.errors import InvalidInput
+from radconcord.backend import clock
+from radconcord.backend.analysis.data import EXTERNAL_FAMILY, ScoreImportInfo
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.metrics import registry
 from radconcord.backend.metrics.base import signature_hash
 from radconcord.backend.scoring import cache
 from radconcord.backend.scoring.pairs_reader import Record, field_error, read_records
-from radconcord.backend.services.errors import require_admin
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_data import study_imports
+from radconcord.backend.types import Actor
 from radconcord.backend.util import file_sha256, json_type
-from radconcord.db.models import PAIR_STUDY, Case, MetricScore, Pair, ScoreImport, utcnow
+from radconcord.db.models import PAIR_STUDY, Case, MetricScore, Pair, ScoreImport
 from radconcord.db.session import Database
 
 __all__ = ["IGNORED_FIELDS", "KEY_PATTERN", "PAIR_FIELDS", "ScoreImportSummary",
@@ -439,7 +440,7 @@ def import_scores(
             raise InvalidInput(f"{where}: no pair has a value for {key!r}")
         missing[key] = tuple(sp.number for sp in pairs if sp.input_hash not in have)
 
-    now = utcnow()
+    now = clock.utcnow()
     records: list[ScoreImport] = []
     written = 0
     with db.begin() as s:

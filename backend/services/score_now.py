@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 
 from radconcord.backend import jobs as queue
+from radconcord.backend.errors import InvalidInput, NotFound, require_admin
 from radconcord.backend.metrics import registry
-from radconcord.backend.services.errors import InvalidInput, NotFound, require_admin
 from radconcord.backend.services.jobs import JobView, WorkerStatus, worker_status
 from radconcord.backend.services.repo import get_study
 from radconcord.backend.services.scoring import MetricInfo, describe_family, enqueue_scoring
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_STUDY, Job, MetricScore, Pair
 from radconcord.db.session import Database
 

@@ -17,12 +17,12 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from radconcord.backend.analysis.data import study_imports
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.metrics import registry
 from radconcord.backend.metrics.base import MetricUnavailable
-from radconcord.backend.services.errors import InvalidInput, require_admin
 from radconcord.backend.services.jobs import JobView, enqueue_job, study_id
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_data import study_imports
+from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_STUDY, MetricScore, Pair
 
 log = logging.getLogger(__name__)

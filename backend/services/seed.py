@@ -9,7 +9,8 @@ Demo credentials (documented in the README, hence public)::
 Because these passwords are published, the web app seeds the demo only for a server that
 listens on loopback alone (``webapp/state.py``: ``server.address`` 127.0.0.1, localhost or
 ::1, and ``RADCONCORD_SEED_DEMO`` not 0), and ``backend.services.sessions.login`` refuses
-any of them from a client that is not this machine (:func:`published_passwords`).
+any of them from a client that is not this machine
+(:func:`backend.services.demo_accounts.published_passwords`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 from sqlalchemy import select
 
 from radconcord.backend.services import assignment, auth
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.demo_accounts import DEMO_RATERS, DEMO_USERS
+from radconcord.backend.types import Actor
 from radconcord.db.models import Study, User
 from radconcord.db.session import Database, upgrade
 
@@ -29,18 +31,6 @@ log = logging.getLogger(__name__)
 
 DEMO_STUDY = "Demo study"
 DEMO_SEED = 0
-# (username, password, role, display name)
-DEMO_USERS: tuple[tuple[str, str, str, str], ...] = (
-    ("admin", "radconcord-admin", "admin", "Demo admin"),
-    ("rater1", "radconcord-rater1", "rater", "Demo rater 1"),
-    ("rater2", "radconcord-rater2", "rater", "Demo rater 2"),
-)
-DEMO_RATERS = tuple(u for u, _, role, _ in DEMO_USERS if role == "rater")
-
-
-def published_passwords() -> frozenset[str]:
-    """The demo accounts' passwords: never accepted from another computer."""
-    return frozenset(password for _, password, _, _ in DEMO_USERS)
 
 
 @dataclass(frozen=True)

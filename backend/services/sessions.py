@@ -41,9 +41,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from radconcord.backend.services import auth
-from radconcord.backend.services.errors import ServiceError
-from radconcord.backend.services.types import Actor
+from radconcord.backend import clock
+from radconcord.backend.errors import ServiceError
+from radconcord.backend.services import auth, demo_accounts
+from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession, LoginThrottle, User
 from radconcord.db.session import Database, DatabaseBusy, is_busy_error
 
@@ -131,17 +132,6 @@ class LiveSession:
     expires_at: dt.datetime
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _utc(value: dt.datetime | None) -> dt.datetime | None:
-    # SQLite hands back naive datetimes (stored as UTC).
-    if value is None:
-        return None
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
-
-
 def _sha256(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
@@ -160,11 +150,6 @@ def account_tag(actor: Actor, scope: str) -> str:
             scopes differ.
     """
     return _sha256(f"radconcord-{scope}|{actor.user_id}|{actor.username}")[:20]
-
-
-def credential_stamp(password_hash: str) -> str:
-    """A short digest of a password hash: it changes whenever the password changes."""
-    return _sha256(password_hash)[:16]
 
 
 def _is_loopback_ip(address: str | None) -> bool:
@@ -230,10 +215,7 @@ def any_account(db: Database) -> bool:
 
 def known_passwords() -> frozenset[str]:
     """Passwords published with the project (the demo accounts')."""
-    # Imported here: the seed module imports the importers, which sessions does not need.
-    from radconcord.backend.services.seed import published_passwords
-
-    return published_passwords()
+    return demo_accounts.published_passwords()
 
 
 def _lock_for(failures: int) -> dt.timedelta:
@@ -252,7 +234,7 @@ def _active_lock(db: Database, keys: tuple[str, ...], now: dt.datetime) -> dt.da
     with db.read() as s:
         rows = s.scalars(select(LoginThrottle.locked_until).where(
             LoginThrottle.key.in_(keys))).all()
-    ends = [end for end in (_utc(r) for r in rows) if end is not None and end > now]
+    ends = [end for end in (clock.as_utc(r) for r in rows) if end is not None and end > now]
     return max(ends) if ends else None
 
 
@@ -272,7 +254,7 @@ def _record_failure(db: Database, keys: tuple[str, ...], now: dt.datetime) -> dt
             _insert_ignore(s, key)
             row = s.scalars(select(LoginThrottle).where(LoginThrottle.key == key)
                             .with_for_update()).one()
-            last = _utc(row.last_failure_at)
+            last = clock.as_utc(row.last_failure_at)
             failures = row.failures or 0
             if last is None or now - last > FAILURE_MEMORY:
                 failures = 0
@@ -317,7 +299,7 @@ def login(db: Database, *, username: str, password: str, client: Client,
         LoginRefused: Wrong credentials, or a published demo password from a client that is
             not this machine.
     """
-    now = now or _now()
+    now = now or clock.utcnow()
     username = (username or "").strip()
     keys = _throttle_keys(username, client)
     locked_until = _active_lock(db, keys, now)
@@ -363,7 +345,7 @@ def create_session(db: Database, actor: Actor, *, client: str = "",
     Raises:
         LoginRefused: The account is gone or deactivated.
     """
-    now = now or _now()
+    now = now or clock.utcnow()
     ticket = secrets.token_urlsafe(32)
     with db.begin() as s:
         user = s.get(User, actor.user_id)
@@ -374,7 +356,7 @@ def create_session(db: Database, actor: Actor, *, client: str = "",
             AuthSession.expires_at < now - KEEP_ENDED, AuthSession.revoked_at < now - KEEP_ENDED)))
         row = AuthSession(
             user_id=user.id, ticket_sha256=_sha256(ticket), ticket_expires_at=now + TICKET_TTL,
-            credential_stamp=credential_stamp(user.password_hash), client=client[:64],
+            credential_stamp=auth.credential_stamp(user.password_hash), client=client[:64],
             created_at=now, last_seen_at=now, expires_at=now + SESSION_TTL)
         s.add(row)
         s.flush()
@@ -396,18 +378,18 @@ def exchange_ticket(db: Database, ticket: str, *, now: dt.datetime | None = None
     """
     if not isinstance(ticket, str) or not ticket or len(ticket) > 256:
         return None
-    now = now or _now()
+    now = now or clock.utcnow()
     token = secrets.token_urlsafe(32)
     with db.begin() as s:
         row = s.scalars(select(AuthSession).where(
             AuthSession.ticket_sha256 == _sha256(ticket)).with_for_update()).first()
         if row is None:
             return None
-        expired = (_utc(row.ticket_expires_at) or now) <= now
+        expired = (clock.as_utc(row.ticket_expires_at) or now) <= now
         # Single use: the ticket is gone whatever happens next.
         row.ticket_sha256 = None
         row.ticket_expires_at = None
-        if expired or row.revoked_at is not None or _utc(row.expires_at) <= now:
+        if expired or row.revoked_at is not None or clock.as_utc(row.expires_at) <= now:
             return None
         row.token_sha256 = _sha256(token)
         row.last_seen_at = now
@@ -428,12 +410,12 @@ def _live(db: Database, row, now: dt.datetime, *, force_touch: bool = False  # n
     """The session of a joined row if it may act now; slides its expiry when due."""
     if row is None or row.revoked_at is not None or not row.active:
         return None
-    expires = _utc(row.expires_at)
+    expires = clock.as_utc(row.expires_at)
     if expires is None or expires <= now:
         return None
-    if row.credential_stamp != credential_stamp(row.password_hash):
+    if row.credential_stamp != auth.credential_stamp(row.password_hash):
         return None
-    if force_touch or now - (_utc(row.last_seen_at) or now) >= TOUCH_INTERVAL:
+    if force_touch or now - (clock.as_utc(row.last_seen_at) or now) >= TOUCH_INTERVAL:
         try:
             # Best effort and short: a page run must not wait behind a long writer for a
             # bookkeeping write; the expiry slides on a later action instead.
@@ -467,7 +449,7 @@ def resolve_token(db: Database, token: str, *, now: dt.datetime | None = None,
     """
     if not isinstance(token, str) or not token or len(token) > 256:
         return None
-    now = now or _now()
+    now = now or clock.utcnow()
     with db.read() as s:
         row = s.execute(_session_query().where(
             AuthSession.token_sha256 == _sha256(token))).first()
@@ -489,7 +471,7 @@ def check_session(db: Database, session_id: int | None, *, actor: Actor,
         The session, or ``None`` when it was revoked or expired, the account is deactivated,
         its password changed, or it is no longer ``actor`` (another user or another role).
     """
-    now = now or _now()
+    now = now or clock.utcnow()
     if session_id is None:
         with db.read() as s:
             user = s.execute(select(User.id, User.username, User.role, User.active,
@@ -515,7 +497,7 @@ def revoke_session(db: Database, session_id: int | None = None, *, token: str | 
     Returns:
         Whether a live session was ended.
     """
-    now = now or _now()
+    now = now or clock.utcnow()
     if session_id is None and not token:
         return False
     condition = (AuthSession.id == session_id if session_id is not None
@@ -532,38 +514,3 @@ def revoke_session(db: Database, session_id: int | None = None, *, token: str | 
     return ended
 
 
-def revoke_user_sessions(s: Session, user_id: int, reason: str, *,
-                         keep_session_id: int | None = None) -> int:
-    """End every session of an account inside the caller's transaction.
-
-    For deactivation and password changes: the account's open tabs lose access on their
-    next action and no remembered browser logs in again.
-
-    Args:
-        s: The caller's SQLAlchemy session (its transaction commits the change).
-        user_id: The account.
-        reason: Why (stored, at most 32 characters), e.g. ``"deactivated"``.
-        keep_session_id: A session to keep (the tab where users changed their own password);
-            it is re-stamped with the account's current password hash, so call this after
-            setting the new hash in ``s``.
-
-    Returns:
-        How many sessions were ended.
-    """
-    now = _now()
-    condition = [AuthSession.user_id == user_id, AuthSession.revoked_at.is_(None)]
-    if keep_session_id is not None:
-        condition.append(AuthSession.id != keep_session_id)
-    result = s.execute(update(AuthSession).where(*condition).values(
-        revoked_at=now, revoked_reason=reason[:32], ticket_sha256=None, ticket_expires_at=None
-    ).execution_options(synchronize_session=False))
-    if keep_session_id is not None:
-        user = s.get(User, user_id)
-        if user is not None:
-            s.execute(update(AuthSession).where(
-                AuthSession.id == keep_session_id, AuthSession.user_id == user_id).values(
-                credential_stamp=credential_stamp(user.password_hash)
-            ).execution_options(synchronize_session=False))
-    ended = int(result.rowcount or 0)
-    log.info("ended %d session(s) of user %s (%s)", ended, user_id, reason)
-    return ended

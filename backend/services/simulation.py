@@ -94,8 +94,8 @@ def check_request(strategy: str, seeds: int, question: str | None) -> adaptive.Q
 def _inputs(db: Database, study_name: str, question: adaptive.Question,
             significant_only: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
     """(oriented metrics (M, n), ratings (R, n), positions, keys) over the rated pairs."""
-    from radconcord.backend.analysis.data import load_metric_columns, load_ratings
     from radconcord.backend.analysis.stats import orient
+    from radconcord.backend.services.study_data import load_metric_columns, load_ratings
 
     try:
         ratings = load_ratings(db, study_name)

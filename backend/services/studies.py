@@ -4,7 +4,7 @@ ones on request), raters only their own; admins archive, unarchive and delete st
 Lifecycle (admin only):
 
 - **archive**: status ``archived``. The study is kept whole but hidden from raters (with
-  ``archived`` in ``rating.HIDDEN_STATUSES``) and from the default listings every admin page
+  ``archived`` in ``study_status.HIDDEN_STATUSES``) and from the default listings every admin page
   picks studies from (Dashboard, Assign, Export, Metrics, ...); :func:`list_studies` with
   ``archived=True`` lists them. Each change is recorded in the study's provenance
   (``lifecycle``: action, time, admin, previous status).
@@ -31,18 +31,17 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from radconcord.backend import config
-from radconcord.backend.services.errors import InvalidInput, require_admin
-from radconcord.backend.services.rating import RaterStudy, as_utc, rater_studies
+from radconcord.backend import clock, config
+from radconcord.backend.errors import InvalidInput, require_admin
+from radconcord.backend.services.rating import RaterStudy, rater_studies
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_status import ARCHIVED
+from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_STUDY, STUDY_STAGING, Assignment, Job, Pair, Rating, Study
 from radconcord.db.session import Database
 
 logger = logging.getLogger(__name__)
 
-#: Status of an archived study: kept, hidden from raters and from the default listings.
-ARCHIVED = "archived"
 #: The status an unarchived study gets (read-only for raters until reopened).
 UNARCHIVED_STATUS = "closed"
 #: Folder under the data folder where a deleted study's ratings are exported first.
@@ -104,7 +103,7 @@ def _summary(s: Session, study: Study) -> StudySummary:
         n_raters=int(n_raters),
         n_assignments=int(n_assign),
         n_completed=int(n_done),
-        created_at=as_utc(study.created_at),
+        created_at=clock.as_utc(study.created_at),
         sources={str(k): int(v) for k, v in sources.items()},
         provenance=copy.deepcopy(study.provenance or {}),
     )

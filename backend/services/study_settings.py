@@ -52,9 +52,9 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from radconcord.backend.services.errors import InvalidInput, require_admin
+from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Comparison, ErrorRecord, Judgement, Pair, Rating
 from radconcord.db.session import Database
 

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from radconcord.backend.services import auth
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server
 

@@ -11,10 +11,10 @@ import pytest
 from playwright.sync_api import expect
 from sqlalchemy import select
 
+from radconcord.backend.errors import PermissionDenied
 from radconcord.backend.services import auth, calibration, rating, seed, study_settings
-from radconcord.backend.services.errors import PermissionDenied
 from radconcord.backend.services.seed import DEMO_STUDY
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Pair
 from radconcord.db.session import Database
 from tests.e2e.conftest import (

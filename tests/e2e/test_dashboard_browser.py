@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.services import auth, simulation
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server
 from tests.reviewer_study import STUDY, build_reviewer_study

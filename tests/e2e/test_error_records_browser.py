@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from radconcord.backend.services import auth, error_records, rating, study_settings
 from radconcord.backend.services.seed import DEMO_STUDY
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, log_in, wait_for_cookie
 

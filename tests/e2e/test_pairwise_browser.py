@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from radconcord.backend.services import auth, imports, pairwise, study_settings
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server, wait_for_idle
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select, update
 
 from radconcord.backend.services import auth, flags
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_REPEAT, Assignment, Pair, Rating, Study, User
 from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server, wait_for_cookie

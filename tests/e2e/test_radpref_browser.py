@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from sqlalchemy import func, select
 
 from radconcord.backend.services import auth
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Judgement, Study
 from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server, wait_for_cookie

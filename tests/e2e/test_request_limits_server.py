@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from radconcord.backend.services import auth, sessions
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from tests.e2e.conftest import start_server
 

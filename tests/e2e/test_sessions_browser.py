@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from sqlalchemy import select
 
 from radconcord.backend.services import auth, sessions
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession, LoginThrottle
 from radconcord.db.session import Database
 from radconcord.webapp.state import REFRESH_ROUTE

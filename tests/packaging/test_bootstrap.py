@@ -24,6 +24,7 @@ def checkout(tmp_path) -> Path:
     (root / "scripts").mkdir(parents=True)
     shutil.copy2(REPO / "scripts" / "bootstrap.sh", root / "scripts" / "bootstrap.sh")
     shutil.copy2(REPO / "pyproject.toml", root / "pyproject.toml")
+    shutil.copy2(REPO / "setup.py", root / "setup.py")
     bin_dir = root / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     log = root / "pip.log"
@@ -48,8 +49,10 @@ def _bootstrap(root: Path, mode: str) -> str:
 
 
 def _stamp(root: Path, mode: str) -> str:
-    # pyproject.toml and the script's own steps: a changed step reinstalls.
+    # pyproject.toml, setup.py (the package layout) and the script's own steps: a changed
+    # step reinstalls.
     digest = hashlib.sha256((root / "pyproject.toml").read_bytes()
+                            + (root / "setup.py").read_bytes()
                             + (root / "scripts" / "bootstrap.sh").read_bytes()).hexdigest()
     return f"{mode} {digest}"
 

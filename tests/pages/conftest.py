@@ -18,7 +18,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from radconcord.backend.services import assignment, auth, imports
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.session import Database
 
 REPO = Path(__file__).resolve().parents[2]

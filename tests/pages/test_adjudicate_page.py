@@ -8,7 +8,7 @@ import pytest
 
 from radconcord.backend.services import adjudication, auth, rating
 from radconcord.backend.services.study_settings import study_settings
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 
 PAGE = Path(__file__).resolve().parents[2] / "webapp" / "views" / "adjudicate.py"
 
@@ -103,8 +103,8 @@ def test_plain_rater_is_told_they_adjudicate_nothing(study_env, make_app, all_te
 def test_the_adjudicator_may_see_the_film_of_the_studys_cases(disputed):
     """The viewer fetches pixels through the images service: an adjudicator who rates none
     of the study's pairs must pass its access check, and one removed from the role not."""
+    from radconcord.backend.errors import PermissionDenied
     from radconcord.backend.services import images
-    from radconcord.backend.services.errors import PermissionDenied
 
     env, ada, _ = disputed
     refs = [ref for number in (1, 2, 3) for ref in adjudication.get_item(

@@ -91,7 +91,7 @@ STUDY_NAME = "Page test study"
 
 def _actor(env, username):
     from radconcord.backend.services import auth
-    from radconcord.backend.services.types import Actor
+    from radconcord.backend.types import Actor
 
     info = next(u for u in auth.list_users(env.db, env.admin) if u.username == username)
     return Actor(info.user_id, info.username, info.role)

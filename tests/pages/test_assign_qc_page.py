@@ -118,7 +118,7 @@ def test_gated_rater_sees_why_and_then_the_expert_counts(study_env, make_app, al
 
 def test_a_repeat_share_saved_after_assigning_gives_the_repeats_now(study_env, make_app):
     from radconcord.backend.services import assignment, imports
-    from radconcord.backend.services.types import CandidateInput, CaseInput
+    from radconcord.backend.types import CandidateInput, CaseInput
 
     cases = [CaseInput(case_id=f"big-{i}", reference=f"Reference {i}. No effusion.",
                        candidates=[CandidateInput(text=f"Candidate {i}.", source="g")])

@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from radconcord.backend import jobs
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.services import rating
 from radconcord.db.models import Study
 

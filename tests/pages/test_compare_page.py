@@ -9,7 +9,7 @@ import html
 import pytest
 
 from radconcord.backend.services import auth, imports, pairwise, study_settings
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput
 
 PW_STUDY = "Pairwise page study"
 SECRETS = ("sys-secret-left", "sys-secret-right")

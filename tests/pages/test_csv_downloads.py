@@ -14,7 +14,7 @@ import pytest
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 
 from radconcord.backend.services.imports import import_cases
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput
 
 VIEWS = Path(__file__).resolve().parents[2] / "webapp" / "views"
 EVIL_CASE = '=HYPERLINK("http://evil.example","open")'

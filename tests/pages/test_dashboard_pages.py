@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import select
 
 from radconcord.backend import jobs
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.scoring.runner import ScorePair, score
 from radconcord.backend.services import analysis, rating
 from radconcord.db.models import Pair, Report

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from radconcord.backend.services import error_records, rating, study_settings
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.webapp.components.error_records import panel_key
 
 

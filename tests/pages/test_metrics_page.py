@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from radconcord.backend import jobs
+from radconcord.backend import clock, jobs
 from radconcord.backend.jobs import queue
 from radconcord.backend.services import jobs as job_services
 from radconcord.backend.services import scoring
@@ -89,7 +89,7 @@ def test_metrics_page_shows_jobs_of_every_kind_and_the_workers_alive(study_env, 
     queue.register_worker(db, "old:1:ffffff", host="old", pid=1, device="cpu", kinds=[])
     with db.begin() as s:
         s.execute(update(WorkerProcess).where(WorkerProcess.id == "old:1:ffffff")
-                  .values(heartbeat_at=queue.utcnow() - dt.timedelta(hours=1)))
+                  .values(heartbeat_at=clock.utcnow() - dt.timedelta(hours=1)))
 
     at = _metrics(make_app, study_env.admin)
     assert not at.exception and not at.error

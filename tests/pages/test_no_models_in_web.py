@@ -3,7 +3,7 @@
 Each page is driven with AppTest in a SUBPROCESS (this pytest process has torch imported by
 other tests, so its ``sys.modules`` proves nothing). The subprocess submits the forms, then
 reports the job ids the pages kept in the URL and which of torch/transformers it imported.
-The jobs then run on a :class:`~backend.jobs.worker.Worker` in this process, and a second
+The jobs then run on a :class:`~backend.runner.worker.Worker` in this process, and a second
 subprocess opens both pages from their URLs (a reload) and reports what they drew: the
 results of the finished jobs, still without torch or transformers in the web process.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from radconcord.backend import jobs
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.runner.worker import Worker
 from radconcord.db.models import MetricScore, Study
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from radconcord.backend.services import assignment, flags, imports, rating, study_settings
 from radconcord.backend.services.activity import SpanInput, record_spans
 from radconcord.backend.services.definitions import DEFINITIONS
-from radconcord.backend.services.types import CATEGORIES, CandidateInput, CaseInput
+from radconcord.backend.types import CATEGORIES, CandidateInput, CaseInput
 from radconcord.db.models import Assignment, Pair
 
 

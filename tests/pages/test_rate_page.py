@@ -195,7 +195,7 @@ def test_a_pair_of_another_rater_or_unknown_id_shows_an_error(study_env, make_ap
 
 def test_a_rater_without_assignments_is_told_so(study_env, make_app, all_text):
     from radconcord.backend.services import auth
-    from radconcord.backend.services.types import Actor
+    from radconcord.backend.types import Actor
 
     info = auth.create_user(study_env.db, study_env.admin, username="newbie",
                             password="newbie-password", role="rater")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from radconcord.backend import jobs
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.services import rating
 from radconcord.backend.services import score_now as service
 

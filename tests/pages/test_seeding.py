@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from radconcord.backend.services import auth, rating
 from radconcord.backend.services.seed import DEMO_STUDY
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 
 APP = Path(__file__).resolve().parents[2] / "webapp" / "app.py"

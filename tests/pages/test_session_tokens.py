@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select, update
 
 from radconcord.backend.services import auth, sessions
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession, User
 from radconcord.webapp.state import ACTOR_KEY, SESSION_ENDED, SESSION_ID_KEY
 

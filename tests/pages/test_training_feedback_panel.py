@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from radconcord.backend.services import calibration, rating, study_settings
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services import assignment_writes, calibration, rating, study_settings
+from radconcord.backend.types import Actor
 from radconcord.webapp.components.training_feedback import feedback_html, verdict
 
 
 def _feedback(mine: dict, expert: dict, *,
               max_error: int | None = 1) -> calibration.TrainingFeedback:
     cells = tuple(calibration.FeedbackCell(c, g, mine.get((c, g), 0), expert.get((c, g), 0))
-                  for c, g in rating.CELLS)
+                  for c, g in assignment_writes.CELLS)
     r, e = sum(mine.values()), sum(expert.values())
     return calibration.TrainingFeedback(
         opaque_id="x", cells=cells, rater_total=r, expert_total=e,

@@ -363,15 +363,15 @@ def test_a_clashing_plugin_is_refused_with_both_origins(fake_plugins, capsys):
     expected = [
         "plug-in family 'bleu' from package zz-clash 1.0 (entry point bleu ="
         " fake_clash_family:Bleu) clashes with the built-in family 'bleu'"
-        " (backend.metrics.lexical:Bleu); ignored",
+        " (radconcord.backend.metrics.lexical:Bleu); ignored",
         "plug-in family 'finding_words' from package zz-clash 1.0 (entry point"
         " finding_words = fake_clash_family:Recall) clashes with the plug-in family"
         f" 'finding_words' from package {EXAMPLE_DIST} {EXAMPLE_VERSION} (entry point"
         " finding_words = radconcord_example_metric.finding_words:FindingWords); ignored",
         "plug-in family 'my_bleu' from package zz-clash 1.0 (entry point my_bleu ="
         " fake_clash_keys:MyBleu) declares the output key 'bleu4', which clashes with the"
-        " output key 'bleu4' of the built-in family 'bleu' (backend.metrics.lexical:Bleu);"
-        " ignored",
+        " output key 'bleu4' of the built-in family 'bleu'"
+        " (radconcord.backend.metrics.lexical:Bleu); ignored",
     ]
     assert sorted(registry.ignored_plugins()) == expected
     # Refused by name before any import; nothing of theirs is registered.
@@ -400,7 +400,7 @@ def test_the_metrics_page_lists_plugins_and_refused_ones(fake_plugins, db, tmp_p
     from streamlit.testing.v1 import AppTest
 
     from radconcord.backend.services import auth
-    from radconcord.backend.services.types import Actor
+    from radconcord.backend.types import Actor
 
     fake_plugins("fake-clash", "1.0", {"bleu": "fake_clash_family:Bleu",
                                        "broken_import": "no_such_module_for_radconcord:M"})
@@ -440,8 +440,8 @@ def test_discovery_is_lazy_runs_once_and_loads_no_model_library(plugin_site):
         "calls = []\n"
         "real = metadata.entry_points\n"
         "metadata.entry_points = lambda **kw: calls.append(kw) or real(**kw)\n"
-        "from backend.metrics import registry\n"
-        "from backend.scoring.runner import requested_keys\n"
+        "from radconcord.backend.metrics import registry\n"
+        "from radconcord.backend.scoring.runner import requested_keys\n"
         "requested_keys(['bleu4', 'rouge', 'meteor'])\n"
         "registry.higher_is_better('radcliq_v1'), registry.corpus_dependent('cider')\n"
         "print('before', len(calls), 'radconcord_example_metric' in sys.modules)\n"

@@ -22,9 +22,9 @@ from streamlit.testing.v1 import AppTest
 
 from radconcord.backend import jobs
 from radconcord.backend.cli import main
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.services import auth, reports
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, MetricScore, Pair, Rating, Study
 from radconcord.db.session import Database
 from tests.plugins.conftest import TAG

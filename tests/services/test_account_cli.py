@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from radconcord.backend.cli import main
 from radconcord.backend.services import auth
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession
 from radconcord.db.session import Database
 

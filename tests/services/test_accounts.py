@@ -14,9 +14,9 @@ import pytest
 from argon2 import PasswordHasher
 from sqlalchemy import select, update
 
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services import auth
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession, User
 
 SYSTEM = Actor.system()

@@ -9,11 +9,12 @@ import datetime as dt
 import pytest
 from sqlalchemy import func, select, update
 
+from radconcord.backend import clock
+from radconcord.backend.errors import InvalidInput
 from radconcord.backend.services import activity, auth, progress
 from radconcord.backend.services.activity import SpanInput
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.errors import InvalidInput
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import ActivitySpan, Assignment, Pair, Study
 
 SYSTEM = Actor.system()
@@ -82,14 +83,14 @@ def test_union_of_two_tabs_resends_and_idle_gaps(any_db, make_study, fast_passwo
         assert s.scalar(select(func.count(ActivitySpan.id))) == 7
         last = s.scalar(select(Assignment.last_active_at).join(Pair)
                         .where(Pair.opaque_id == p1))
-    assert activity._utc(last) == at(54)
+    assert clock.as_utc(last) == at(54)
     # Progress: the rater's total is the sum over pairs, the median over pairs with time.
     prog = progress.study_progress(any_db, SYSTEM, study_name="S")
     by_user = {r.username: r for r in prog.raters}
     assert by_user["r1"].active_seconds == pytest.approx(31.5)
     assert by_user["r1"].median_seconds == pytest.approx(2.0)
     assert by_user["r1"].pairs_with_time == 3
-    assert activity._utc(by_user["r1"].last_active_at) == at(56.5)
+    assert clock.as_utc(by_user["r1"].last_active_at) == at(56.5)
     assert by_user["r2"].active_seconds == 0.0 and by_user["r2"].median_seconds is None
 
 
@@ -259,7 +260,7 @@ def test_spans_on_a_comparison_go_to_the_raters_judgement(any_db, make_study,
     with any_db.read() as s:
         judgement = s.scalar(select(Judgement))
         assert judgement.active_seconds == pytest.approx(12.0)
-        assert activity._utc(judgement.last_active_at) == at(12)
+        assert clock.as_utc(judgement.last_active_at) == at(12)
         assert s.scalar(select(func.count(JudgementSpan.id))) == 2
         assert s.scalar(select(func.count(ActivitySpan.id))) == 1
     other = activity.record_spans(any_db, r2, client_id="compare-02",

@@ -26,10 +26,11 @@ from sqlalchemy import select
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
+from radconcord.backend import clock
 from radconcord.backend.services import activity, auth, qc, sessions
 from radconcord.backend.services.assignment import assign_raters
 from radconcord.backend.services.exports import export_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import ActivitySpan, Assignment, AuthSession, Pair, Study
 from radconcord.webapp import api
 from radconcord.webapp.api import activity as activity_api
@@ -109,7 +110,7 @@ def test_the_attack_of_the_issue_is_bounded_by_the_session(env, tmp_path):
     session_age = 600.0
     token, session_id = _login(db, r1, ago=session_age)
     with db.read() as s:
-        logged_in = activity._utc(s.get(AuthSession, session_id).created_at).timestamp()
+        logged_in = clock.as_utc(s.get(AuthSession, session_id).created_at).timestamp()
     client.cookies.set(SESSION_COOKIE, token)
     end = _now_ms()
     starts = [end - 600_000 * (i + 1) for i in range(20)]
@@ -406,9 +407,9 @@ def test_0008_credits_old_spans_once_and_keeps_what_was_claimed(empty_url):
         assert credit == {1: pytest.approx(10.0), 2: pytest.approx(5.0), 3: 0.0,
                           4: pytest.approx(10.0)}
         first = s.get(ActivitySpan, 1)
-        assert (activity._utc(first.clip_start), activity._utc(first.clip_end),
+        assert (clock.as_utc(first.clip_start), clock.as_utc(first.clip_end),
                 first.session_id) == (at(0), at(10), None)
-        times = {a.id: (a.active_seconds, a.claimed_seconds, activity._utc(a.last_active_at))
+        times = {a.id: (a.active_seconds, a.claimed_seconds, clock.as_utc(a.last_active_at))
                  for a in s.scalars(select(Assignment))}
         assert times == {1: (pytest.approx(10.0), pytest.approx(13.0), at(10)),
                          2: (pytest.approx(5.0), pytest.approx(10.0), at(15)),

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from radconcord.backend.services import activity, auth, sessions
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import ActivitySpan, Assignment, Pair
 from radconcord.webapp import api
 from radconcord.webapp.api import activity as activity_api

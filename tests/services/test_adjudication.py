@@ -15,17 +15,18 @@ import pytest
 from scipy import stats
 from sqlalchemy import func, select
 
-from radconcord.backend.analysis.data import AnalysisInputError, load_ratings
+from radconcord.backend.analysis.data import AnalysisInputError
 from radconcord.backend.cli import main
-from radconcord.backend.services import adjudication, auth, rating
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services import adjudication, assignment_writes, auth, rating
 from radconcord.backend.services.analysis import (
     study_agreement,
     study_correlation,
     study_failure_modes,
 )
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.study_data import load_ratings
 from radconcord.backend.services.study_settings import update_study_settings
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import (
     Adjudication,
     Assignment,
@@ -38,7 +39,7 @@ from radconcord.db.models import (
 
 SYSTEM = Actor.system()
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
-CELLS = rating.CELLS
+CELLS = assignment_writes.CELLS
 
 # Counts per pair (study order) and rater; None: assigned, not completed. Hand computation:
 #   pair 1: significant totals 1, 0, 0 -> range 1; category 1: 1 of 3 -> queued (cat 1).

@@ -8,9 +8,9 @@ import pytest
 from argon2 import PasswordHasher
 from sqlalchemy import select
 
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services import auth
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import User
 
 

@@ -21,16 +21,16 @@ from sqlalchemy import func, select
 
 from radconcord.backend import cli
 from radconcord.backend.analysis import leaderboard as lb
-from radconcord.backend.analysis.report import correlate_study
 from radconcord.backend.datasets import rexval
+from radconcord.backend.errors import InvalidInput, PermissionDenied
 from radconcord.backend.metrics import registry
 from radconcord.backend.scoring.jobs import study_id_by_name, study_pairs
 from radconcord.backend.scoring.runner import score
 from radconcord.backend.services import benchmark, pairwise
-from radconcord.backend.services.errors import InvalidInput, PermissionDenied
+from radconcord.backend.services.analysis import correlate_study
 from radconcord.backend.services.imports import import_rexval
 from radconcord.backend.services.radpref import import_radpref
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.backend.util import file_sha256
 from radconcord.db.models import MetricScore
 from tests.helpers_radpref import write_set

@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 from sqlalchemy import func, select
 
+from radconcord.backend.errors import NotFound, PermissionDenied
 from radconcord.backend.services import auth, progress, rating, studies
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.errors import NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, MetricScore, Pair, Rating, RatingEvent
 
 SYSTEM = Actor.system()

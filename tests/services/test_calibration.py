@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from radconcord.backend.analysis.data import load_ratings
 from radconcord.backend.cli import main
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services import assignment, auth, calibration, rating, study_settings
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_data import load_ratings
+from radconcord.backend.types import Actor
 from radconcord.db.models import Adjudication, Assignment, Pair, Study, User
 from radconcord.db.session import Database
 from tests.helpers_adaptive import build_study, rater_actor

@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 
 from radconcord.backend.services import auth, rating
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Pair, Rating, RatingEvent, Study, User
 
 N_RATERS = 20
@@ -135,7 +135,7 @@ IMPORT_PROCESS = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, sys.argv[3])
     from radconcord.backend.services.imports import import_cases
-    from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+    from radconcord.backend.types import Actor, CandidateInput, CaseInput
     from radconcord.db.session import Database
 
     db = Database(sys.argv[1], migrate=False)

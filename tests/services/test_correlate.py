@@ -18,13 +18,13 @@ from scipy import stats
 from sqlalchemy import delete, select
 
 from radconcord.backend.cli import main
+from radconcord.backend.errors import NotFound, PermissionDenied
 from radconcord.backend.services.analysis import (
     study_agreement,
     study_correlation,
     study_failure_modes,
 )
-from radconcord.backend.services.errors import NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Case, MetricScore, Pair, Rating, Report, Study, User
 from radconcord.db.session import Database
 
@@ -486,7 +486,7 @@ def test_correlate_new_options_reject_bad_values(study, tmp_path, capsys):
     assert "--permutations must be >= 1" in capsys.readouterr().err
     assert not out.exists()
     admin = Actor.system()
-    from radconcord.backend.services.errors import InvalidInput
+    from radconcord.backend.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="correction must be one of"):
         study_correlation(db, admin, study_name="s1", resamples=0, correction="bonferroni")

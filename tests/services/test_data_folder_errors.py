@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from radconcord.backend.cli import main
+from radconcord.backend.errors import InvalidInput
 from radconcord.backend.services import exports
-from radconcord.backend.services.errors import InvalidInput
 from radconcord.backend.types import Actor
 from radconcord.db import session as db_session
 from radconcord.db.session import Database, DataFolderError, exit_on_data_folder_error
@@ -253,7 +253,7 @@ def test_a_database_outside_the_data_folder_is_called_database_folder(blocked, t
 # ------------------------------------------------------------------------- the server's start
 
 def test_the_server_start_helper_prints_one_line_and_exits(blocked):
-    code = ("from db.session import Database, exit_on_data_folder_error\n"
+    code = ("from radconcord.db.session import Database, exit_on_data_folder_error\n"
             "exit_on_data_folder_error(Database)\n"
             "print('not reached')\n")
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}

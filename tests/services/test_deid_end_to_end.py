@@ -11,12 +11,12 @@ import pytest
 from sqlalchemy import func, select
 
 from radconcord.backend import config
+from radconcord.backend.errors import InvalidInput
 from radconcord.backend.imaging.deid import BURNED_IN_WARNING, DEID_PROFILE
 from radconcord.backend.services import images as image_service
-from radconcord.backend.services.errors import InvalidInput
 from radconcord.backend.services.exports import export_study
 from radconcord.backend.services.imports import import_cases
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import Assignment, Base, Image, Pair, Study, User
 
 ADMIN = Actor.system()

@@ -8,10 +8,16 @@ import dataclasses
 import pytest
 from sqlalchemy import func, select, update
 
-from radconcord.backend.services import auth, error_records, rating, study_settings
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services import (
+    assignment_writes,
+    auth,
+    error_records,
+    rating,
+    study_settings,
+)
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import ErrorRecord, Pair, Rating, RatingEvent, Report, Study
 
 SYSTEM = Actor.system()
@@ -86,7 +92,7 @@ def test_counts_are_the_tally_of_the_records(any_db, make_study, fast_password_h
     assert third.version == 3
     assert third.records[-1].reference_text == "Normal heart size."
     assert third.records[-1].candidate_text is None
-    expected = dict.fromkeys(rating.CELLS, 0) | {(1, True): 2, (2, False): 1}
+    expected = dict.fromkeys(assignment_writes.CELLS, 0) | {(1, True): 2, (2, False): 1}
     assert third.counts == expected
     # The rating view (and so every analysis) reads the same counts.
     view = rating.get_pair(any_db, r1, opaque_id=pair)
@@ -120,12 +126,12 @@ def test_a_stale_version_is_refused_and_nothing_is_written(any_db, make_study,
                                      significant=False, candidate_start=a, candidate_end=b,
                                      expected_version=0)
     before = _stored(any_db)
-    with pytest.raises(rating.StaleWrite) as caught:
+    with pytest.raises(assignment_writes.StaleWrite) as caught:
         error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=3,
                                  significant=True, candidate_start=a, candidate_end=b,
                                  expected_version=0)
     assert caught.value.version == 1 and caught.value.counts[(1, False)] == 1
-    with pytest.raises(rating.StaleWrite):
+    with pytest.raises(assignment_writes.StaleWrite):
         error_records.delete_record(any_db, r1, opaque_id=pair,
                                     record_id=saved.records[0].record_id, expected_version=0)
     assert _stored(any_db) == before
@@ -204,7 +210,7 @@ def test_a_kind_takes_only_its_own_categories(any_db, make_study, fast_password_
             version = saved.version
     assert [(r.kind, r.category) for r in saved.records] == [
         ("span", 1), ("span", 3), ("span", 4), ("span", 5), ("omission", 2), ("omission", 6)]
-    assert saved.counts == dict.fromkeys(rating.CELLS, 0) | {
+    assert saved.counts == dict.fromkeys(assignment_writes.CELLS, 0) | {
         (c, False): 1 for c in range(1, 7)}
 
 

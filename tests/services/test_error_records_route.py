@@ -12,9 +12,9 @@ from sqlalchemy import func, select, update
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from radconcord.backend.services import auth, rating, sessions, study_settings
+from radconcord.backend.services import auth, rating, sessions, study_settings, transactions
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import ErrorRecord, RatingEvent, Study
 from radconcord.webapp import api
 from radconcord.webapp.api import error_records as records_api
@@ -233,7 +233,7 @@ def test_a_counts_study_is_400(any_db, make_study, fast_password_hashing):
 def test_a_busy_database_is_503(db, make_study, fast_password_hashing, monkeypatch):
     db, actors, client = _make_env(db, make_study, "error_records")
     try:
-        monkeypatch.setattr(rating, "SAVE_RETRY_SECONDS", 0.4)
+        monkeypatch.setattr(transactions, "SAVE_RETRY_SECONDS", 0.4)
         pair = _first(db, actors["r1"])
         client.cookies.set(SESSION_COOKIE, _login(db, actors["r1"]))
         raw = sqlite3.connect(db.engine.url.database, isolation_level=None)

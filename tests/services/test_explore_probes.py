@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import select
 
 from radconcord.backend.analysis.perturb import KINDS, SIGNIFICANT, generate
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services import explore, imports, probes
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.db.models import MetricScore, Pair, Rating, User
 from radconcord.db.session import Database
 

@@ -6,10 +6,17 @@ from __future__ import annotations
 
 import json
 
-from radconcord.backend.services import adjudication, auth, calibration, flags, rating
+from radconcord.backend.services import (
+    adjudication,
+    assignment_writes,
+    auth,
+    calibration,
+    flags,
+    rating,
+)
 from radconcord.backend.services.assignment import assign_raters
 from radconcord.backend.services.exports import export_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 
 SYSTEM = Actor.system()
 
@@ -47,7 +54,7 @@ def test_quality_files_are_exported_apart_with_rater_indices(any_db, make_study,
     queue = adjudication.queue(db, lead, study_name="Q")
     assert queue  # significant totals 1 vs 3: range 2 meets the default rule
     adjudication.record(db, lead, study_name="Q", opaque_id=queue[0].opaque_id,
-                        counts={cell: int(cell == (1, True)) for cell in rating.CELLS},
+                        counts={cell: int(cell == (1, True)) for cell in assignment_writes.CELLS},
                         note="one false finding")
 
     out = tmp_path / "export"

@@ -28,7 +28,7 @@ from radconcord.backend.datasets import rexval
 from radconcord.backend.services import activity, analysis, auth, explore, progress, rating
 from radconcord.backend.services.assignment import assign_raters
 from radconcord.backend.services.exports import export_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.backend.util import csv_unescape
 from radconcord.db.models import MetricScore, Pair
 

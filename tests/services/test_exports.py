@@ -18,12 +18,12 @@ from radconcord.backend import config
 from radconcord.backend.cli import main
 from radconcord.backend.datasets import rexval
 from radconcord.backend.datasets.pairs import parse_cases
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.imaging.deid import DEID_PROFILE
 from radconcord.backend.services import exports
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services.exports import export_study
 from radconcord.backend.services.imports import import_cases, import_rexval
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import Assignment, Pair, Rating, User
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "rexval_mini"

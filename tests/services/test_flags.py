@@ -9,10 +9,10 @@ import datetime as dt
 import pytest
 from sqlalchemy import select, update
 
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services import auth, flags, rating
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Pair, Study
 
 SYSTEM = Actor.system()

@@ -14,16 +14,16 @@ import pytest
 from scipy import stats
 from sqlalchemy import func, select
 
-from radconcord.backend.analysis.data import load_metric_columns, load_ratings
 from radconcord.backend.analysis.html_report import render_html
-from radconcord.backend.analysis.report import correlate_study
 from radconcord.backend.errors import InvalidInput, PermissionDenied
 from radconcord.backend.metrics.base import signature_hash
 from radconcord.backend.scoring.hashing import input_hash
 from radconcord.backend.services import explore
+from radconcord.backend.services.analysis import correlate_study
 from radconcord.backend.services.exports import export_study
 from radconcord.backend.services.score_imports import import_scores, list_score_imports
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_data import load_metric_columns, load_ratings
+from radconcord.backend.types import Actor
 from radconcord.db.models import (
     Assignment,
     Case,

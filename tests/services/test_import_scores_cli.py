@@ -6,8 +6,8 @@ import hashlib
 
 from sqlalchemy import func, select
 
-from radconcord.backend.analysis.data import load_metric_columns, load_ratings
 from radconcord.backend.cli import main
+from radconcord.backend.services.study_data import load_metric_columns, load_ratings
 from radconcord.db.models import MetricScore, ScoreImport
 from radconcord.db.session import Database
 

@@ -21,13 +21,13 @@ from PIL import Image as PILImage
 from sqlalchemy import func, select, update
 
 from radconcord.backend.datasets import rexval
+from radconcord.backend.errors import InvalidInput, NotFound
 from radconcord.backend.services import exports, imports, rating, studies
 from radconcord.backend.services import images as image_service
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.errors import InvalidInput, NotFound
 from radconcord.backend.services.imports import cleanup_stale_imports, import_cases, import_rexval
 from radconcord.backend.services.progress import study_progress
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import (
     STUDY_STAGING,
     Assignment,
@@ -199,7 +199,7 @@ KILLED_IMPORT = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
     from radconcord.backend.services import imports
-    from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+    from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
     from radconcord.db.session import Database
 
     db = Database(sys.argv[1], migrate=False)

@@ -17,13 +17,13 @@ from sqlalchemy import func, select
 from radconcord.backend.datasets import rexval
 from radconcord.backend.datasets.demo import demo_cases
 from radconcord.backend.datasets.pairs import parse_cases
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.imaging.deid import DEID_PROFILE
 from radconcord.backend.scoring.hashing import input_hash
 from radconcord.backend.services import images as image_service
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services.imports import import_cases, import_rexval
 from radconcord.backend.services.seed import import_demo
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import (
     Assignment,
     Case,

@@ -1,7 +1,7 @@
 """The long tasks as job kinds: probes, build_oracle, import, train_er2score, refit_radcliq.
 
 For each kind: the service checks the request without a model and queues a job; a
-:class:`~backend.jobs.worker.Worker` runs it and the job's JSON result is what the page needs
+:class:`~backend.runner.worker.Worker` runs it and the job's JSON result is what the page needs
 (the same numbers as running the service directly); a job retried after it had already
 finished its work reports that work instead of doing it twice.
 
@@ -26,10 +26,10 @@ from sqlalchemy import func, select, update
 
 from radconcord.backend import jobs
 from radconcord.backend.analysis.refit import RADCLIQ_INPUTS
-from radconcord.backend.analysis.report import correlate_study
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.jobs import context
-from radconcord.backend.jobs.worker import Worker
 from radconcord.backend.metrics import er2score, registry
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.services import (
     build_study,
     er2train,
@@ -39,7 +39,7 @@ from radconcord.backend.services import (
     refit,
     studies,
 )
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services.analysis import correlate_study
 from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.db.models import (
     STUDY_STAGING,
@@ -87,7 +87,7 @@ CORPUS = [
 # and the first call of worker w1 that matches BLOCK_WHEN blocks until the test kills it.
 SETUP_BLOCK_AT = (
     "import time\n"
-    "from backend.jobs import context as _ctx\n"
+    "from radconcord.backend.jobs import context as _ctx\n"
     "_orig = _ctx.JobContext.progress\n"
     "def _progress(self, done, total, message=''):\n"
     "    time.sleep(_ctx.PROGRESS_EVERY + 0.05)\n"

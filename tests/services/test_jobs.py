@@ -15,10 +15,10 @@ import time
 import pytest
 from sqlalchemy import update
 
-from radconcord.backend import jobs
+from radconcord.backend import clock, jobs
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.jobs import queue, registry
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.types import Actor
 from radconcord.db.models import Job, Study, WorkerProcess
 from radconcord.db.session import Database
@@ -49,7 +49,7 @@ def _go_silent(db, job_id: int, seconds: float = 600) -> None:
         s.execute(
             update(Job)
             .where(Job.id == job_id)
-            .values(heartbeat_at=queue.utcnow() - dt.timedelta(seconds=seconds))
+            .values(heartbeat_at=clock.utcnow() - dt.timedelta(seconds=seconds))
         )
 
 
@@ -105,14 +105,15 @@ def test_registry_is_lazy_and_loud():
     assert "score" in registry.kind_names() and "import" in registry.kind_names()
     with pytest.raises(registry.UnknownJobKind, match="unknown job kind 'zzz'"):
         registry.load_kind("zzz")
-    assert registry.load_kind("score").__module__ == "radconcord.backend.jobs.kinds.score"
+    assert registry.load_kind("score").__module__ == "radconcord.backend.runner.kinds.score"
 
 
 def test_importing_the_job_package_loads_no_model_code():
     import subprocess
     import sys
 
-    code = ("import sys, backend.jobs, backend.services.jobs, backend.jobs.worker\n"
+    code = ("import sys, radconcord.backend.jobs, radconcord.backend.services.jobs,"
+            " radconcord.backend.runner.worker\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=jh.REPO, capture_output=True,
                          text=True, check=True, env={**__import__("os").environ,
@@ -428,7 +429,7 @@ def test_the_roll_of_workers(any_db):
     # A worker that died (no heartbeat for minutes, never stopped) is not alive either.
     with any_db.begin() as s:
         s.add(WorkerProcess(id="ghost", host="h", pid=1, device="cuda:0", kinds=[],
-                            heartbeat_at=queue.utcnow() - dt.timedelta(minutes=5)))
+                            heartbeat_at=clock.utcnow() - dt.timedelta(minutes=5)))
     assert jobs.list_workers(any_db) == []
     ghost = next(w for w in jobs.list_workers(any_db, include_gone=True) if w.id == "ghost")
     assert not ghost.alive and ghost.stopped_at is None

@@ -12,7 +12,7 @@ from sqlalchemy import func, select, update
 from radconcord.backend import cli, jobs
 from radconcord.backend.errors import PermissionDenied
 from radconcord.backend.jobs import queue
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.services import imports, scoring
 from radconcord.backend.services import jobs as job_services
 from radconcord.backend.types import Actor, CandidateInput, CaseInput

@@ -13,9 +13,9 @@ import datetime as dt
 import pytest
 from sqlalchemy import select
 
+from radconcord.backend.errors import InvalidInput, PermissionDenied
 from radconcord.backend.services import auth, qc
-from radconcord.backend.services.errors import InvalidInput, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Comparison, Judgement, Pair, Study
 
 SYSTEM = Actor.system()

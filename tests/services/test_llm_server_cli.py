@@ -1,4 +1,5 @@
-"""``llm-serve``: the command starts a real server that answers like the in-process model."""
+"""``model serve-llm`` (old name ``llm-serve``): the command starts a real server that answers
+like the in-process model."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 # The command module on a parser of its own (independent of COMMAND_MODULES).
 RUN = (
     "import argparse, sys\n"
-    "from backend.cli import llm\n"
-    "from backend.cli.common import UserError\n"
-    "p = argparse.ArgumentParser(); sub = p.add_subparsers(dest='c', required=True)\n"
-    "llm.register(sub)\n"
+    "from radconcord.backend.cli import llm\n"
+    "from radconcord.backend.cli.common import Commands, UserError\n"
+    "p = argparse.ArgumentParser()\n"
+    "c = Commands(p.add_subparsers(dest='c', required=True)); llm.register(c); c.finish()\n"
     "a = p.parse_args(sys.argv[1:])\n"
     "try:\n"
     "    a.func(a)\n"

@@ -9,11 +9,11 @@ import datetime as dt
 import pytest
 from sqlalchemy import select, update
 
+from radconcord.backend.errors import InvalidInput, NotFound
 from radconcord.backend.services import auth, pace, rating
 from radconcord.backend.services.activity import SpanInput, record_spans
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.errors import InvalidInput, NotFound
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Pair, Study
 
 SYSTEM = Actor.system()

@@ -16,10 +16,10 @@ import pytest
 from sqlalchemy import func, select
 
 from radconcord.backend.cli import main
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.scoring.hashing import input_hash
-from radconcord.backend.services import auth, pairwise, study_settings
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services import auth, pairwise, study_settings, transactions
+from radconcord.backend.types import Actor
 from radconcord.db.models import (
     PAIR_TRAINING,
     Case,
@@ -520,18 +520,17 @@ def test_a_busy_database_gives_up_cleanly_and_a_later_click_is_stored(sqlite_wor
     busy message and writes nothing; once free, the same click is stored."""
     import sqlite3
 
-    from radconcord.backend.services import rating
 
     db, _, actors = sqlite_world
     pairwise.make_comparisons(db, SYSTEM, "PW")
     pairwise.assign_judgements(db, SYSTEM, "PW", ["r1"], 1, 0)
     r1 = actors["r1"]
     oid = pairwise.rater_comparisons(db, r1, "PW")[0].opaque_id
-    monkeypatch.setattr(rating, "SAVE_RETRY_SECONDS", 0.3)
+    monkeypatch.setattr(transactions, "SAVE_RETRY_SECONDS", 0.3)
     raw = sqlite3.connect(db.engine.url.database, isolation_level=None)
     raw.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(rating.SaveFailed, match="database is busy; nothing was changed"):
+        with pytest.raises(transactions.SaveFailed, match="database is busy; nothing was changed"):
             pairwise.save_judgement(db, r1, oid, preference="A", expected_version=0)
     finally:
         raw.rollback()

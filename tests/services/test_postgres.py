@@ -12,7 +12,7 @@ from sqlalchemy import inspect, select, text
 
 from radconcord.backend.services import auth, rating
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Base, Pair, Rating, RatingEvent
 from radconcord.db.session import Database
 from tests import pgserver

@@ -14,10 +14,10 @@ from scipy.stats import spearmanr
 from sqlalchemy import select
 
 from radconcord.backend.analysis import intra_rater as ir
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services import activity, auth, qc
 from radconcord.backend.services.activity import SpanInput
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_REPEAT, PAIR_TRAINING, Assignment, Pair, Rating, Study
 
 SYSTEM = Actor.system()

@@ -11,15 +11,22 @@ import time
 import pytest
 from sqlalchemy import func, select, update
 
-from radconcord.backend.services import auth, progress, rating, studies
-from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.errors import (
+from radconcord.backend.errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
     ServiceError,
 )
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services import (
+    assignment_writes,
+    auth,
+    progress,
+    rating,
+    studies,
+    transactions,
+)
+from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Image, Pair, Rating, RatingEvent, Study
 
 SYSTEM = Actor.system()
@@ -64,7 +71,7 @@ def test_queue_and_pair_view(any_db, make_study, fast_password_hashing):
     view = rating.get_pair(any_db, r1, opaque_id=second)
     assert (view.index, view.total, view.study_name) == (2, 4, "S")
     assert (view.prev_opaque_id, view.next_opaque_id) == (first, queue[2].opaque_id)
-    assert view.counts == dict.fromkeys(rating.CELLS, 0) and len(view.counts) == 12
+    assert view.counts == dict.fromkeys(assignment_writes.CELLS, 0) and len(view.counts) == 12
     assert view.completed_at is None and view.images == ()
     with any_db.begin() as s:
         pair = s.scalar(select(Pair).where(Pair.opaque_id == second))
@@ -101,7 +108,7 @@ def test_set_count_saves_and_audits(any_db, make_study, fast_password_hashing):
     ]
     # A second read returns exactly what was saved (what a reload shows).
     view = rating.get_pair(any_db, r1, opaque_id=oid)
-    expected = dict.fromkeys(rating.CELLS, 0) | {(2, True): 1, (5, False): 2}
+    expected = dict.fromkeys(assignment_writes.CELLS, 0) | {(2, True): 1, (5, False): 2}
     assert view.counts == expected
     with any_db.begin() as s:
         assert s.scalar(select(func.count(Rating.id))) == 2
@@ -128,7 +135,8 @@ def test_set_count_validation(db, make_study, fast_password_hashing, category, s
         rating.set_count(db, r1, opaque_id=oid, category=category, significant=significant,
                          count=count)
     assert _events(db) == []
-    assert rating.get_pair(db, r1, opaque_id=oid).counts == dict.fromkeys(rating.CELLS, 0)
+    zeros = dict.fromkeys(assignment_writes.CELLS, 0)
+    assert rating.get_pair(db, r1, opaque_id=oid).counts == zeros
 
 
 def test_complete_and_reopen(any_db, make_study, fast_password_hashing):
@@ -144,7 +152,7 @@ def test_complete_and_reopen(any_db, make_study, fast_password_hashing):
     with any_db.begin() as s:
         rows = s.execute(select(Rating.category, Rating.significant, Rating.count).where(
             Rating.rater_id == r1.user_id)).all()
-    assert sorted((int(x), bool(y)) for x, y, _ in rows) == sorted(rating.CELLS)
+    assert sorted((int(x), bool(y)) for x, y, _ in rows) == sorted(assignment_writes.CELLS)
     assert {n for *_, n in rows} == {0}
     again = rating.complete_pair(any_db, r1, opaque_id=a, confirm_zero=True)
     assert again.completed_at == done.completed_at
@@ -286,23 +294,23 @@ def test_a_save_waits_out_a_short_lock(any_db, make_study, fast_password_hashing
     waited = time.monotonic() - t0
     holder.join(10)
     assert result.changed and released.is_set()
-    assert 0.8 < waited < rating.SAVE_RETRY_SECONDS
+    assert 0.8 < waited < transactions.SAVE_RETRY_SECONDS
     assert rating.get_pair(db, r1, opaque_id=oid).counts[(2, True)] == 3
 
 
 def test_a_save_gives_a_clear_error_when_the_lock_outlasts_the_retry_window(
         any_db, make_study, fast_password_hashing, monkeypatch, caplog):
     db = any_db
-    monkeypatch.setattr(rating, "SAVE_RETRY_SECONDS", 1.0)
+    monkeypatch.setattr(transactions, "SAVE_RETRY_SECONDS", 1.0)
     actors = _setup(db, make_study)
     r1 = actors["r1"]
     oid = rating.rater_queue(db, r1, study_name="S")[0].opaque_id
     with _database_locked(db):
         t0 = time.monotonic()
-        with pytest.raises(rating.SaveFailed) as err:
+        with pytest.raises(transactions.SaveFailed) as err:
             rating.set_count(db, r1, opaque_id=oid, category=4, significant=False, count=2)
         waited = time.monotonic() - t0
-        with pytest.raises(rating.SaveFailed, match="nothing was changed"):
+        with pytest.raises(transactions.SaveFailed, match="nothing was changed"):
             rating.complete_pair(db, r1, opaque_id=oid, confirm_zero=True)
     assert str(err.value) == ("Not saved: the database is busy; your count is kept, "
                               "try again")

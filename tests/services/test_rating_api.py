@@ -13,9 +13,9 @@ from sqlalchemy import func, select, update
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from radconcord.backend.services import auth, rating, sessions
+from radconcord.backend.services import auth, rating, sessions, transactions
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession, Pair, RatingEvent, Study
 from radconcord.webapp import api
 from radconcord.webapp.api import rating as rating_api
@@ -206,7 +206,7 @@ def test_other_pairs_closed_studies_and_other_accounts_kept_changes(env):
 
 def test_a_busy_database_is_503_and_the_same_save_goes_through_later(env, monkeypatch):
     db, actors, client = env
-    monkeypatch.setattr(rating, "SAVE_RETRY_SECONDS", 0.4)
+    monkeypatch.setattr(transactions, "SAVE_RETRY_SECONDS", 0.4)
     r1 = actors["r1"]
     pair = _first(db, r1)
     client.cookies.set(SESSION_COOKIE, _login(db, r1))

@@ -10,10 +10,10 @@ import threading
 import pytest
 from sqlalchemy import select, update
 
-from radconcord.backend.services import auth, rating
+from radconcord.backend.errors import InvalidInput, PermissionDenied
+from radconcord.backend.services import assignment_writes, auth, rating
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.errors import InvalidInput, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, RatingEvent, Study
 
 SYSTEM = Actor.system()
@@ -56,7 +56,7 @@ def test_every_change_bumps_the_version_and_a_no_op_keeps_it(any_db, make_study,
     saved = rating.set_counts(any_db, r1, opaque_id=oid, expected_version=1,
                               cells={(1, False): 2, (6, True): 1, (2, True): 3})
     assert saved.version == 2 and saved.changed == ((1, False), (6, True))
-    assert saved.counts == dict.fromkeys(rating.CELLS, 0) | {(2, True): 3, (1, False): 2,
+    assert saved.counts == dict.fromkeys(assignment_writes.CELLS, 0) | {(2, True): 3, (1, False): 2,
                                                              (6, True): 1}
     done = rating.complete_pair(any_db, r1, opaque_id=oid, expected_version=2)
     assert done.completed_at is not None
@@ -81,17 +81,17 @@ def test_a_stale_save_is_refused_with_the_stored_counts_and_writes_nothing(
                      expected_version=seen)
     before = _events(any_db, r1)
     # Tab A's "+" on the same cell, based on what it saw: refused.
-    with pytest.raises(rating.StaleWrite) as err:
+    with pytest.raises(assignment_writes.StaleWrite) as err:
         rating.set_count(any_db, r1, opaque_id=oid, category=4, significant=False, count=1,
                          expected_version=seen)
     assert err.value.version == 1
-    assert err.value.counts == dict.fromkeys(rating.CELLS, 0) | {(4, False): 5}
+    assert err.value.counts == dict.fromkeys(assignment_writes.CELLS, 0) | {(4, False): 5}
     assert err.value.completed_at is None
     assert "changed in another window, reloaded" in str(err.value)
-    with pytest.raises(rating.StaleWrite):
+    with pytest.raises(assignment_writes.StaleWrite):
         rating.set_counts(any_db, r1, opaque_id=oid, cells={(1, True): 1},
                           expected_version=seen)
-    with pytest.raises(rating.StaleWrite):
+    with pytest.raises(assignment_writes.StaleWrite):
         rating.complete_pair(any_db, r1, opaque_id=oid, expected_version=seen)
     view = rating.get_pair(any_db, r1, opaque_id=oid)
     assert view.counts == err.value.counts and view.version == 1
@@ -177,7 +177,7 @@ def test_two_concurrent_writers_of_the_same_version_exactly_one_wins(
                     outcomes[value] = rating.set_count(
                         any_db, r1, opaque_id=oid, category=3, significant=True, count=value,
                         expected_version=version)
-            except rating.StaleWrite as exc:
+            except assignment_writes.StaleWrite as exc:
                 outcomes[value] = exc
 
         values = (10 + 2 * round_, 11 + 2 * round_)
@@ -186,8 +186,9 @@ def test_two_concurrent_writers_of_the_same_version_exactly_one_wins(
             t.start()
         for t in threads:
             t.join(30)
-        winners = [v for v, o in outcomes.items() if not isinstance(o, rating.StaleWrite)]
-        losers = [o for o in outcomes.values() if isinstance(o, rating.StaleWrite)]
+        stale = assignment_writes.StaleWrite
+        winners = [v for v, o in outcomes.items() if not isinstance(o, stale)]
+        losers = [o for o in outcomes.values() if isinstance(o, stale)]
         assert len(winners) == 1 and len(losers) == 1, outcomes
         # The refused tab is told exactly what the winner stored.
         assert losers[0].version == version + 1

@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 from sqlalchemy import func, select, update
 
-from radconcord.backend.analysis.data import load_ratings
+from radconcord.backend.errors import PermissionDenied
 from radconcord.backend.services import assignment, auth, calibration, rating, study_settings
 from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.errors import PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.study_data import load_ratings
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Pair, Study
 from tests.helpers_adaptive import build_study, rater_actor
 

@@ -16,10 +16,10 @@ from sqlalchemy import select, update
 
 from radconcord.backend.analysis import html_report
 from radconcord.backend.cli import main
-from radconcord.backend.jobs.worker import Worker
-from radconcord.backend.services import reports
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.runner.worker import Worker
+from radconcord.backend.services import assignment_writes, reports
 from radconcord.backend.services.analysis import study_agreement, study_correlation
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.types import Actor
 from radconcord.db.models import Pair, Study
 from tests.services.test_correlate import _build
@@ -208,7 +208,7 @@ def test_the_report_uses_the_chosen_resampling_unit_and_correction(study, monkey
 def test_the_report_says_which_counts_and_uses_the_consensus(study, monkeypatch):
     """Raw by default; with counts="adjudicated" the consensus of an adjudicated pair enters
     the correlations (the same numbers as the dashboard's service) and the report says so."""
-    from radconcord.backend.services import adjudication, auth, rating
+    from radconcord.backend.services import adjudication, auth
     from radconcord.db.models import Pair as PairModel
 
     db, _ = study
@@ -221,7 +221,8 @@ def test_the_report_says_which_counts_and_uses_the_consensus(study, monkeypatch)
         first = s.scalars(select(PairModel.opaque_id).where(PairModel.kind == "study")
                           .order_by(PairModel.position)).first()
     adjudication.record(db, chief, study_name="s1", opaque_id=first,
-                        counts={cell: 9 for cell in rating.CELLS}, note="consensus: all wrong")
+                        counts=dict.fromkeys(assignment_writes.CELLS, 9),
+                        note="consensus: all wrong")
     bundle = reports.render_report(db, ADMIN, study_name="s1", resamples=0,
                                    counts="adjudicated")
     assert "adjudicated: the consensus on 1 pair(s)" in bundle.html

@@ -13,7 +13,7 @@ import datetime as dt
 from sqlalchemy import select
 
 from radconcord.backend.services import adjudication, auth, calibration
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Pair, Rating, Study
 
 SYSTEM = Actor.system()

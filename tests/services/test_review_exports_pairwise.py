@@ -11,7 +11,7 @@ import json
 
 from radconcord.backend.services import auth, pairwise
 from radconcord.backend.services.exports import export_study
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from tests.services.test_pairwise import build
 
 SYSTEM = Actor.system()

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from radconcord.backend.scoring.hashing import input_hash
 from radconcord.backend.services import pairwise
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.models import Case, Comparison, Pair, Report, Study
 
 SYSTEM = Actor.system()

@@ -8,7 +8,7 @@ the rater waits for the items still to come.
 from __future__ import annotations
 
 from radconcord.backend.services import calibration, rating, study_settings
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from tests.services.test_calibration import _answer, _csv, _setup
 
 SYSTEM = Actor.system()

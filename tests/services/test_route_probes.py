@@ -35,10 +35,11 @@ from radconcord.backend.services import (
     rating,
     sessions,
     study_settings,
+    transactions,
 )
 from radconcord.backend.services.assignment import assign_raters
 from radconcord.backend.services.imports import import_cases
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.backend.util import MAX_DB_ID, is_db_id
 from radconcord.db.models import Case, Image, Rating, RatingEvent
 from radconcord.webapp import api
@@ -318,7 +319,7 @@ def test_a_full_disk_answers_507_naming_storage_and_loses_nothing(env, caplog):
             raise full
 
     event.listen(db.engine, "before_cursor_execute", disk_full)
-    caplog.set_level(logging.ERROR, logger="radconcord.backend.services.rating")
+    caplog.set_level(logging.ERROR, logger="radconcord.backend.services.transactions")
     try:
         reply = client.post("/_rc/api/rating/counts", headers=HEADERS,
                             json={"pair": pair, "version": 1, "cells": {"2s": 5, "3i": 2}})
@@ -326,7 +327,7 @@ def test_a_full_disk_answers_507_naming_storage_and_loses_nothing(env, caplog):
         event.remove(db.engine, "before_cursor_execute", disk_full)
     assert "UPDATE" in seen or "INSERT" in seen  # the counts were written before the event
     assert reply.status_code == 507, reply.text
-    assert reply.json() == {"reason": "storage", "message": rating.STORAGE_FULL_MESSAGE}
+    assert reply.json() == {"reason": "storage", "message": transactions.STORAGE_FULL_MESSAGE}
     lines = [r.getMessage() for r in caplog.records if "storage full" in r.getMessage()]
     assert len(lines) == 1 and "\n" not in lines[0]
     assert f"data folder {Path(db.engine.url.database).resolve().parent}" in lines[0]

@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 
 from radconcord.backend import jobs as queue
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.metrics import registry
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.services import score_now, seed
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services.scoring import describe_family
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 
 RATER = Actor(user_id=99, username="someone", role="rater")
 

@@ -13,9 +13,10 @@ import logging
 import pytest
 from sqlalchemy import select, update
 
+from radconcord.backend import clock
 from radconcord.backend.services import auth, sessions
-from radconcord.backend.services.seed import DEMO_USERS
-from radconcord.backend.services.types import Actor
+from radconcord.backend.services.demo_accounts import DEMO_USERS
+from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession, LoginThrottle, User
 from radconcord.db.session import Database
 
@@ -138,7 +139,7 @@ def test_expiry_slides_with_use_written_at_most_once_a_minute(any_db):
 
 def test_sessions_survive_a_restart(any_db):
     rita = _user(any_db)
-    issued = _logged_in(any_db, rita, now=sessions._now())
+    issued = _logged_in(any_db, rita, now=clock.utcnow())
     again = Database(any_db.url, migrate=False)  # a new process: nothing shared in memory
     try:
         live = sessions.resolve_token(again, issued.token)
@@ -200,7 +201,7 @@ def test_revoke_user_sessions_in_the_callers_transaction_keeps_the_chosen_sessio
     with any_db.begin() as s:
         user = s.get(User, rita.user_id)
         user.password_hash = auth._hasher.hash("rita-new-password")
-        assert sessions.revoke_user_sessions(s, rita.user_id, "password changed",
+        assert auth.revoke_user_sessions(s, rita.user_id, "password changed",
                                              keep_session_id=kept.session_id) == 1
     soon = T0 + dt.timedelta(seconds=1)
     assert sessions.check_session(any_db, kept.session_id, actor=rita, now=soon) is not None
@@ -210,7 +211,7 @@ def test_revoke_user_sessions_in_the_callers_transaction_keeps_the_chosen_sessio
                                   now=soon) is not None
     # Without a kept session: all of them.
     with any_db.begin() as s:
-        assert sessions.revoke_user_sessions(s, rita.user_id, "deactivated") == 1
+        assert auth.revoke_user_sessions(s, rita.user_id, "deactivated") == 1
     assert sessions.check_session(any_db, kept.session_id, actor=rita, now=soon) is None
 
 

@@ -10,9 +10,9 @@ import pytest
 from radconcord.backend.analysis import adaptive
 from radconcord.backend.analysis.stats import orient
 from radconcord.backend.cli import main
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.services import simulation
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from tests.helpers_adaptive import SYSTEM, build_study, rate_everything, rater_actor
 
 RATERS = ("ra", "rb", "rc", "rd")

@@ -14,8 +14,8 @@ from PIL import Image as PILImage
 from sqlalchemy import func, select
 
 from radconcord.backend import cli, jobs
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services import assignment, auth, imports, rating, studies, study_settings
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import (
     STUDY_STAGING,

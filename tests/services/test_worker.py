@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 from radconcord.backend import jobs
-from radconcord.backend.jobs.worker import Worker
+from radconcord.backend.runner.worker import Worker
 from radconcord.backend.scoring.hashing import input_hash
 from radconcord.backend.scoring.runner import MetricPool
 from radconcord.db.models import Case, MetricScore, Pair, Report, Study
@@ -241,10 +241,10 @@ def test_kill_9_mid_job_then_restart_resumes_without_duplicates(d, any_db, tmp_p
 
 
 def test_scoring_services_for_the_ui(d, db):
+    from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
     from radconcord.backend.services import jobs as job_svc
     from radconcord.backend.services import scoring as svc
-    from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-    from radconcord.backend.services.types import Actor
+    from radconcord.backend.types import Actor
 
     admin, rater = Actor.system(), Actor(user_id=5, username="r", role="rater")
     make_study(db, "ui", 3)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from radconcord.backend.datasets.corpus import read_report_file
-from radconcord.backend.services.errors import InvalidInput
+from radconcord.backend.errors import InvalidInput
 
 
 def test_a_deeply_nested_line_is_refused_by_line(tmp_path):

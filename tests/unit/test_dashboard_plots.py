@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from radconcord.webapp.components import plots, reviewer_panels
+from radconcord.backend.figures import correlation as plots
+from radconcord.webapp.components import reviewer_panels
 
 ROWS = [
     {"key": "bleu4", "tau": 0.30, "lo": 0.20, "hi": 0.40, "published": [("paper", 0.345)]},
@@ -74,7 +75,7 @@ def test_forest_plot_ceiling_without_interval_draws_the_line_only():
 
 
 def test_pairwise_matrix_is_antisymmetric_and_marks_corrected_significance():
-    fig = plots.pairwise_matrix(PAIRWISE, keys=["rougeL", "bleu4", "semb"])
+    fig = plots.paired_test_matrix(PAIRWISE, keys=["rougeL", "bleu4", "semb"])
     (heat,) = fig.data
     assert list(heat.x) == list(heat.y) == ["rougeL", "bleu4", "semb"]
     z = [list(row) for row in heat.z]
@@ -100,13 +101,13 @@ def test_pairwise_matrix_is_antisymmetric_and_marks_corrected_significance():
 
 
 def test_pairwise_matrix_appends_keys_missing_from_the_order():
-    fig = plots.pairwise_matrix(PAIRWISE, keys=["semb"])
+    fig = plots.paired_test_matrix(PAIRWISE, keys=["semb"])
     assert list(fig.data[0].x) == ["semb", "bleu4", "rougeL"]
 
 
 def test_pairwise_matrix_rejects_a_malformed_entry_name():
     with pytest.raises(ValueError, match="pairwise entry 'bleu4-rougeL' is not of the form"):
-        plots.pairwise_matrix({"pairs": {"bleu4-rougeL": {"tau_diff": 0.1}}})
+        plots.paired_test_matrix({"pairs": {"bleu4-rougeL": {"tau_diff": 0.1}}})
 
 
 def test_labels_name_units_and_corrections():
@@ -141,7 +142,7 @@ def test_system_means_skip_a_source_without_the_metric():
 
 
 def test_panel_tables_flatten_the_sections():
-    rows = reviewer_panels.pairwise_rows(PAIRWISE)
+    rows = reviewer_panels.paired_test_rows(PAIRWISE)
     assert rows[0] == {"Metric A": "bleu4", "Metric B": "rougeL", "tau(A) - tau(B)": 0.20,
                        "CI low": 0.05, "CI high": 0.35, "p": 0.004, "p adjusted": 0.012,
                        "Significant": True, "Williams p": 0.01}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from radconcord.backend.datasets.hf_export import PAIRS_FILE, RATINGS_FILE, write_hf_dataset
-from radconcord.backend.services.errors import InvalidInput
+from radconcord.backend.errors import InvalidInput
 
 PAIR = {"position": 0, "pair_id": "p0", "case_id": "c0", "reference": "R.", "candidate": "C.",
         "source": "gen", "images": [], "input_hash": "h"}

@@ -11,6 +11,8 @@ from html.parser import HTMLParser
 import pytest
 
 from radconcord.backend.analysis import html_report
+from radconcord.backend.analysis.correlation import CorrelationReport
+from radconcord.backend.figures.correlation import report_figures
 
 EVIL = "<script>alert(1)</script>"
 
@@ -159,8 +161,8 @@ def test_figures_inline_and_self_contained():
     from plotly.offline import get_plotlyjs
 
     report = _full_report()
-    figs = html_report.build_figures(report)
-    assert set(figs) == {"forest", "pairwise", "systems"}
+    figs = report_figures(CorrelationReport.from_json(report))
+    assert set(figs) == {"forest", "paired_tests", "systems"}
     markup = {k: f.to_html(full_html=False, include_plotlyjs=False) for k, f in figs.items()}
     html = html_report.render_html(report, _facts(), figures=markup, figure_format="html",
                                    figure_note="kaleido missing", plotlyjs=get_plotlyjs())
@@ -180,19 +182,22 @@ def test_external_references_are_detected():
     assert _external(html) == [("script", "src", "https://cdn.x/p.js")]
 
 
-def test_forest_has_the_ceiling_band_and_pairwise_matrix_is_antisymmetric():
-    figs = html_report.build_figures(_full_report())
+def test_report_figures_are_the_dashboards_drawings():
+    """The report draws the dashboard's figures (backend.figures): the forest plot with the
+    ceiling band, the antisymmetric paired-test matrix, the systems plot."""
+    figs = report_figures(CorrelationReport.from_json(_full_report()))
     forest = figs["forest"]
-    assert list(forest.data[0].y) == ["bleu4", "green"]  # best at the top of the plot
+    assert list(forest.data[0].y) == ["green", "bleu4"]  # best first, drawn at the top
     assert list(forest.data[0].error_x.array) == pytest.approx([0.15, 0.15])
     shapes = forest.layout.shapes
     assert any(s.type == "rect" and (s.x0, s.x1) == (0.4, 0.6) for s in shapes)
     assert any(s.type == "line" and s.x0 == 0.5 for s in shapes)
-    heat = figs["pairwise"].data[0]
+    heat = figs["paired_tests"].data[0]
     assert list(heat.x) == ["green", "bleu4"]
     assert heat.z[0][1] == 0.2 and heat.z[1][0] == -0.2
-    assert heat.text[0][1] == "+0.20*" and heat.text[1][0] == "-0.20*"
+    assert heat.text[0][1] == "*" and heat.text[1][0] == "*"
     no_ceiling = _full_report()
     del no_ceiling["ceiling"], no_ceiling["pairwise"], no_ceiling["systems"]
-    figs = html_report.build_figures(no_ceiling)
-    assert set(figs) == {"forest"} and not figs["forest"].layout.shapes
+    figs = report_figures(CorrelationReport.from_json(no_ceiling))
+    assert set(figs) == {"forest"}
+    assert not [s for s in figs["forest"].layout.shapes if s.type == "rect"]

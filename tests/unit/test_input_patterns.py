@@ -14,7 +14,7 @@ from radconcord.backend.datasets.radpref import _user_file_key
 from radconcord.backend.errors import InvalidInput
 from radconcord.backend.jobs.queue import check_device
 from radconcord.backend.services import auth
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 
 
 @pytest.mark.parametrize("name", ["rater\n", "rater\n\n", "ra ter", "\nrater", "rater\r"])

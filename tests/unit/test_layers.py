@@ -34,13 +34,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scoring", ("radconcord.backend.scoring",)),
     ("datasets", ("radconcord.backend.datasets",)),
     ("analysis", ("radconcord.backend.analysis",)),
+    # The figures of the typed analysis report, drawn once for the dashboard and the HTML
+    # report (plotly lives here, not in the analysis core).
+    ("figures", ("radconcord.backend.figures",)),
     # The job queue (table, registry of kind names, context) sits below the services, which
-    # validate and enqueue; what runs a job (the worker and the kinds) sits above them, since
-    # a kind may call a service. The registry names kinds as strings, so the queue never
-    # imports a kind.
+    # validate and enqueue; what runs a job (backend.runner: the worker and the kinds) sits
+    # above them, since a kind may call a service. The registry names kinds as strings, so
+    # the queue never imports a kind. Each is one package in one layer.
     ("job queue", ("radconcord.backend.jobs",)),
     ("services", ("radconcord.backend.services",)),
-    ("job runners", ("radconcord.backend.jobs.worker", "radconcord.backend.jobs.kinds")),
+    ("job runners", ("radconcord.backend.runner",)),
     ("cli", ("radconcord.backend.cli", "radconcord.backend.__main__")),
     ("webapp", ("radconcord.webapp",)),
     # The public Python API (pip package) sits on top: it may start the app (radconcord app)
@@ -92,7 +95,7 @@ def imported_modules(path: Path, root: Path = REPO) -> list[tuple[int, str]]:
     """(line, module) of every project import in ``path``, relative imports resolved.
 
     ``from pkg import name`` yields ``pkg.name`` when ``name`` is a submodule of the project,
-    so ``from radconcord.backend import cli`` counts as importing ``radconcord.backend.cli``.
+    so ``from radconcord.backend import cli`` counts as importing ``backend.cli``.
     """
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     own = module_name(path, root)
@@ -204,8 +207,10 @@ def _all_imports(tree: ast.AST) -> list[tuple[int, str]]:
         ("radconcord.backend.metrics.registry", "metrics"),
         ("radconcord.backend.jobs", "job queue"),
         ("radconcord.backend.jobs.queue", "job queue"),
-        ("radconcord.backend.jobs.worker", "job runners"),
-        ("radconcord.backend.jobs.kinds.score", "job runners"),
+        ("radconcord.backend.jobs.context", "job queue"),
+        ("radconcord.backend.runner", "job runners"),
+        ("radconcord.backend.runner.worker", "job runners"),
+        ("radconcord.backend.runner.kinds.score", "job runners"),
         ("radconcord.backend.cli.scoring", "cli"),
         ("radconcord.webapp.views.rate", "webapp"),
         ("numpy", None),
@@ -242,4 +247,46 @@ def test_a_planted_upward_import_is_reported_with_file_line_and_both_packages(tm
         " radconcord.backend.services.auth (services), a layer above",
         "backend/datasets/parser.py:4: radconcord.backend.datasets.parser (datasets) imports"
         " radconcord.backend.services.auth (services), a layer above",
+    ]
+
+
+#: What the analysis core never imports: it takes arrays and frames and returns typed
+#: results; reading a study is the loader's job (backend/services/study_data.py) and drawing
+#: is the figures layer's.
+ANALYSIS_FORBIDDEN = ("radconcord.db", "sqlalchemy", "streamlit", "plotly")
+
+
+def analysis_impurities(root: Path = REPO) -> list[str]:
+    """``file:line: module`` for every forbidden import under backend/analysis (any depth)."""
+    found = []
+    for path in sorted((root / "backend" / "analysis").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            else:
+                continue
+            found.extend(f"{rel}:{node.lineno}: {name}" for name in names
+                         if any(name == f or name.startswith(f + ".")
+                                for f in ANALYSIS_FORBIDDEN))
+    return found
+
+
+def test_the_analysis_core_reads_no_database_and_draws_nothing():
+    assert analysis_impurities() == []
+
+
+def test_a_planted_database_import_in_analysis_is_reported(tmp_path):
+    (tmp_path / "backend" / "analysis").mkdir(parents=True)
+    (tmp_path / "backend" / "analysis" / "x.py").write_text(
+        "import numpy\n"
+        "def f():\n"
+        "    from radconcord.db.models import Pair\n"
+        "    import plotly.graph_objects as go\n", encoding="utf-8")
+    assert analysis_impurities(tmp_path) == [
+        "backend/analysis/x.py:3: radconcord.db.models",
+        "backend/analysis/x.py:4: plotly.graph_objects",
     ]

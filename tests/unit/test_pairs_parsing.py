@@ -13,7 +13,7 @@ from PIL import Image
 
 from radconcord.backend.datasets import rexval
 from radconcord.backend.datasets.pairs import MAX_REPORT_BYTES, parse_cases
-from radconcord.backend.services.errors import InvalidInput
+from radconcord.backend.errors import InvalidInput
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "rexval_mini"
 

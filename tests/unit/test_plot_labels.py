@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from radconcord.backend.services.types import CATEGORIES
+from radconcord.backend.figures import correlation as figures
+from radconcord.backend.types import CATEGORIES
 from radconcord.webapp.components import plots, tables
 
 
@@ -27,7 +28,7 @@ def test_forest_plot_names_each_published_source():
         {"key": "bertscore_f", "tau": 0.4, "lo": 0.3, "hi": 0.5,
          "published": [("ER2Score paper", 0.507), ("RadCliQ paper", 0.5)]},
     ]
-    fig = plots.forest_plot(rows)
+    fig = figures.forest_plot(rows)
     published = {t.name: (list(t.x), list(t.y)) for t in fig.data
                  if t.name.startswith("published")}
     assert published == {

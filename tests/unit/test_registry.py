@@ -77,7 +77,7 @@ def test_resolve_keeps_request_order_and_rejects_unknown_names():
 def test_importing_the_backend_and_cli_loads_no_model_library():
     code = (
         "import sys\n"
-        "import backend, backend.metrics.registry, backend.cli\n"
+        "import radconcord.backend, radconcord.backend.metrics.registry, radconcord.backend.cli\n"
         "radconcord.backend.cli.build_parser()\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )
@@ -137,7 +137,7 @@ def test_directions_and_corpus_dependence_import_no_metric_code():
     keys are known from its class only), so installed plug-ins are left out of the check."""
     code = (
         "import sys\n"
-        "from backend.metrics import registry\n"
+        "from radconcord.backend.metrics import registry\n"
         "registry.directions(list(registry.KEY_TO_FAMILY))\n"
         "[registry.corpus_dependent(f, {}) for f in registry.ENTRIES]\n"
         "mods = {e.target.partition(':')[0] for e in registry.ENTRIES.values()\n"

@@ -20,7 +20,7 @@ from radconcord.backend.imaging.window import Window, display_values, resolve_wi
 from radconcord.backend.services import auth, sessions
 from radconcord.backend.services import images as image_service
 from radconcord.backend.services.imports import import_cases
-from radconcord.backend.services.types import Actor, CandidateInput, CaseInput, ImageInput
+from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import Assignment, Case, Image, Pair
 from radconcord.webapp import api
 from radconcord.webapp.api import images as images_api

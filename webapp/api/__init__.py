@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from radconcord.backend import config
 from radconcord.backend.services import sessions
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from radconcord.webapp.state import CSRF_HEADER, SESSION_COOKIE
 

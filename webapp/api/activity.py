@@ -37,8 +37,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from radconcord.backend.errors import ServiceError
 from radconcord.backend.services import activity, sessions
-from radconcord.backend.services.errors import ServiceError
 from radconcord.webapp import api
 from radconcord.webapp.state import SESSION_COOKIE
 

@@ -41,9 +41,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from radconcord.backend.services import error_records, rating
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services import assignment_writes, error_records, transactions
+from radconcord.backend.types import Actor
 from radconcord.webapp import api
 from radconcord.webapp.api.rating import counts_json
 
@@ -106,7 +106,7 @@ async def _run(actor: Actor, pair: str, fn: Callable[..., error_records.PairReco
     db = api.database()
     try:
         return _ok(await api.in_thread(fn, db, actor, opaque_id=pair, **kwargs))
-    except rating.StaleWrite as exc:
+    except assignment_writes.StaleWrite as exc:
         try:
             stored = await api.in_thread(error_records.list_records, db, actor,
                                          opaque_id=pair)
@@ -115,9 +115,9 @@ async def _run(actor: Actor, pair: str, fn: Callable[..., error_records.PairReco
             records = []
         return api.error(409, "stale", str(exc), version=exc.version,
                          counts=counts_json(exc.counts), records=records)
-    except rating.SaveFailed as exc:
+    except transactions.SaveFailed as exc:
         return api.error(503, "busy", str(exc))
-    except rating.StorageFull as exc:
+    except transactions.StorageFull as exc:
         return api.error(507, "storage", str(exc))
     except InvalidInput as exc:
         return api.error(400, "bad_request", str(exc))

@@ -25,8 +25,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.services import images as image_service
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.webapp import api
 
 MAGIC = b"RCPX"

@@ -40,9 +40,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from radconcord.backend.services import rating, sessions
-from radconcord.backend.services.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services.types import Actor
+from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
+from radconcord.backend.services import assignment_writes, rating, sessions, transactions
+from radconcord.backend.types import Actor
 from radconcord.webapp import api
 
 ROUTE = "rating/counts"
@@ -118,12 +118,12 @@ async def save_counts(request: Request) -> Response:
     try:
         saved = await api.in_thread(rating.set_counts, api.database(), actor, opaque_id=pair,
                                     cells=cells, expected_version=version)
-    except rating.StaleWrite as exc:
+    except assignment_writes.StaleWrite as exc:
         return api.error(409, "stale", str(exc), version=exc.version,
                          counts=counts_json(exc.counts))
-    except rating.SaveFailed as exc:
+    except transactions.SaveFailed as exc:
         return api.error(503, "busy", str(exc))
-    except rating.StorageFull as exc:
+    except transactions.StorageFull as exc:
         return api.error(507, "storage", str(exc))
     except InvalidInput as exc:
         return api.error(400, "bad_request", str(exc))

@@ -20,7 +20,7 @@ from typing import Any
 import streamlit as st
 
 from radconcord.backend.services import activity
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.webapp import api, state
 
 JS_FILE = Path(__file__).with_name("activity") / "activity.js"

@@ -20,7 +20,7 @@ from typing import Any
 
 import streamlit as st
 
-from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.webapp import api
 from radconcord.webapp.api import rating as rating_api
 

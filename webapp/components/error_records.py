@@ -22,7 +22,7 @@ from typing import Any
 import streamlit as st
 
 from radconcord.backend.services import error_records, rating
-from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.db.session import Database
 from radconcord.webapp import api, state
 from radconcord.webapp.api import error_records as records_api

@@ -17,7 +17,7 @@ from typing import Any
 import streamlit as st
 
 from radconcord.backend.services import benchmark
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from radconcord.webapp import state
 from radconcord.webapp.components import tables

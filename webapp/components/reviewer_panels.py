@@ -1,8 +1,8 @@
 """Dashboard panels that answer a paper reviewer: human ceiling, paired metric tests, systems.
 
-Each function draws one panel from a section of the ``correlate`` JSON
-(``backend/analysis/report.py``): ``ceiling``, ``pairwise`` and ``systems``. They render
-only (plain dicts in, Streamlit elements out); the dashboard view fetches the report. A
+Each function draws one panel from a section of the typed ``correlate`` report
+(``backend/analysis/correlation.py``): ``ceiling``, ``paired_tests`` and ``systems``. They
+render only (the report in, Streamlit elements out); the dashboard view fetches it. A
 missing or empty section draws a caption that says why, never an empty chart.
 """
 
@@ -13,7 +13,9 @@ from typing import Any
 
 import streamlit as st
 
-from radconcord.webapp.components import plots, tables
+from radconcord.backend.analysis.correlation import CorrelationReport
+from radconcord.backend.figures import correlation as figures
+from radconcord.webapp.components import tables
 from radconcord.webapp.components.csv_download import csv_download
 from radconcord.webapp.components.simulation_plot import curves_frame, simulation_plot
 
@@ -33,38 +35,38 @@ def _num(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def ceiling_summary(report: Mapping[str, Any]) -> None:
+def ceiling_summary(report: CorrelationReport) -> None:
     """The human ceiling in one line, or why there is none (fewer than 3 raters).
 
     Args:
-        report: The correlate JSON.
+        report: The typed correlate report.
     """
-    ceiling = report.get("ceiling")
+    ceiling = report.ceiling
     if not ceiling or ceiling.get("kendall_tau_b") is None:
         st.caption(
-            f"Human ceiling: needs at least 3 raters (this study has {report.get('n_raters')})"
+            f"Human ceiling: needs at least 3 raters (this study has {report.n_raters})"
             "; with 3 or more, each rater is compared with the mean of the others and the "
             "metrics' taus are shown as a share of that agreement."
         )
         return
     st.caption(
         f"**Human ceiling** (the shaded band below): each of {ceiling.get('n_raters')} raters' "
-        f"{report.get('target')} errors against the mean of the other raters, tau-b averaged "
+        f"{report.target} errors against the mean of the other raters, tau-b averaged "
         f"over raters: **{_num(ceiling['kendall_tau_b'])}** "
         f"{_ci(ceiling.get('kendall_ci95'))}, Spearman {_num(ceiling.get('spearman'))} "
         f"{_ci(ceiling.get('spearman_ci95'))} (bootstrap "
-        f"{plots.unit_label(ceiling.get('unit'))}). '% of ceiling' is a metric's |tau-b| over "
+        f"{figures.unit_label(ceiling.get('unit'))}). '% of ceiling' is a metric's |tau-b| over "
         "this mean."
     )
 
 
-def ceiling_raters(report: Mapping[str, Any]) -> None:
+def ceiling_raters(report: CorrelationReport) -> None:
     """Table of each rater's leave-one-out tau (the values the ceiling averages).
 
     Args:
-        report: The correlate JSON.
+        report: The typed correlate report.
     """
-    ceiling = report.get("ceiling")
+    ceiling = report.ceiling
     if not ceiling or not ceiling.get("per_rater"):
         return
     spearman = ceiling.get("per_rater_spearman") or {}
@@ -78,7 +80,7 @@ def ceiling_raters(report: Mapping[str, Any]) -> None:
                                 for c in ("tau-b vs the other raters' mean", "Spearman")})
 
 
-def pairwise_rows(pairwise: Mapping[str, Any]) -> list[dict[str, Any]]:
+def paired_test_rows(pairwise: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per tested metric pair, as the panel's table and CSV show it."""
     rows = []
     for name, e in (pairwise.get("pairs") or {}).items():
@@ -93,30 +95,30 @@ def pairwise_rows(pairwise: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def pairwise_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
+def paired_tests_panel(report: CorrelationReport, keys: Sequence[str]) -> None:
     """Matrix of paired tau differences with its unit and correction named, and its table.
 
     Args:
-        report: The correlate JSON.
+        report: The typed correlate report.
         keys: Metric keys in the tau table's order.
     """
-    pairwise = report.get("pairwise") or {}
+    pairwise = report.paired_tests or {}
     if not pairwise.get("pairs"):
         st.caption("Paired tests need at least two scored metrics and bootstrap resamples "
                    "(Resamples > 0).")
         return
-    correction = plots.correction_label(pairwise.get("correction"))
-    st.plotly_chart(plots.pairwise_matrix(pairwise, keys=keys, alpha=ALPHA),
+    correction = figures.correction_label(pairwise.get("correction"))
+    st.plotly_chart(figures.paired_test_matrix(pairwise, keys=keys, alpha=ALPHA),
                     key="dash_pairwise", width="stretch")
     st.caption(
         f"Cell (row A, column B): tau-b(A) - tau-b(B) against the radiologists, from a paired "
         f"bootstrap ({pairwise.get('resamples')} resamples, "
-        f"{plots.unit_label(pairwise.get('unit'))}; the same resamples for both metrics). "
+        f"{figures.unit_label(pairwise.get('unit'))}; the same resamples for both metrics). "
         f"\\* marks p < {ALPHA:g} after {correction} correction over the matrix. Hover for the "
         "95% interval, the raw and adjusted p and, where it applies, the Williams test for "
         "dependent correlations."
     )
-    rows = pairwise_rows(pairwise)
+    rows = paired_test_rows(pairwise)
     with st.expander(f"Paired tests as a table ({len(rows)} metric pairs)"):
         numeric = ("tau(A) - tau(B)", "CI low", "CI high", "p", "p adjusted", "Williams p")
         # Text cells: st.dataframe draws a missing value as "None"; here it is a blank.
@@ -126,7 +128,7 @@ def pairwise_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
         st.caption("Williams p: Williams' T2 test for dependent correlations sharing the "
                    "radiologists as target (Steiger 1980), on Spearman's rho; blank where it "
                    "does not apply.")
-    csv_download(rows, file_name=f"{report.get('study')}-paired-tests.csv",
+    csv_download(rows, file_name=f"{report.study}-paired-tests.csv",
                  key="dash_pairwise_download", label="Download paired tests (CSV)")
 
 
@@ -160,14 +162,14 @@ def randomization_rows(systems: Mapping[str, Any], keys: Sequence[str]
     return rows
 
 
-def systems_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
+def systems_panel(report: CorrelationReport, keys: Sequence[str]) -> None:
     """Per-source means (metric chosen by the user), system-level taus, randomization tests.
 
     Args:
-        report: The correlate JSON.
+        report: The typed correlate report.
         keys: Metric keys in the tau table's order.
     """
-    systems = report.get("systems") or {}
+    systems = report.systems or {}
     sources = systems.get("sources") or {}
     if len(sources) < 2:
         st.caption(f"Ranking systems needs at least two candidate sources with rated pairs "
@@ -178,7 +180,7 @@ def systems_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
         st.caption("No metric has a mean per source yet.")
         return
     key = st.selectbox("Metric for the system means", choices, key="dash_system_key")
-    st.plotly_chart(plots.system_means(systems, key=key), key="dash_systems",
+    st.plotly_chart(figures.system_means(systems, key=key), key="dash_systems",
                     width="stretch")
     human = " > ".join(systems.get("human_order") or [])
     st.caption(f"Radiologists' order (fewest errors first): {human}. Intervals are 95% "
@@ -195,7 +197,7 @@ def systems_panel(report: Mapping[str, Any], keys: Sequence[str]) -> None:
                                 "p": st.column_config.NumberColumn(format="%.4f")})
     if systems.get("corpus_level"):
         st.caption(f"Corpus-level metrics: {systems['corpus_level']}")
-    csv_download(tests, file_name=f"{report.get('study')}-system-tests.csv",
+    csv_download(tests, file_name=f"{report.study}-system-tests.csv",
                  key="dash_systems_download", label="Download system tests (CSV)")
 
 

@@ -13,7 +13,7 @@ import streamlit as st
 
 from radconcord.backend.services import jobs, scoring
 from radconcord.backend.services import score_now as service
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from radconcord.webapp import state
 from radconcord.webapp.components import job_ref

@@ -16,9 +16,9 @@ from html import escape
 
 import streamlit as st
 
+from radconcord.backend.errors import ServiceError
 from radconcord.backend.services import calibration, rating
-from radconcord.backend.services.errors import ServiceError
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 
 _CSS = """

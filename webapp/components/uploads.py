@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from radconcord.backend.services.errors import InvalidInput, ServiceError
+from radconcord.backend.errors import InvalidInput, ServiceError
 from radconcord.webapp import state
 
 T = TypeVar("T")

@@ -11,10 +11,10 @@ import math
 
 import streamlit as st
 
+from radconcord.backend.errors import ServiceError
 from radconcord.backend.services import adjudication, study_settings
-from radconcord.backend.services.errors import ServiceError
-from radconcord.backend.services.rating import CELLS
-from radconcord.backend.services.types import CATEGORIES, Actor
+from radconcord.backend.services.assignment_writes import CELLS
+from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.webapp import state
 from radconcord.webapp.components import reports
 from radconcord.webapp.components.image_viewer import viewer_panel

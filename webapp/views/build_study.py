@@ -16,10 +16,10 @@ from pathlib import Path
 import streamlit as st
 
 from radconcord.backend.datasets import corpus as corpus_mod
+from radconcord.backend.errors import InvalidInput
 from radconcord.backend.metrics import registry
 from radconcord.backend.services import auth, job_inputs
 from radconcord.backend.services import build_study as service
-from radconcord.backend.services.errors import InvalidInput
 from radconcord.webapp import state
 from radconcord.webapp.components import job_ref
 from radconcord.webapp.components.job_panel import job_panel

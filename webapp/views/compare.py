@@ -17,9 +17,9 @@ import html
 
 import streamlit as st
 
+from radconcord.backend.errors import ServiceError
 from radconcord.backend.services import pairwise
-from radconcord.backend.services.errors import ServiceError
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.webapp import state
 from radconcord.webapp.components.activity import activity_tracker
 from radconcord.webapp.components.image_viewer import viewer_panel

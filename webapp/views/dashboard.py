@@ -40,6 +40,8 @@ from typing import Any
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+from radconcord.backend.errors import ServiceError
+from radconcord.backend.figures import correlation as figures
 from radconcord.backend.services import (
     activity,
     analysis,
@@ -51,8 +53,7 @@ from radconcord.backend.services import (
     simulation,
     studies,
 )
-from radconcord.backend.services.errors import ServiceError
-from radconcord.backend.services.types import Actor
+from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from radconcord.webapp import state
 from radconcord.webapp.components import job_ref, plots, reviewer_panels, tables
@@ -140,13 +141,13 @@ live = c5.toggle("Live", value=True, key="dash_live",
                       "worker scores.")
 u1, u2, u3 = st.columns([2.2, 2.2, 3])
 unit = u1.selectbox(
-    "Ceiling and paired tests: resample by", list(plots.UNITS), key="dash_unit",
+    "Ceiling and paired tests: resample by", list(figures.UNITS), key="dash_unit",
     format_func=lambda u: {"pair": "pair", "case": "case (all pairs of one reference)",
                            "rater_pair": "rater and pair"}[u],
     help="Pairs of one case are not independent: resampling cases (or raters and pairs) "
          "gives wider, more honest intervals. The choice is recorded in the JSON.")
-correction = u2.radio("Correction over the matrix", list(plots.CORRECTIONS),
-                      format_func=plots.CORRECTIONS.get, horizontal=True,
+correction = u2.radio("Correction over the matrix", list(figures.CORRECTIONS),
+                      format_func=figures.CORRECTIONS.get, horizontal=True,
                       key="dash_correction")
 counts = u3.radio(
     "Counts", list(COUNTS), format_func=COUNTS.get, horizontal=True, key="dash_counts",
@@ -165,7 +166,8 @@ def _counts_used(corr: analysis.StudyCorrelation) -> str:
 
 def _pct_of_ceiling(corr: analysis.StudyCorrelation, key: str) -> float | None:
     # The JSON holds the share as a fraction (|tau| / ceiling); the table shows percent.
-    share = (corr.report["metrics"].get(key) or {}).get("pct_of_ceiling")
+    entry = corr.result.metrics.get(key)
+    share = entry.pct_of_ceiling if entry is not None else None
     return None if share is None else 100.0 * share
 
 
@@ -198,7 +200,7 @@ def _tau_table(corr: analysis.StudyCorrelation) -> None:
             "Signature": st.column_config.TextColumn(width="large"),
         },
     )
-    csv_download(rows, file_name=f"{corr.report['study']}-correlations.csv",
+    csv_download(rows, file_name=f"{corr.result.study}-correlations.csv",
                  key="dash_tau_download", label="Download correlations (CSV)")
     imported = [m for m in corr.metrics if m.imported]
     if imported:
@@ -220,32 +222,32 @@ def _pair_download(table: explore.PairTable) -> None:
 
 
 def _reproduction(corr: analysis.StudyCorrelation) -> None:
-    published = corr.report["published"]
+    published = corr.result.published
     ours = {m.key: m for m in corr.metrics}
     # "Paper" names the source of each published value exactly as the forest plot's legend
     # does ("published: <paper>").
     rows = [
         {
-            "Paper": e["paper"], "Metric": e["metric"], "Our key": e["key"] or "",
-            "Published tau-b": tables.num(e["kendall_tau_b"]), "Ours": tables.num(e["ours"]),
-            "Ours - published": tables.num(e["ours"] - e["kendall_tau_b"])
-            if e["ours"] is not None else "",
-            "Our 95% CI": _ci(ours[e["key"]].kendall_lo, ours[e["key"]].kendall_hi)
-            if e["key"] in ours else "",
-            "Our signature": ours[e["key"]].signature if e["key"] in ours else "not scored",
+            "Paper": e.paper, "Metric": e.metric, "Our key": e.key or "",
+            "Published tau-b": tables.num(e.kendall_tau_b), "Ours": tables.num(e.ours),
+            "Ours - published": tables.num(e.ours - e.kendall_tau_b)
+            if e.ours is not None else "",
+            "Our 95% CI": _ci(ours[e.key].kendall_lo, ours[e.key].kendall_hi)
+            if e.key in ours else "",
+            "Our signature": ours[e.key].signature if e.key in ours else "not scored",
         }
-        for e in published["entries"]
+        for e in published.entries
     ]
     st.dataframe(rows, hide_index=True, width="stretch", key="dash_repro")
-    rep = corr.report
+    rep = corr.result
     st.caption(
-        f"Published: {published['dataset']}; {published['note']} Ours: study "
-        f"**{rep['study']}**, target **{rep['target']}** errors (mean over counted raters), "
-        f"{rep['n_pairs']} of {rep['n_pairs_in_study']} pairs rated, {rep['n_raters']} raters, "
-        f"{rep['resamples']} {rep['cluster']}-level bootstrap resamples, seed {rep['seed']}, "
-        f"level {rep['level']}. Metric settings are the signatures above."
+        f"Published: {published.dataset}; {published.note} Ours: study "
+        f"**{rep.study}**, target **{rep.target}** errors (mean over counted raters), "
+        f"{rep.n_pairs} of {rep.n_pairs_in_study} pairs rated, {rep.n_raters} raters, "
+        f"{rep.resamples} {rep.cluster}-level bootstrap resamples, seed {rep.seed}, "
+        f"level {rep.level}. Metric settings are the signatures above."
     )
-    if rep["target"] != "total":
+    if rep.target != "total":
         st.warning("The published values are against total errors; switch the target to "
                    "'Total errors' to compare like with like.")
 
@@ -364,22 +366,19 @@ def panels() -> None:
                    "(lower-is-better metrics are negated); intervals are bootstrap "
                    "percentile 95% intervals.")
         st.caption(_counts_used(corr))
-        reviewer_panels.ceiling_summary(corr.report)
+        reviewer_panels.ceiling_summary(corr.result)
         _tau_table(corr)
+        keys = [m.key for m in corr.metrics]
         st.plotly_chart(
-            plots.forest_plot([
-                {"key": m.key, "tau": m.kendall_tau_b, "lo": m.kendall_lo,
-                 "hi": m.kendall_hi, "published": list(m.published)}
-                for m in corr.metrics
-            ], ceiling=corr.report.get("ceiling")),
+            figures.forest_plot(figures.forest_rows(corr.result, keys),
+                                ceiling=corr.result.ceiling),
             key="dash_forest", width="stretch",
         )
-        reviewer_panels.ceiling_raters(corr.report)
-        keys = [m.key for m in corr.metrics]
+        reviewer_panels.ceiling_raters(corr.result)
         st.subheader("Is metric A better than metric B?")
-        reviewer_panels.pairwise_panel(corr.report, keys)
+        reviewer_panels.paired_tests_panel(corr.result, keys)
         st.subheader("Systems ranked by the metrics and by the radiologists")
-        reviewer_panels.systems_panel(corr.report, keys)
+        reviewer_panels.systems_panel(corr.result, keys)
 
     left, right = st.columns(2, gap="large")
     with left:

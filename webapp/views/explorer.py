@@ -16,7 +16,7 @@ from typing import Any
 import streamlit as st
 
 from radconcord.backend.services import explore, images, studies
-from radconcord.backend.services.types import CATEGORIES
+from radconcord.backend.types import CATEGORIES
 from radconcord.webapp import state
 from radconcord.webapp.components import tables
 from radconcord.webapp.components.csv_download import csv_download

@@ -37,8 +37,8 @@ import streamlit as st
 from radconcord.backend.datasets import radpref as radpref_files
 from radconcord.backend.datasets import rexval
 from radconcord.backend.datasets.pairs import read_cases
+from radconcord.backend.errors import InvalidInput
 from radconcord.backend.services import imports, job_inputs, radpref, score_imports, studies
-from radconcord.backend.services.errors import InvalidInput
 from radconcord.webapp import state
 from radconcord.webapp.components import job_ref
 from radconcord.webapp.components.job_panel import job_panel

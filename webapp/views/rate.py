@@ -26,9 +26,10 @@ import datetime as dt
 
 import streamlit as st
 
-from radconcord.backend.services import flags, pace, rating
-from radconcord.backend.services.errors import ServiceError
-from radconcord.backend.services.types import Actor
+from radconcord.backend import clock
+from radconcord.backend.errors import ServiceError
+from radconcord.backend.services import assignment_writes, flags, pace, rating
+from radconcord.backend.types import Actor
 from radconcord.webapp import state
 from radconcord.webapp.components import reports
 from radconcord.webapp.components.activity import activity_tracker
@@ -90,7 +91,7 @@ def _complete(actor: Actor, view: rating.RaterPairView, *, confirm_zero: bool) -
     try:
         status = rating.complete_pair(state.get_db(), actor, opaque_id=view.opaque_id,
                                       confirm_zero=confirm_zero, expected_version=view.version)
-    except rating.StaleWrite:
+    except assignment_writes.StaleWrite:
         st.session_state.pop(CONFIRM_KEY, None)
         st.session_state[FLASH_KEY] = {
             "ok": False,
@@ -124,7 +125,7 @@ def _end_screen(actor: Actor, view: rating.RaterPairView) -> None:
         if mine is not None and mine.active_seconds > 0:
             st.markdown(f"Time spent rating: **{_duration(mine.active_seconds)}** "
                         "(your active time on the rating screen).")
-        st.markdown(f"Finished at {_clock(rating.utcnow())}.")
+        st.markdown(f"Finished at {_clock(clock.utcnow())}.")
         st.markdown("**Thank you** for your ratings. Your study lead has been able to see "
                     "your progress all along; nothing else is needed from you.")
         review, studies = st.columns(2)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from radconcord.backend.services import progress, studies, study_settings
-from radconcord.backend.services.errors import ServiceError
+from radconcord.backend.errors import ServiceError
+from radconcord.backend.services import progress, studies, study_settings, study_status
 from radconcord.webapp import state
 from radconcord.webapp.components import tables
 
@@ -145,7 +145,7 @@ def settings_panel(name: str) -> None:
 
 def lifecycle_panel(name: str, status: str) -> None:
     """Archive or unarchive, and delete (with the study's name typed to confirm)."""
-    if status == studies.ARCHIVED:
+    if status == study_status.ARCHIVED:
         st.caption("Archived: kept, hidden from raters and from the other pages' lists. "
                    "Unarchive brings it back as closed.")
         if st.button("Unarchive", key="unarchive_study", icon=":material/unarchive:"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from radconcord.backend.jobs.context import JobContext
-from radconcord.backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.runner.kinds._common import param
 
 
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     study = param(params, "study", str)
     ctx.progress(0, 0, f"replaying {study}")
     out = simulation.simulate_study(
-        ctx.db, job_actor(ctx), study_name=study,
+        ctx.db, ctx.actor, study_name=study,
         strategy=param(params, "strategy", str, "both"),
         seeds=param(params, "seeds", int, 20),
         question=param(params, "question", str, "all"),

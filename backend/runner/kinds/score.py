@@ -45,16 +45,14 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         MetricFailed: no family was scored: each one failed or is unavailable.
         JobCancelled: cancelled, claim lost or worker stopping (between batches).
     """
-    from radconcord.backend.jobs import queue
     from radconcord.backend.metrics.base import MetricUnavailable
     from radconcord.backend.scoring.jobs import study_pairs, validate_request
     from radconcord.backend.scoring.runner import MetricFailed, ScoringError, score
 
-    info = queue.get(ctx.db, ctx.job_id)
-    if info is None or info.study_id is None:
+    if ctx.study_id is None:
         raise ScoringError("a score job needs a study")
     metrics, options = validate_request(params.get("metrics") or [], params.get("options"))
-    pairs = study_pairs(ctx.db, info.study_id)
+    pairs = study_pairs(ctx.db, ctx.study_id)
     ctx.progress(0, 0, f"scoring {len(pairs)} pairs")
     table = score(
         pairs,

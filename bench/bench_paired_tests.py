@@ -1,13 +1,13 @@
 """Benchmark: paired bootstrap of Kendall tau-b differences for every pair of metrics,
 1,000 resamples x 200 pairs x 20 metrics (all 190 metric pairs: CI, p-value, Holm, Williams),
-ours (backend.analysis.pairwise on one vectorised replicate matrix) vs a straightforward loop
+ours (backend.analysis.paired_tests on one vectorised replicate matrix) vs a straightforward loop
 of scipy.stats.kendalltau per resample and metric.
 
 The scipy loop is timed on the first LOOP_RESAMPLES resamples only and extrapolated linearly to
 the full count (stated in the output); its taus on those resamples are checked against ours.
 Also timed: the two-stage ``rater_pair`` unit (3 raters per pair, target re-drawn per resample).
 
-Run: python bench/bench_pairwise.py [--resamples 1000] [--pairs 200] [--metrics 20]
+Run: python bench/bench_paired_tests.py [--resamples 1000] [--pairs 200] [--metrics 20]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from radconcord.backend.analysis.bootstrap import draw_resamples  # noqa: E402
 from radconcord.backend.analysis.ceiling import resampled_rater_means  # noqa: E402
-from radconcord.backend.analysis.pairwise import metric_pairs, pairwise_section  # noqa: E402
+from radconcord.backend.analysis.paired_tests import metric_pairs, paired_tests_section  # noqa: E402
 from radconcord.backend.analysis.stats import (  # noqa: E402
     rank_correlations_batch,
     rank_correlations_varying_target,
@@ -55,7 +55,7 @@ def ours(x, y, resamples, seed=0):
     tau0, _ = rank_correlations_batch(x, y, spearman=False)
     reps, _ = rank_correlations_batch(x, y, draws.weights, spearman=False)
     keys = [f"m{k}" for k in range(x.shape[0])]
-    return pairwise_section(keys, tau0[0], reps, x, y, unit="pair", correction="holm"), reps
+    return paired_tests_section(keys, tau0[0], reps, x, y, unit="pair", correction="holm"), reps
 
 
 def ours_rater_pair(x, raters, resamples, seed=0):
@@ -64,7 +64,7 @@ def ours_rater_pair(x, raters, resamples, seed=0):
     reps, _ = rank_correlations_varying_target(x, -y_b, draws.weights, spearman=False)
     tau0, _ = rank_correlations_batch(x, -raters.mean(axis=0), spearman=False)
     keys = [f"m{k}" for k in range(x.shape[0])]
-    return pairwise_section(keys, tau0[0], reps, x, -raters.mean(axis=0), unit="rater_pair")
+    return paired_tests_section(keys, tau0[0], reps, x, -raters.mean(axis=0), unit="rater_pair")
 
 
 def scipy_loop(x, y, indices):

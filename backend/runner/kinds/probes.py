@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from radconcord.backend.jobs.context import JobContext
-from radconcord.backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.runner.kinds._common import param
 
 
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     metrics = param(params, "metrics", list)
     ctx.progress(0, 0, f"perturbing the reference reports of {study}")
     result = probes.run_probes(
-        ctx.db, job_actor(ctx), study_name=study, metrics=[str(m) for m in metrics],
+        ctx.db, ctx.actor, study_name=study, metrics=[str(m) for m in metrics],
         seed=param(params, "seed", int, 0), max_reports=param(params, "max_reports", int, 100),
         device=ctx.device, progress=ctx.progress, pool=ctx.pool,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from radconcord.backend.jobs.context import JobContext
-from radconcord.backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.runner.kinds._common import param
 
 
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     study = param(params, "study", str)
     ctx.progress(0, 0, f"scoring the RadCliQ inputs on {study}")
     out = refit.refit_study(
-        ctx.db, job_actor(ctx), study_name=study,
+        ctx.db, ctx.actor, study_name=study,
         significant_only=param(params, "significant_only", bool, False),
         seed=param(params, "seed", int, 0),
         score_missing=param(params, "score_missing", bool, True),

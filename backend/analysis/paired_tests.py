@@ -57,7 +57,7 @@ __all__ = [
     "bootstrap_pvalues",
     "holm",
     "metric_pairs",
-    "pairwise_section",
+    "paired_tests_section",
     "williams_test",
 ]
 
@@ -201,7 +201,7 @@ def _spearman_williams(
     return t, p, n_used
 
 
-def pairwise_section(
+def paired_tests_section(
     keys: Sequence[str],
     tau: ArrayLike,
     replicates: ArrayLike | None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from radconcord.backend.jobs.context import CANCELLED_BY_USER, JobCancelled, JobContext
-from radconcord.backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.runner.kinds._common import param
 
 
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         top_k = param(params, "top_k", int, None)
         limit = param(params, "limit_tests", int, None)
         summary = build_study.build_study(
-            ctx.db, job_actor(ctx),
+            ctx.db, ctx.actor,
             study_name=param(params, "study_name", str),
             tests=param(params, "tests", str),
             corpus=param(params, "corpus", str),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from radconcord.backend.jobs.context import JobContext
-from radconcord.backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.runner.kinds._common import param
 
 
 def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
 
     ctx.progress(0, 0, "loading the ratings and the base model")
     summary = er2train.train_from_study(
-        ctx.db, job_actor(ctx),
+        ctx.db, ctx.actor,
         study=param(params, "study", str),
         base=param(params, "base", str),
         output=output,

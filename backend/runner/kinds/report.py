@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from radconcord.backend.jobs.context import JobContext
-from radconcord.backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.runner.kinds._common import param
 
 REPORTS_DIR = "reports"
 
@@ -49,7 +49,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         return {"path": rel, "files": files, "summary": f"report of {study} in {rel}"}
     ctx.progress(0, 1, f"computing the report of {study}")
     bundle = reports.render_report(
-        ctx.db, job_actor(ctx), study_name=study, significant_only=significant_only,
+        ctx.db, ctx.actor, study_name=study, significant_only=significant_only,
         resamples=resamples, seed=seed,
     )
     ctx.check()

@@ -1,4 +1,4 @@
-"""Paired comparisons of metrics (backend.analysis.pairwise) and the varying-target bootstrap
+"""Paired comparisons of metrics (backend.analysis.paired_tests) and the varying-target bootstrap
 (backend.analysis.stats.rank_correlations_varying_target) against plain loops and hand
 computations: scipy.stats.kendalltau / spearmanr per resample, Holm and Benjamini-Hochberg
 written out by hand, Williams' T2 from its formula (Steiger 1980).
@@ -13,11 +13,11 @@ import pytest
 from scipy import stats
 
 from radconcord.backend.analysis.bootstrap import draw_resamples
-from radconcord.backend.analysis.pairwise import (
+from radconcord.backend.analysis.paired_tests import (
     adjust_pvalues,
     bootstrap_pvalues,
     holm,
-    pairwise_section,
+    paired_tests_section,
     williams_test,
 )
 from radconcord.backend.analysis.stats import (
@@ -74,7 +74,7 @@ def test_pairwise_ci_and_p_match_plain_loop():
     tau0 = np.array([stats.kendalltau(x[k][np.isfinite(x[k])], y[np.isfinite(x[k])]).statistic
                      for k in range(4)])
     reps, _ = rank_correlations_batch(x, y, draws.weights, spearman=False)
-    section = pairwise_section(keys, tau0, reps, x, y, unit="pair", correction="holm")
+    section = paired_tests_section(keys, tau0, reps, x, y, unit="pair", correction="holm")
     assert (section["unit"], section["correction"], section["resamples"]) == ("pair", "holm", 300)
     assert list(section["pairs"]) == ["m0|m1", "m0|m2", "m0|m3", "m1|m2", "m1|m3", "m2|m3"]
 
@@ -144,7 +144,7 @@ def test_williams_by_hand_and_on_spearman():
     assert np.isnan(williams_test(0.5, 0.3, 0.4, 3)[1])  # df = 0: does not apply
 
     x, y = _data(n=40, k=3, seed=8)
-    section = pairwise_section(["a", "b", "c"], np.zeros(3), None, x, y, unit="case",
+    section = paired_tests_section(["a", "b", "c"], np.zeros(3), None, x, y, unit="case",
                                correction="bh")
     entry = section["pairs"]["a|c"]  # c has the missing value: 39 complete rows
     ok = np.isfinite(x[0]) & np.isfinite(x[2])
@@ -164,7 +164,7 @@ def test_williams_by_hand_and_on_spearman():
 def test_pairwise_bad_input_is_named():
     x, y = _data()
     with pytest.raises(ValueError, match="correction must be one of"):
-        pairwise_section(["a", "b", "c", "d"], np.zeros(4), None, x, y, unit="pair",
+        paired_tests_section(["a", "b", "c", "d"], np.zeros(4), None, x, y, unit="pair",
                          correction="fdr")
     with pytest.raises(ValueError, match="pairwise: expected tau"):
-        pairwise_section(["a", "b"], np.zeros(2), None, x, y, unit="pair")
+        paired_tests_section(["a", "b"], np.zeros(2), None, x, y, unit="pair")

@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 
 from radconcord.backend.errors import InvalidInput
 from radconcord.backend.jobs.context import CANCELLED_BY_USER, JobCancelled, JobContext
-from radconcord.backend.jobs.kinds._common import job_actor, param
+from radconcord.backend.runner.kinds._common import param
 from radconcord.db.models import STUDY_STAGING, Case, Image, Pair, Rating, Report, Study
 
 #: Provenance key of the job that imported the study.
@@ -66,7 +66,7 @@ def _import(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     if done is not None:
         return done
     provenance = {**param(params, "provenance", dict, {}), JOB_KEY: ctx.job_id}
-    actor = job_actor(ctx)
+    actor = ctx.actor
     if fmt == "cases":
         images = resolve_data_path(param(params, "images_dir", str), "images folder")
         ctx.progress(0, 0, "reading the cases file")

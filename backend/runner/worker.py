@@ -26,18 +26,21 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from radconcord.backend.errors import InvalidInput, ServiceError
 from radconcord.backend.jobs import queue, registry
-from radconcord.backend.jobs.context import (
+from radconcord.backend.jobs.context import JobCancelled, JobContext, KindFn
+from radconcord.backend.jobs.queue import (
     CANCELLED_BY_USER,
     CLAIM_LOST,
     WORKER_STOPPING,
-    JobCancelled,
-    JobContext,
+    JobInfo,
 )
-from radconcord.backend.jobs.queue import JobInfo
+
+if TYPE_CHECKING:
+    from radconcord.backend.scoring.runner import MetricPool
+    from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,7 @@ class Worker:
 
     def __init__(
         self,
-        db: Any,
+        db: Database,
         *,
         device: str = "cpu",
         kinds: Sequence[str] | None = None,
@@ -83,7 +86,7 @@ class Worker:
         heartbeat_every: float | None = None,
         max_attempts: int = queue.MAX_ATTEMPTS,
         batch_size: int | None = None,
-        pool: Any | None = None,
+        pool: MetricPool | None = None,
     ) -> None:
         """Create a worker (nothing is written until it first looks for a job).
 
@@ -228,6 +231,8 @@ class Worker:
             pool=self.pool,
             batch_size=self.batch_size,
             stop_event=self.stop_event,
+            study_id=job.study_id,
+            created_by=job.created_by,
         )
         beat_stop = threading.Event()
 
@@ -265,7 +270,7 @@ class Worker:
 
     def _execute(self, job: JobInfo, ctx: JobContext) -> None:
         try:
-            run = registry.load_kind(job.kind)
+            run: KindFn = registry.load_kind(job.kind)
             result = queue.json_result(run(ctx, dict(job.params)))
         except JobCancelled as exc:
             self._interrupted(job, exc.reason, ctx.last_progress)
