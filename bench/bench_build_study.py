@@ -45,7 +45,7 @@ def main() -> int:
           f"{iu.sha256[:16]}..., loaded in {time.perf_counter() - t0:.2f} s")
 
     # 1. The study build through the service, as `build-study --tests iu --corpus iu` does.
-    from radconcord.backend.services import build_study
+    from radconcord.backend.services.study_admin import build_study
     from radconcord.backend.types import Actor
     from radconcord.db.session import Database
 

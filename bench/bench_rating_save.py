@@ -37,8 +37,9 @@ sys.path.insert(0, str(REPO))
 
 from argon2 import PasswordHasher  # noqa: E402
 
-from radconcord.backend.services import auth, rating  # noqa: E402
-from radconcord.backend.services.assignment import assign_raters  # noqa: E402
+from radconcord.backend.services.accounts import auth  # noqa: E402
+from radconcord.backend.services.annotation import rating  # noqa: E402
+from radconcord.backend.services.study_admin.assignment import assign_raters  # noqa: E402
 from radconcord.backend.types import Actor  # noqa: E402
 from radconcord.db.models import Case, Pair, Report, Study  # noqa: E402
 from radconcord.db.session import Database  # noqa: E402

@@ -97,7 +97,7 @@ def write_cases_csv(path: Path, n_rows: int, prefix: str) -> None:
 def child_import(url: str, csv_path: str, study: str) -> None:
     """Import ``csv_path`` as ``study``; print a JSON line with timings and peak memory."""
     from radconcord.backend.datasets.pairs import parse_cases
-    from radconcord.backend.services.imports import import_cases
+    from radconcord.backend.services.transfer.imports import import_cases
     from radconcord.backend.types import Actor
     from radconcord.db.session import Database
 
@@ -155,8 +155,9 @@ def _make_study(db, name: str, n_pairs: int) -> int:  # noqa: ANN001
 def _raters(db, n: int):  # noqa: ANN001, ANN202
     from argon2 import PasswordHasher
 
-    from radconcord.backend.services import auth, rating
-    from radconcord.backend.services.assignment import assign_raters
+    from radconcord.backend.services.accounts import auth
+    from radconcord.backend.services.annotation import rating
+    from radconcord.backend.services.study_admin.assignment import assign_raters
     from radconcord.backend.types import Actor
 
     auth._hasher = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
@@ -197,7 +198,7 @@ def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 def scenario_load(url: str, tmp: Path, n_rows: int, n_raters: int, scored_pairs: int) -> dict:
     """Raters saving while an import and a scoring job run; returns the figures."""
     from radconcord.backend import jobs
-    from radconcord.backend.services import rating
+    from radconcord.backend.services.annotation import rating
     from radconcord.db.session import Database
 
     db = Database(url)

@@ -2,7 +2,8 @@
 
 The film: the demo study's PA chest CR (RG1_UNCR.dcm from pydicom-data, 15-bit MONOCHROME1)
 resampled to 2048 x 2048 and written as a DICOM file, served at full resolution through the
-images service's own encoder (``backend.services.images`` + ``webapp/api/images.py``) by a
+images service's own encoder (``backend.services.annotation.images`` + ``webapp/api/images.py``) by
+a
 Playwright route, so no app server or database is involved. The viewer
 (``webapp/components/viewer``) is mounted in a bare page in Debian's headless chromium (software
 canvas, as in the e2e tests) at 1600x1000; then the mouse right-drags in small steps, and for
@@ -56,7 +57,7 @@ def make_film(side: int, folder: Path) -> Path:
 
 def body_for(path: Path) -> bytes:
     """The pixel route's response body for the whole film (full resolution)."""
-    from radconcord.backend.services import images as image_service
+    from radconcord.backend.services.annotation import images as image_service
     from radconcord.webapp.api import images as images_api
 
     return images_api.encode(image_service._viewer_cached(str(path), "bench", 1 << 15))

@@ -189,7 +189,7 @@ class Study(Base):
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # Per-study options chosen by the lead (e.g. ``highlight_differences``); recorded so an
     # analysis can say how the raters saw the pairs. Keys are documented in
-    # backend/services/study_settings.py.
+    # backend/services/study_admin/study_settings.py.
     settings: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_column_now)
 
@@ -261,7 +261,7 @@ class Assignment(Base):
     order_index: Mapped[int] = mapped_column(Integer)
     # Set when the rater marks the pair done (an all-zero pair needs explicit confirmation).
     completed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), default=None)
-    # Time on task credited (``backend.services.activity``) and what the browser claimed
+    # Time on task credited (``backend.services.annotation.activity``) and what the browser claimed
     # (the union of the spans as sent); the difference is the time clipped by the rules.
     active_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     claimed_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")

@@ -344,7 +344,7 @@ def metrics() -> pd.DataFrame:
     """
     import pandas as pd
 
-    from radconcord.backend.services.scoring import ignored_plugins, metric_catalog
+    from radconcord.backend.services.scores.scoring import ignored_plugins, metric_catalog
 
     rows = []
     for m in metric_catalog():
@@ -562,7 +562,7 @@ class Study:
         pairs: One row per pair in position order, indexed by the pair's database id
             (``pair_id``): ``position, case_id, source, reference, candidate, input_hash``.
         ratings: The counted ratings (completed pairs; see ``backend/analysis/data.py``,
-            read by ``backend/services/study_data.py``),
+            read by ``backend/services/evaluation/study_data.py``),
             one row per rater x pair x category x significance: ``pair_id, rater, category,
             significant, count``.
         scores: Stored metric values, pairs x keys (one signature per key: the one covering
@@ -667,7 +667,7 @@ def correlate_study(
     import inspect
 
     from radconcord.backend.analysis.data import AnalysisInputError
-    from radconcord.backend.services.analysis import correlate_study as run
+    from radconcord.backend.services.evaluation.correlation import correlate_study as run
 
     where = "radconcord.correlate_study"
     known = set(inspect.signature(run).parameters) - {"db", "study_name"}
@@ -708,7 +708,7 @@ def load_study(name: str, *, database_url: str | os.PathLike[str] | None = None)
     import pandas as pd
 
     from radconcord.backend.analysis.data import AnalysisInputError
-    from radconcord.backend.services.study_data import load_study as load
+    from radconcord.backend.services.evaluation.study_data import load_study as load
 
     name = _study_name("radconcord.load_study", name)
     db = _study_database(database_url, "radconcord.load_study")
@@ -769,7 +769,8 @@ def import_scores(
 ) -> dict[str, Any]:
     """Import a metric's per-pair values computed elsewhere into a study.
 
-    What ``radconcord import-scores`` does (:mod:`backend.services.score_imports`): the values
+    What ``radconcord import-scores`` does (:mod:`backend.services.scores.score_imports`): the
+    values
     then show in every view of the study (:func:`load_study`, :func:`correlate_study`, the
     dashboard, the report, the export with scores) like a computed metric, marked as imported.
 
@@ -797,7 +798,7 @@ def import_scores(
             no such study; nothing is written.
     """
     from radconcord.backend.errors import ServiceError
-    from radconcord.backend.services.score_imports import import_scores as run
+    from radconcord.backend.services.scores.score_imports import import_scores as run
     from radconcord.backend.types import Actor
 
     where = "radconcord.import_scores"

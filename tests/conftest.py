@@ -133,7 +133,7 @@ def fast_password_hashing(monkeypatch) -> None:
     """Cheap argon2 parameters for tests that create many accounts (real argon2id still)."""
     from argon2 import PasswordHasher
 
-    from radconcord.backend.services import auth
+    from radconcord.backend.services.accounts import auth
 
     cheap = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
     monkeypatch.setattr(auth, "_hasher", cheap)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Case, MetricScore, Pair, Rating, Report, Study, User
 

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from radconcord.backend.scoring.runner import ScorePair, score
-from radconcord.backend.services import assignment, auth, imports, rating
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.study_admin import assignment
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.db.models import Pair, Report, Study
 from radconcord.db.session import Database

@@ -37,7 +37,7 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 from streamlit.errors import FragmentHandledException  # noqa: E402
 
-from radconcord.backend.services import roles  # noqa: E402
+from radconcord.backend.services.accounts import roles  # noqa: E402
 from radconcord.backend.types import Actor  # noqa: E402
 from radconcord.db.session import DataFolderError  # noqa: E402
 from radconcord.webapp import state  # noqa: E402

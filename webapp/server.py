@@ -38,7 +38,7 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from radconcord.backend.services import sessions  # noqa: E402
+from radconcord.backend.services.accounts import sessions  # noqa: E402
 from radconcord.db.session import Database, exit_on_data_folder_error  # noqa: E402
 from radconcord.webapp import api, state  # noqa: E402
 

@@ -5,7 +5,7 @@
   thread-safe; services open their own short session per action, so no SQLAlchemy session is
   ever kept in ``st.session_state``.
 * The logged-in :class:`~backend.types.Actor` and the id of its database session
-  (an ``auth_sessions`` row, see ``backend/services/sessions.py``) are the only things the
+  (an ``auth_sessions`` row, see ``backend/services/accounts/sessions.py``) are the only things the
   app keeps about the user in ``st.session_state``. The row is re-checked on every run of
   the router (:func:`current_actor`) and before every service call (:func:`call`), fragments
   and callbacks included: a logout elsewhere, a deactivation, a password change or expiry
@@ -40,7 +40,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from radconcord.backend import config
 from radconcord.backend.errors import ServiceError, require_admin
-from radconcord.backend.services import sessions
+from radconcord.backend.services.accounts import sessions
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 
@@ -86,7 +86,7 @@ def seed_demo_enabled() -> bool:
 
 def _seed_if_empty(db: Database) -> None:
     # Imported lazily: the seed module reads the bundled demo assets and is only needed once.
-    from radconcord.backend.services import seed
+    from radconcord.backend.services.accounts import seed
 
     if not sessions.any_account(db):
         log.info("empty database at %s: seeding the demo study", db.url)
@@ -98,10 +98,11 @@ def _queue_first_scoring(db: Database) -> None:
     """Queue the demo study's offline metrics once, so its dashboard fills in by itself.
 
     The worker that ``scripts/run-app.sh`` starts takes the job; the job row records that it
-    was queued (see ``backend.services.score_now``). A failure here never keeps the app from
+    was queued (see ``backend.services.scores.score_now``). A failure here never keeps the app from
     starting: the dashboard's "Score now" queues the same job.
     """
-    from radconcord.backend.services import score_now, seed
+    from radconcord.backend.services.accounts import seed
+    from radconcord.backend.services.scores import score_now
 
     try:
         score_now.queue_first_scoring(db, seed.DEMO_STUDY)

@@ -34,7 +34,7 @@ The priority rule (higher first, applied to one rater's remaining pairs):
 
 The simulation replays a fully rated study: raters take turns (round robin over raters
 with pairs left), each revealing their next pair in the strategy's order (``random``: a
-seeded shuffle per rater, as :mod:`backend.services.assignment` does; ``adaptive``: the
+seeded shuffle per rater, as :mod:`backend.services.study_admin.assignment` does; ``adaptive``: the
 rule above recomputed after every revealed rating). At checkpoints the question's CI width
 is the percentile bootstrap over the pairs rated so far (their mean of the revealed raters).
 """

@@ -1,6 +1,7 @@
 """A study's ratings and metric scores as arrays: the types, and the rules that fill them.
 
-The database is read by :mod:`backend.services.study_data` (the one loader); this module is
+The database is read by :mod:`backend.services.evaluation.study_data` (the one loader); this module
+is
 pure (no database, no sqlalchemy), so the analysis core takes arrays in and gives numbers out.
 
 Which ratings count. A (rater, pair) enters the analysis when the rater's assignment for the
@@ -29,7 +30,8 @@ Metric directions come from the metric registry (:func:`backend.metrics.registry
 declared per key, no metric code imported); a stored key the registry does not know is an
 error that names it, never a guess.
 
-Imported scores (``import-scores``, :mod:`backend.services.score_imports`). A key whose values
+Imported scores (``import-scores``, :mod:`backend.services.scores.score_imports`). A key whose
+values
 were computed elsewhere is stored as ``MetricScore`` rows of family :data:`EXTERNAL_FAMILY`
 under ``external:<key>|sha256:<file digest>``, and each import is a ``ScoreImport`` row of the
 study. For such a key the study uses its latest import (not the coverage rule), with the

@@ -1,7 +1,8 @@
 """The report for the paper as one self-contained HTML string (pure: no database, no files).
 
 :func:`render_html` takes the ``correlate`` JSON (:mod:`backend.analysis.report`) and the
-study facts gathered by :mod:`backend.services.reports` and returns one HTML document with
+study facts gathered by :mod:`backend.services.evaluation.reports` and returns one HTML document
+with
 inline CSS and inline figures, in this order: study design, raters and agreement, the human
 ceiling, the metric table (tau with CIs and % of ceiling), the paired metric comparison,
 system ranking, failure modes, metric settings and signatures, versions and input hashes.

@@ -1,7 +1,8 @@
 """The benchmark leaderboard: every metric on one gold set under one fixed protocol (pure).
 
 Arrays in, typed results out: no database, no files, no Streamlit. The service
-:mod:`backend.services.benchmark` loads a gold set (a ReXVal or RadPref folder, or a study)
+:mod:`backend.services.evaluation.benchmark` loads a gold set (a ReXVal or RadPref folder, or a
+study)
 into :class:`CountData` or :class:`PreferenceData`, scores it through the score cache and
 hands the values here as :class:`MetricValues`; :func:`count_board` and
 :func:`preference_board` apply :data:`PROTOCOL` and return the boards that
@@ -21,7 +22,8 @@ equal ``correlate``'s for the same pairs, values and seed:
   on the differences of the shared replicates and :func:`~backend.analysis.paired_tests.holm`.
 - Preference sets: :func:`backend.analysis.preference.preference_from_ratings` and
   :func:`~backend.analysis.preference.pairwise_agreement` with references as clusters (as
-  :func:`backend.services.pairwise.study_preference_stats`), and tau-b against the mean 1-5
+  :func:`backend.services.annotation.pairwise.study_preference_stats`), and tau-b against the mean
+  1-5
   rating with the same reference-clustered bootstrap.
 """
 

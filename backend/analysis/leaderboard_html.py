@@ -1,7 +1,7 @@
 """``leaderboard.html``: the benchmark's JSON as one self-contained page (pure).
 
 :func:`render_html` takes the document written to ``leaderboard.json`` (built by
-:mod:`backend.services.benchmark` from :mod:`backend.analysis.leaderboard`'s boards) and
+:mod:`backend.services.evaluation.benchmark` from :mod:`backend.analysis.leaderboard`'s boards) and
 returns one HTML document: the protocol, then per dataset the ranked table of every metric
 with its 95% interval, the share of the human ceiling and the paired test against the best
 metric, a forest plot with the ceiling band, the metrics that are n/a with their reason, the

@@ -1,7 +1,7 @@
 """Rater monitoring for the study lead: pace, drift, straight-lining, agreement, outliers.
 
 Inputs are plain data per rater (the service reads them): each *done* study pair with its
-completion time, time on task (seconds, :mod:`backend.services.activity`: the rater's own
+completion time, time on task (seconds, :mod:`backend.services.annotation.activity`: the rater's own
 activity spans, unioned, idle gaps cut; 0 when none was recorded, e.g. imported ratings) and
 total error count, plus the rater's time on all their study pairs. Training items and hidden
 repeats are not inputs. Per rater:

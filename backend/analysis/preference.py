@@ -1,6 +1,6 @@
 """Pairwise preference statistics: does a metric prefer the candidate the radiologists prefer?
 
-Pure numpy/scipy; the service :mod:`backend.services.pairwise` loads the data.
+Pure numpy/scipy; the service :mod:`backend.services.annotation.pairwise` loads the data.
 
 Encoding. A comparison shows candidate A beside candidate B of the same reference. A
 preference is coded ``+1`` (A better), ``-1`` (B better), ``0`` (tie) and ``NaN`` (none).

@@ -2,7 +2,7 @@
 
 The core: :func:`correlate` takes a study's arrays (:class:`backend.analysis.data.StudyRatings`
 and its :class:`backend.analysis.data.MetricColumn` s, read by
-:mod:`backend.services.study_data`) and returns the typed
+:mod:`backend.services.evaluation.study_data`) and returns the typed
 :class:`backend.analysis.correlation.CorrelationReport`, whose ``to_json()`` is this layout;
 :func:`correlate_metrics` is the ``metrics`` numbers on plain arrays (the Python API's
 ``radconcord.correlate``). Nothing here reads the database.
@@ -136,8 +136,8 @@ MIN_REFIT_PAIRS = 10
 SECTIONS = ("data", "metrics and categories", "raters", "sources", "agreement",
             "ceiling", "paired tests", "systems", "refit")
 
-# Published Kendall tau-b on ReXVal total errors (METRICS.md). ``key`` is our closest output
-# key; the papers do not publish every setting behind their numbers.
+# Published Kendall tau-b on ReXVal total errors; the first column names the paper. ``key`` is
+# our closest output key; the papers do not publish every setting behind their numbers.
 PUBLISHED: tuple[tuple[str, str, str | None, float], ...] = (
     ("ER2Score paper", "BLEU-4", "bleu4", 0.345),
     ("ER2Score paper", "ROUGE-L", "rougeL", 0.491),
@@ -538,7 +538,8 @@ def correlate(
     """Correlate every metric of a study with its radiologists; see the module docstring.
 
     Arrays in (a study's counted ratings and its metric columns, as
-    :mod:`backend.services.study_data` loads them), a typed report out; nothing is read or
+    :mod:`backend.services.evaluation.study_data` loads them), a typed report out; nothing is read
+    or
     written.
 
     Args:

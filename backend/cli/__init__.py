@@ -1,4 +1,4 @@
-"""``python -m backend``: the stable command line (see DESIGN.md).
+"""``python -m backend``: the stable command line (see docs/architecture.md, "A command").
 
 The command line is the layer above the services: each family of commands is one module of
 this package (``metrics``, ``scoring``, ``data``, ``accounts``, ``studies``, ``analysis``,

@@ -36,7 +36,7 @@ def _print_one_time_password(username: str, password: str) -> None:
 
 
 def _create_user(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import auth
+    from radconcord.backend.services.accounts import auth
 
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
@@ -52,7 +52,7 @@ def _create_user(args: argparse.Namespace) -> int:
 
 
 def _reset_password(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import auth
+    from radconcord.backend.services.accounts import auth
 
     reset = _run(auth.reset_password, username=args.username)
     print(f"reset the password of {reset.user.username}; all its sessions are logged out")
@@ -62,7 +62,7 @@ def _reset_password(args: argparse.Namespace) -> int:
 
 def _set_active(active: bool) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
-        from radconcord.backend.services import auth
+        from radconcord.backend.services.accounts import auth
 
         info = _run(auth.set_active, username=args.username, active=active)
         if active:
@@ -75,7 +75,7 @@ def _set_active(active: bool) -> Callable[[argparse.Namespace], int]:
 
 
 def _list_users(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import auth
+    from radconcord.backend.services.accounts import auth
 
     users = _run(auth.list_users)
     if not users:

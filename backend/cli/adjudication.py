@@ -11,7 +11,7 @@ from radconcord.backend.cli.common import Commands, database, service_errors
 
 
 def _adjudicators(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import adjudication
+    from radconcord.backend.services.quality import adjudication
     from radconcord.backend.types import Actor
 
     with database() as db, service_errors():

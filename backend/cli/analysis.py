@@ -8,11 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from radconcord.backend.cli.common import UserError, database, user_errors
 from radconcord.backend.cli.progress import progress_bar
 from radconcord.backend.util import atomic_write
+
+if TYPE_CHECKING:
+    from radconcord.db.session import Database
 
 
 def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subparsers type
@@ -82,7 +85,7 @@ def run_correlate(args: argparse.Namespace) -> int:
         args: Parsed arguments.
     """
     from radconcord.backend.analysis.data import AnalysisInputError
-    from radconcord.backend.services.analysis import correlate_study
+    from radconcord.backend.services.evaluation.correlation import correlate_study
 
     if args.bootstrap < 0:
         raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
@@ -142,11 +145,11 @@ def run_correlate(args: argparse.Namespace) -> int:
 # -- pairwise studies (comparisons with judgements) --------------------------------------------
 
 
-def _preference_block(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Database
+def _preference_block(db: Database, args: argparse.Namespace,  # noqa: ANN401 - a Database
                       keys: list[str] | None) -> dict[str, Any] | None:
     """The pairwise block of a study with judged comparisons, else None."""
     from radconcord.backend.errors import InvalidInput, NotFound
-    from radconcord.backend.services import pairwise
+    from radconcord.backend.services.annotation import pairwise
     from radconcord.backend.types import Actor
 
     admin = Actor.system()
@@ -161,12 +164,13 @@ def _preference_block(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Dat
     return stats.as_dict() if stats.n_comparisons else None
 
 
-def add_preference(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Database
+def add_preference(db: Database, args: argparse.Namespace,  # noqa: ANN401 - a Database
                    result: dict[str, Any]) -> None:
     """Add the pairwise statistics to a ``correlate`` result of a study with comparisons.
 
     ``result["preference"]`` gets the block of
-    :meth:`backend.services.pairwise.PreferenceStats.as_dict`: the preference source, and per
+    :meth:`backend.services.annotation.pairwise.PreferenceStats.as_dict`: the preference source,
+    and per
     metric ``pairwise_agreement`` with ``ci_low``/``ci_high``, ``n_comparisons`` and
     ``n_ties_excluded``, and ``kendall_tau_b_rating`` with its ``n``. Each entry of
     ``result["metrics"]`` also gets ``pairwise_agreement``, ``pairwise_agreement_ci95`` and
@@ -176,7 +180,8 @@ def add_preference(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Databa
     Args:
         db: The database.
         args: The parsed ``correlate`` arguments.
-        result: The result of :func:`backend.services.analysis.correlate_study` (changed).
+        result: The result of :func:`backend.services.evaluation.correlation.correlate_study`
+        (changed).
     """
     if "preference" not in result:
         keys = sorted(result.get("metrics", {})) or None
@@ -193,7 +198,7 @@ def add_preference(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Databa
         })
 
 
-def preference_only(db: Any, args: argparse.Namespace,  # noqa: ANN401 - a Database
+def preference_only(db: Database, args: argparse.Namespace,  # noqa: ANN401 - a Database
                     error: Exception) -> dict[str, Any]:
     """The ``correlate`` result of a pairwise study whose count analysis could not run.
 

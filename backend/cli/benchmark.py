@@ -7,7 +7,7 @@
 
 Reads the user's own copies of the gold sets (never shipped), scores them through the score
 cache of the database and writes ``leaderboard.json``, ``leaderboard.csv`` and
-``leaderboard.html`` into the output folder (see ``backend.services.benchmark`` and
+``leaderboard.html`` into the output folder (see ``backend.services.evaluation.benchmark`` and
 docs/benchmark.md). A bad folder or file is one line ``error: ...`` with exit status 2.
 Imports nothing heavy at import time.
 """
@@ -71,7 +71,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         args: Parsed arguments.
     """
     from radconcord.backend.cli.progress import progress_bar
-    from radconcord.backend.services import benchmark
+    from radconcord.backend.services.evaluation import benchmark
     from radconcord.backend.types import Actor
 
     if args.bootstrap < 0:

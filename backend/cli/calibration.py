@@ -19,7 +19,7 @@ def _pair_numbers(text: str | None) -> list[int] | None:
 
 
 def _training_items(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import calibration
+    from radconcord.backend.services.quality import calibration
     from radconcord.backend.types import Actor
 
     actor = Actor.system()
@@ -73,7 +73,7 @@ def _training_items(args: argparse.Namespace) -> int:
 
 
 def _qualification(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import calibration
+    from radconcord.backend.services.quality import calibration
     from radconcord.backend.types import Actor
 
     with database() as db, service_errors():

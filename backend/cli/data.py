@@ -19,7 +19,11 @@ def cmd_import_pairs(args: argparse.Namespace) -> int:
     """Import a CSV/JSONL file of cases as a new study (or, with ``--dry-run``, preview it)."""
     from radconcord.backend.cli.progress import progress_bar
     from radconcord.backend.datasets.pairs import read_cases
-    from radconcord.backend.services.imports import import_cases, preview_import, preview_lines
+    from radconcord.backend.services.transfer.imports import (
+        import_cases,
+        preview_import,
+        preview_lines,
+    )
     from radconcord.backend.types import Actor
 
     path = Path(args.input)
@@ -61,7 +65,7 @@ def cmd_import_pairs(args: argparse.Namespace) -> int:
 def cmd_import_rexval(args: argparse.Namespace) -> int:
     """Import ReXVal's two files as a new study with its raters and ratings."""
     from radconcord.backend.cli.progress import progress_bar
-    from radconcord.backend.services.imports import import_rexval
+    from radconcord.backend.services.transfer.imports import import_rexval
     from radconcord.backend.types import Actor
 
     with database() as db, service_errors(), \
@@ -83,7 +87,7 @@ def cmd_import_rexval(args: argparse.Namespace) -> int:
 
 def cmd_import_demo(args: argparse.Namespace) -> int:
     """Import the bundled demo study."""
-    from radconcord.backend.services.seed import import_demo
+    from radconcord.backend.services.accounts.seed import import_demo
     from radconcord.backend.types import Actor
 
     with database() as db, service_errors():
@@ -98,7 +102,7 @@ _ALL_KEYS = "\0all"
 
 def cmd_import_scores(args: argparse.Namespace) -> int:
     """Import a file of per-pair values computed elsewhere into a study (one line per key)."""
-    from radconcord.backend.services.score_imports import import_scores
+    from radconcord.backend.services.scores.score_imports import import_scores
     from radconcord.backend.types import Actor
 
     # A bare --lower-is-better is every imported key; with keys, those keys only.
@@ -242,7 +246,7 @@ def _top_k(text: str) -> int | None:
 def cmd_build_study(args: argparse.Namespace) -> int:
     """Build the study, optionally assign raters and export it."""
     from radconcord.backend.scoring.runner import ScoringError, parse_set_options
-    from radconcord.backend.services import build_study
+    from radconcord.backend.services.study_admin import build_study
     from radconcord.backend.types import Actor
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]

@@ -18,7 +18,7 @@ from radconcord.backend.cli.common import UserError, database, service_errors
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Export a study as ReXVal files or JSONL with a manifest."""
-    from radconcord.backend.services.exports import export_study
+    from radconcord.backend.services.transfer.exports import export_study
     from radconcord.backend.types import Actor
 
     with database() as db, service_errors():

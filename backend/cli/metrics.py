@@ -89,7 +89,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     Plug-ins refused for a name clash are printed after the table (on stderr with ``--json``,
     so that stdout stays the list).
     """
-    from radconcord.backend.services.scoring import ignored_plugins, metric_catalog
+    from radconcord.backend.services.scores.scoring import ignored_plugins, metric_catalog
 
     catalog = metric_catalog()
     ignored = ignored_plugins()
@@ -198,7 +198,7 @@ def _fmt(x: float) -> str:
 def cmd_train_er2score(args: argparse.Namespace) -> int:
     """Train an ER2Score adapter on a study's ratings and print both held-out taus."""
     from radconcord.backend.metrics import hf
-    from radconcord.backend.services.er2train import train_from_study
+    from radconcord.backend.services.evaluation.er2train import train_from_study
     from radconcord.backend.types import Actor
 
     with user_errors(ValueError):

@@ -96,7 +96,7 @@ def _print_judgements(study: str, rows: list[dict[str, Any]]) -> None:
 
 
 def _qc(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import qc
+    from radconcord.backend.services.quality import qc
     from radconcord.backend.types import Actor
 
     out = _out_dir(args.out)

@@ -3,7 +3,7 @@
 ``make`` creates the comparisons (every two candidates of one reference), ``assign`` gives
 them to raters (k per comparison), ``export`` writes one row per comparison and rater (CSV or
 JSON, with sources: a lead's file), ``stats`` prints each metric's pairwise agreement and
-Kendall tau-b against the 1-5 ratings. See :mod:`backend.services.pairwise`.
+Kendall tau-b against the 1-5 ratings. See :mod:`backend.services.annotation.pairwise`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ EXPORT_COLUMNS = ("comparison_position", "comparison_id", "case_id", "pair_a_pos
 
 
 def _make(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import pairwise
+    from radconcord.backend.services.annotation import pairwise
     from radconcord.backend.types import Actor
 
     with database(args.database_url) as db, service_errors():
@@ -32,7 +32,7 @@ def _make(args: argparse.Namespace) -> int:
 
 
 def _assign(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import pairwise
+    from radconcord.backend.services.annotation import pairwise
     from radconcord.backend.types import Actor
 
     raters = [r.strip() for r in args.raters.split(",") if r.strip()]
@@ -47,7 +47,7 @@ def _assign(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import pairwise
+    from radconcord.backend.services.annotation import pairwise
     from radconcord.backend.types import Actor
     from radconcord.backend.util import SafeCsvWriter, atomic_write
 
@@ -77,7 +77,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import pairwise
+    from radconcord.backend.services.annotation import pairwise
     from radconcord.backend.types import Actor
 
     with database(args.database_url) as db, service_errors():

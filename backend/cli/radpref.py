@@ -3,7 +3,7 @@
 RadPref (CRIMSON project, MIT licence) is a reader-preference set: ``preference_data.json``
 and ``radiologist_annotations/user_N.json``. The import creates a pairwise + 1-5 study with
 one rater account per annotator and their errors as per-error records; the export writes the
-same files back (see ``backend.services.radpref``).
+same files back (see ``backend.services.transfer.radpref``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from radconcord.backend.cli.common import Commands, UserError, database, service
 
 def _import(args: argparse.Namespace) -> int:
     from radconcord.backend.datasets import radpref as files
-    from radconcord.backend.services import radpref
+    from radconcord.backend.services.transfer import radpref
     from radconcord.backend.types import Actor
 
     with service_errors():
@@ -40,7 +40,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import radpref
+    from radconcord.backend.services.transfer import radpref
     from radconcord.backend.types import Actor
 
     out = Path(args.out)

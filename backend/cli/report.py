@@ -48,7 +48,7 @@ def run_report(args: argparse.Namespace) -> int:
     Args:
         args: Parsed arguments.
     """
-    from radconcord.backend.services import reports
+    from radconcord.backend.services.evaluation import reports
     from radconcord.backend.types import Actor
     from radconcord.backend.util import free_output_dir
 

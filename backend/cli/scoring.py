@@ -18,10 +18,13 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from radconcord.backend.cli.common import UserError, database, user_errors
 from radconcord.backend.metrics.base import MetricInputError, MetricUnavailable
+
+if TYPE_CHECKING:
+    from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +98,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def _run(
-    pairs: list[Any], metrics: list[str], options: dict[str, Any], args: argparse.Namespace, db: Any
+    pairs: list[Any], metrics: list[str], options: dict[str, Any], args: argparse.Namespace,
+    db: Database,
 ) -> Any:
     """Call the runner, turning its user-facing errors into ``UserError``."""
     from radconcord.backend.cli.progress import progress_bar

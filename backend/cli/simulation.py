@@ -15,7 +15,7 @@ from radconcord.backend.cli.progress import progress_bar
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import simulation
+    from radconcord.backend.services.evaluation import simulation
     from radconcord.backend.types import Actor
 
     out = Path(args.output)
@@ -51,7 +51,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _strategy(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import assignment
+    from radconcord.backend.services.study_admin import assignment
     from radconcord.backend.types import Actor
 
     with database(args.database_url) as db, service_errors():

@@ -14,7 +14,7 @@ from radconcord.backend.cli.common import Commands, UserError, database, service
 
 
 def _init_db(args: argparse.Namespace) -> int:
-    from radconcord.backend.services.seed import ensure_database
+    from radconcord.backend.services.accounts.seed import ensure_database
 
     with database() as db:
         revision = ensure_database(db)
@@ -23,8 +23,8 @@ def _init_db(args: argparse.Namespace) -> int:
 
 
 def _seed_demo(args: argparse.Namespace) -> int:
-    from radconcord.backend.services.demo_accounts import DEMO_USERS
-    from radconcord.backend.services.seed import seed_demo
+    from radconcord.backend.services.accounts.demo_accounts import DEMO_USERS
+    from radconcord.backend.services.accounts.seed import seed_demo
 
     with database() as db, service_errors():
         result = seed_demo(db)
@@ -42,7 +42,7 @@ def _seed_demo(args: argparse.Namespace) -> int:
 
 
 def _assign(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import assignment
+    from radconcord.backend.services.study_admin import assignment
     from radconcord.backend.types import Actor
 
     raters = [r.strip() for r in args.raters.split(",") if r.strip()]
@@ -70,7 +70,7 @@ def _assign(args: argparse.Namespace) -> int:
 
 
 def _archive(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import studies
+    from radconcord.backend.services.study_admin import studies
     from radconcord.backend.types import Actor
 
     fn = studies.unarchive_study if args.undo else studies.archive_study
@@ -81,7 +81,7 @@ def _archive(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import studies
+    from radconcord.backend.services.study_admin import studies
     from radconcord.backend.types import Actor
 
     confirm = args.confirm
@@ -101,7 +101,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace) -> int:
-    from radconcord.backend.services import study_settings
+    from radconcord.backend.services.study_admin import study_settings
     from radconcord.backend.types import Actor
 
     changes = {}
@@ -128,7 +128,7 @@ def _settings(args: argparse.Namespace) -> int:
             if "repeat_share" in changes:
                 # Raters already assigned get their hidden repeats now (as on the Assign
                 # page); raters assigned later get them with their assignment.
-                from radconcord.backend.services import assignment
+                from radconcord.backend.services.study_admin import assignment
 
                 added = assignment.add_missing_repeats(db, Actor.system(),
                                                        study_name=args.study)

@@ -6,7 +6,7 @@ one case uses a synthetic drawn phantom (PA + lateral PNG, labelled synthetic in
 the rest are text only. See ``assets/demo/README.md`` for provenance and licences.
 
 This module only reads the assets; importing them as a study is
-``backend.services.seed.import_demo`` (a parser knows nothing of the services).
+``backend.services.accounts.seed.import_demo`` (a parser knows nothing of the services).
 """
 
 from __future__ import annotations

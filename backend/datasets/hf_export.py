@@ -1,7 +1,8 @@
 """Hugging Face ``datasets`` folder of a study: pairs and ratings, saved with ``save_to_disk``.
 
 Input is a JSONL export of the study (``pairs.jsonl`` and ``ratings.jsonl`` written by
-``backend.services.exports.export_study(fmt="jsonl")``), so the two exports cannot disagree.
+``backend.services.transfer.exports.export_study(fmt="jsonl")``), so the two exports cannot
+disagree.
 The result is a ``DatasetDict`` with splits ``pairs`` and ``ratings`` (explicit features, so an
 unrated study still has typed columns); load it with ``datasets.load_from_disk(folder)``.
 Pairs from a metric-oracle build get ``oracle_metrics`` (the keys that picked the candidate,

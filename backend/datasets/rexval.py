@@ -1,4 +1,4 @@
-"""Read and write ReXVal's public file layout (METRICS.md, "ReXVal's public file layout").
+"""Read and write ReXVal's public file layout (the ReXVal dataset on PhysioNet, v1.0.0).
 
 - ``50_samples_gt_and_candidates.csv``: ``study_id, gt_report`` then one column per candidate
   type (ReXVal: ``radgraph, bertscore, s_emb, bleu``). A leading unnamed pandas index column

@@ -2,7 +2,7 @@
 
 Pure functions: a typed report (:class:`backend.analysis.correlation.CorrelationReport`) or
 one of its sections in, a plotly figure out; nothing is read, exported or shown here (the
-dashboard passes figures to ``st.plotly_chart``, :mod:`backend.services.reports` exports
+dashboard passes figures to ``st.plotly_chart``, :mod:`backend.services.evaluation.reports` exports
 them). Values arrive at full precision and are rounded only in hover text.
 
 - :func:`forest_plot`: tau-b with its interval per metric, published values as hollow

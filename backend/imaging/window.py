@@ -24,7 +24,7 @@ Presets (``PRESETS``):
 ``manual``
     Caller-given centre and width (width > 0), DICOM LINEAR function.
 
-All functions are pure; caching is the caller's business (``backend.services.images``).
+All functions are pure; caching is the caller's business (``backend.services.annotation.images``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -19,6 +19,9 @@ from radconcord.backend import config
 from radconcord.backend.metrics import registry
 from radconcord.backend.scoring.runner import ScorePair, ScoringError
 from radconcord.db.models import STUDY_STAGING, Image, Pair, Report, Study
+
+if TYPE_CHECKING:
+    from radconcord.db.session import Database
 
 
 def validate_request(
@@ -57,13 +60,13 @@ def study_id_by_name(session: Session, name: str) -> int | None:
     )
 
 
-def _reading(db: Any) -> Any:
+def _reading(db: Database) -> Any:
     """A read-only transaction where the database offers one (no SQLite write lock)."""
     read = getattr(db, "read", None)
     return read() if read is not None else db.begin()
 
 
-def study_pairs(db: Any, study_id: int, *, data_dir: Path | None = None) -> list[ScorePair]:
+def study_pairs(db: Database, study_id: int, *, data_dir: Path | None = None) -> list[ScorePair]:
     """The pairs of a study as runner inputs, in position order.
 
     Texts come from ``Report``, image paths from ``Image`` (relative to the data folder), and

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from radconcord.backend.metrics import registry
 from radconcord.backend.metrics.base import (
@@ -53,6 +53,9 @@ from radconcord.backend.metrics.base import (
 )
 from radconcord.backend.scoring import cache
 from radconcord.backend.scoring.hashing import input_hash as compute_input_hash
+
+if TYPE_CHECKING:
+    from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +372,7 @@ def score(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     device: str = "auto",
     batch_size: int = DEFAULT_BATCH_SIZE,
-    db: Any | None = None,
+    db: Database | None = None,
     progress: ProgressFn | None = None,
     skip_unavailable: bool = False,
     pool: MetricPool | None = None,
@@ -536,7 +539,7 @@ def _score_family(
     values: dict[str, dict[str, float]],
     device: str,
     batch_size: int,
-    db: Any | None,
+    db: Database | None,
     tick: Callable[[int, str], None],
 ) -> None:
     metric, run, family = plan.metric, plan.run, plan.family

@@ -19,7 +19,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-from radconcord.backend import config
+from radconcord.backend import clock, config
 from radconcord.backend.errors import InvalidInput
 
 UPLOADS_SUBDIR = "uploads"
@@ -38,8 +38,8 @@ def new_upload_dir() -> Path:
     """A new, empty folder for one request's uploads (old ones are cleared first)."""
     root = uploads_root()
     root.mkdir(parents=True, exist_ok=True)
-    _remove_old(root, dt.datetime.now(dt.UTC) - UPLOAD_TTL)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    _remove_old(root, clock.utcnow() - UPLOAD_TTL)
+    stamp = clock.utcnow().strftime("%Y%m%dT%H%M%S")
     folder = root / f"{stamp}-{secrets.token_hex(4)}"
     folder.mkdir()
     return folder

@@ -2,7 +2,7 @@
 
 Long tasks never run in the web app: a page validates its inputs through its own service,
 queues a job here (or through a kind-specific service such as
-:func:`backend.services.scoring.enqueue_scoring`) and polls :func:`job_status`. Every
+:func:`backend.services.scores.scoring.enqueue_scoring`) and polls :func:`job_status`. Every
 function re-checks that the actor is an admin.
 
 :class:`JobView` is the queue's own frozen record (:class:`backend.jobs.JobInfo`): the pages
@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from radconcord.backend import jobs
+from radconcord.backend import clock, jobs
 from radconcord.backend.errors import InvalidInput, NotFound, require_admin
 from radconcord.backend.jobs.queue import WORKER_ALIVE_AFTER, JobInfo, WorkerInfo, can_take
 from radconcord.backend.services.repo import get_study
 from radconcord.backend.types import Actor
+
+if TYPE_CHECKING:
+    from radconcord.db.session import Database
 
 #: A job as the pages see it.
 JobView = JobInfo
@@ -27,7 +30,7 @@ JobView = JobInfo
 WorkerView = WorkerInfo
 
 
-def study_id(db: Any, study_name: str) -> int:
+def study_id(db: Database, study_name: str) -> int:
     """The id of the study called ``study_name``.
 
     Raises:
@@ -38,7 +41,7 @@ def study_id(db: Any, study_name: str) -> int:
 
 
 def enqueue_job(
-    db: Any,
+    db: Database,
     actor: Actor,
     *,
     kind: str,
@@ -69,7 +72,7 @@ def enqueue_job(
     return info
 
 
-def job_status(db: Any, actor: Actor, *, job_id: int) -> JobView:
+def job_status(db: Database, actor: Actor, *, job_id: int) -> JobView:
     """One job's state (admin only).
 
     Raises:
@@ -84,7 +87,7 @@ def job_status(db: Any, actor: Actor, *, job_id: int) -> JobView:
 
 
 def list_jobs(
-    db: Any, actor: Actor, *, kind: str | None = None, study_name: str | None = None
+    db: Database, actor: Actor, *, kind: str | None = None, study_name: str | None = None
 ) -> list[JobView]:
     """Jobs, newest first, optionally of one kind and/or one study (admin only).
 
@@ -100,7 +103,7 @@ def list_jobs(
     return jobs.list_jobs(db, kind=kind, study_id=sid)
 
 
-def cancel_job(db: Any, actor: Actor, *, job_id: int) -> JobView:
+def cancel_job(db: Database, actor: Actor, *, job_id: int) -> JobView:
     """Cancel a job (admin only): a queued one now, a running one at its next step.
 
     A finished job is returned unchanged.
@@ -113,7 +116,7 @@ def cancel_job(db: Any, actor: Actor, *, job_id: int) -> JobView:
     return jobs.cancel(db, job_id)
 
 
-def list_workers(db: Any, actor: Actor, *, include_gone: bool = False) -> list[WorkerView]:
+def list_workers(db: Database, actor: Actor, *, include_gone: bool = False) -> list[WorkerView]:
     """The worker processes alive now (and, with ``include_gone``, those that stopped).
 
     Raises:
@@ -160,7 +163,7 @@ class WorkerStatus:
         return bool(self.alive)
 
 
-def worker_status(db: Any, actor: Actor, *, now: dt.datetime | None = None) -> WorkerStatus:
+def worker_status(db: Database, actor: Actor, *, now: dt.datetime | None = None) -> WorkerStatus:
     """Whether a worker is alive (heartbeat within ``WORKER_ALIVE_AFTER`` s) and which
     queued jobs wait with none that may take them (admin only).
 
@@ -178,7 +181,7 @@ def worker_status(db: Any, actor: Actor, *, now: dt.datetime | None = None) -> W
         n = len(alive)
         message = f"{n} worker{'s' if n > 1 else ''} alive ({devices})"
     else:
-        now = now or dt.datetime.now(dt.UTC)
+        now = now or clock.utcnow()
         ago = ("no worker has ever run here" if last is None
                else f"the last heartbeat was {_age(now - last)} ago")
         message = (f"No worker is alive (none has sent a heartbeat in the last "

@@ -12,7 +12,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from radconcord.backend.services import auth
+from radconcord.backend.services.accounts import auth
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server

@@ -8,8 +8,10 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from radconcord.backend.services import adjudication, auth, rating
-from radconcord.backend.services.seed import DEMO_STUDY
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.accounts.seed import DEMO_STUDY
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.quality import adjudication
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from tests.e2e.conftest import RATER, RATER_PASSWORD, log_in, wait_for_cookie

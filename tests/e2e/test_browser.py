@@ -3,7 +3,7 @@
 Needs ``/usr/bin/chromium`` (``apt-get install -y chromium``); without it the test FAILS with
 that instruction rather than skipping, so a CI without the browser cannot pass silently.
 The server runs on a free local port with a fresh data folder seeded with the demo study
-(``RADCONCORD_SEED_DEMO=1``; demo accounts in ``backend/services/seed.py``) and the
+(``RADCONCORD_SEED_DEMO=1``; demo accounts in ``backend/services/accounts/seed.py``) and the
 dashboard refreshing every second (``RADCONCORD_DASHBOARD_REFRESH_S=1``).
 """
 
@@ -55,7 +55,8 @@ def test_counts_survive_a_reload_and_admin_pages_stay_closed(server, browser, tm
 
     # What the database holds, through the rater's own service view (the second save
     # lands when the input loses focus; give it a few seconds).
-    from radconcord.backend.services import auth, rating
+    from radconcord.backend.services.accounts import auth
+    from radconcord.backend.services.annotation import rating
     from radconcord.db.session import Database
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)

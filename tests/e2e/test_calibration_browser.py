@@ -12,8 +12,11 @@ from playwright.sync_api import expect
 from sqlalchemy import select
 
 from radconcord.backend.errors import PermissionDenied
-from radconcord.backend.services import auth, calibration, rating, seed, study_settings
-from radconcord.backend.services.seed import DEMO_STUDY
+from radconcord.backend.services.accounts import auth, seed
+from radconcord.backend.services.accounts.seed import DEMO_STUDY
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.quality import calibration
+from radconcord.backend.services.study_admin import study_settings
 from radconcord.backend.types import Actor
 from radconcord.db.models import Pair
 from radconcord.db.session import Database

@@ -13,7 +13,8 @@ import pytest
 from playwright.sync_api import expect
 
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import auth, simulation
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.evaluation import simulation
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server

@@ -10,8 +10,10 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from radconcord.backend.services import auth, error_records, rating, study_settings
-from radconcord.backend.services.seed import DEMO_STUDY
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.accounts.seed import DEMO_STUDY
+from radconcord.backend.services.annotation import error_records, rating
+from radconcord.backend.services.study_admin import study_settings
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, log_in, wait_for_cookie

@@ -20,7 +20,9 @@ import pytest
 from playwright.sync_api import expect
 
 from radconcord.backend import jobs
-from radconcord.backend.services import auth, rating, score_now, seed
+from radconcord.backend.services.accounts import auth, seed
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.scores import score_now
 from radconcord.db.session import Database
 from tests.e2e.conftest import free_port, log_in, wait_for_cookie
 

@@ -21,7 +21,8 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from radconcord.backend.services import auth, rating, sessions
+from radconcord.backend.services.accounts import auth, sessions
+from radconcord.backend.services.annotation import rating
 from radconcord.db.session import Database
 from tests.e2e.conftest import (
     RATER,

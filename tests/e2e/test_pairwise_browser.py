@@ -9,7 +9,10 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from radconcord.backend.services import auth, imports, pairwise, study_settings
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import pairwise
+from radconcord.backend.services.study_admin import study_settings
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.db.session import Database
 from tests.e2e.conftest import log_in, start_server, wait_for_idle

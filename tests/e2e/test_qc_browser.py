@@ -13,7 +13,8 @@ import datetime as dt
 import pytest
 from sqlalchemy import select, update
 
-from radconcord.backend.services import auth, flags
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import flags
 from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_REPEAT, Assignment, Pair, Rating, Study, User
 from radconcord.db.session import Database

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 from sqlalchemy import func, select
 
-from radconcord.backend.services import auth
+from radconcord.backend.services.accounts import auth
 from radconcord.backend.types import Actor
 from radconcord.db.models import Judgement, Study
 from radconcord.db.session import Database

@@ -12,8 +12,9 @@ import datetime as dt
 import pytest
 from playwright.sync_api import expect
 
-from radconcord.backend.services import auth, flags
-from radconcord.backend.services.activity import SpanInput, record_spans
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import flags
+from radconcord.backend.services.annotation.activity import SpanInput, record_spans
 from radconcord.db.session import Database
 from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, grid_of, log_in, wait_for_cookie
 

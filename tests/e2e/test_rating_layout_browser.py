@@ -144,7 +144,8 @@ def test_a_stale_write_says_so_on_screen_beside_long_reports(server, browser):
 
 
 def _store_elsewhere(data, opaque_id: str) -> None:
-    from radconcord.backend.services import auth, rating
+    from radconcord.backend.services.accounts import auth
+    from radconcord.backend.services.annotation import rating
     from radconcord.db.session import Database
     from tests.e2e.conftest import RATER, RATER_PASSWORD
 
@@ -157,7 +158,9 @@ def _store_elsewhere(data, opaque_id: str) -> None:
 
 
 def _highlight_differences(data) -> None:
-    from radconcord.backend.services import auth, rating, study_settings
+    from radconcord.backend.services.accounts import auth
+    from radconcord.backend.services.annotation import rating
+    from radconcord.backend.services.study_admin import study_settings
     from radconcord.db.session import Database
     from tests.e2e.conftest import RATER, RATER_PASSWORD
 
@@ -175,7 +178,7 @@ def _highlight_differences(data) -> None:
 def test_an_ended_session_says_log_in_again_on_screen_beside_long_reports(server, browser):
     """A click after the session ended, on a laptop with ~120-word reports and highlights:
     "Not saved" and what to do (log in again) are on screen at once."""
-    from radconcord.backend.services import sessions
+    from radconcord.backend.services.accounts import sessions
     from radconcord.db.session import Database
     from tests.e2e.conftest import wait_for_cookie
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
-from radconcord.backend.services import auth, sessions
+from radconcord.backend.services.accounts import auth, sessions
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from tests.e2e.conftest import start_server

@@ -15,7 +15,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from radconcord.backend.services import rating
+from radconcord.backend.services.annotation import rating
 from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, grid_status, log_in, step_up
 
 pytestmark = pytest.mark.browser
@@ -30,7 +30,7 @@ def _step_up(page, label: str) -> None:
 
 
 def _stored(data, pair: str) -> dict:
-    from radconcord.backend.services import auth
+    from radconcord.backend.services.accounts import auth
     from radconcord.db.session import Database
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)

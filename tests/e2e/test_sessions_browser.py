@@ -18,7 +18,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 from sqlalchemy import select
 
-from radconcord.backend.services import auth, sessions
+from radconcord.backend.services.accounts import auth, sessions
 from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession, LoginThrottle
 from radconcord.db.session import Database

@@ -67,7 +67,8 @@ def _rater_page(browser, url, width, height, scale=1):
 
 def _pairs(data):
     """rater1's pairs: (opaque id, image formats, next pair's opaque id), in queue order."""
-    from radconcord.backend.services import auth, rating
+    from radconcord.backend.services.accounts import auth
+    from radconcord.backend.services.annotation import rating
     from radconcord.db.session import Database
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
@@ -408,7 +409,8 @@ def test_a_120_word_report_shows_whole_beside_the_film_on_a_laptop(server, brows
 
 
 def _texts(data, opaque_id):
-    from radconcord.backend.services import auth, rating
+    from radconcord.backend.services.accounts import auth
+    from radconcord.backend.services.annotation import rating
     from radconcord.db.session import Database
 
     db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)

@@ -17,7 +17,9 @@ import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from radconcord.backend.services import assignment, auth, imports
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.study_admin import assignment
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.session import Database
 

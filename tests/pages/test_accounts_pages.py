@@ -16,7 +16,7 @@ from sqlalchemy import select
 from streamlit.testing.v1 import AppTest
 
 from radconcord.backend.errors import PermissionDenied
-from radconcord.backend.services import auth, sessions
+from radconcord.backend.services.accounts import auth, sessions
 from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession
 from radconcord.webapp import state

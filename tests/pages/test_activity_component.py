@@ -32,7 +32,7 @@ def test_tracker_is_mounted_hidden_with_the_pair_and_the_rules(monkeypatch):
 
 
 def test_tracker_names_the_account_it_measures_for(monkeypatch):
-    from radconcord.backend.services import activity
+    from radconcord.backend.services.annotation import activity
     from radconcord.backend.types import Actor
     from radconcord.webapp.components.activity import tracker_data
 

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from radconcord.backend.services import adjudication, auth, rating
-from radconcord.backend.services.study_settings import study_settings
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.quality import adjudication
+from radconcord.backend.services.study_admin.study_settings import study_settings
 from radconcord.backend.types import Actor
 
 PAGE = Path(__file__).resolve().parents[2] / "webapp" / "views" / "adjudicate.py"
@@ -104,7 +106,7 @@ def test_the_adjudicator_may_see_the_film_of_the_studys_cases(disputed):
     """The viewer fetches pixels through the images service: an adjudicator who rates none
     of the study's pairs must pass its access check, and one removed from the role not."""
     from radconcord.backend.errors import PermissionDenied
-    from radconcord.backend.services import images
+    from radconcord.backend.services.annotation import images
 
     env, ada, _ = disputed
     refs = [ref for number in (1, 2, 3) for ref in adjudication.get_item(

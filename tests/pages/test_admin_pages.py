@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from radconcord.backend.services import rating
+from radconcord.backend.services.annotation import rating
 
 VIEWS = Path(__file__).resolve().parents[2] / "webapp" / "views"
 def _submit(at, form: str, timeout: float = 60):
@@ -71,7 +71,7 @@ def test_studies_page_lists_the_study_and_its_progress(study_env, make_app, all_
 
 
 def test_assign_page_adds_a_new_rater(study_env, make_app):
-    from radconcord.backend.services import auth
+    from radconcord.backend.services.accounts import auth
 
     auth.create_user(study_env.db, study_env.admin, username="rosa",
                      password="rosa-password", role="rater")
@@ -90,7 +90,7 @@ STUDY_NAME = "Page test study"
 
 
 def _actor(env, username):
-    from radconcord.backend.services import auth
+    from radconcord.backend.services.accounts import auth
     from radconcord.backend.types import Actor
 
     info = next(u for u in auth.list_users(env.db, env.admin) if u.username == username)

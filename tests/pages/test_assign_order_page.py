@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from radconcord.backend.services import assignment
+from radconcord.backend.services.study_admin import assignment
 
 
 def _submit(at, form: str, timeout: float = 60):

@@ -4,7 +4,9 @@ and the training feedback under the grid of a done training item."""
 
 from __future__ import annotations
 
-from radconcord.backend.services import calibration, rating, study_settings
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.quality import calibration
+from radconcord.backend.services.study_admin import study_settings
 
 CSV = ("pair_number,error_category,clinically_significant,num_errors\n"
        "1,1,true,2\n1,3,false,1\n")
@@ -117,7 +119,8 @@ def test_gated_rater_sees_why_and_then_the_expert_counts(study_env, make_app, al
 
 
 def test_a_repeat_share_saved_after_assigning_gives_the_repeats_now(study_env, make_app):
-    from radconcord.backend.services import assignment, imports
+    from radconcord.backend.services.study_admin import assignment
+    from radconcord.backend.services.transfer import imports
     from radconcord.backend.types import CandidateInput, CaseInput
 
     cases = [CaseInput(case_id=f"big-{i}", reference=f"Reference {i}. No effusion.",

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from radconcord.backend import jobs
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import rating
+from radconcord.backend.services.annotation import rating
 from radconcord.db.models import Study
 
 PAGE = Path(__file__).resolve().parents[2] / "webapp" / "views" / "build_study.py"

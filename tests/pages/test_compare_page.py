@@ -8,7 +8,10 @@ import html
 
 import pytest
 
-from radconcord.backend.services import auth, imports, pairwise, study_settings
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import pairwise
+from radconcord.backend.services.study_admin import study_settings
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import Actor, CandidateInput, CaseInput
 
 PW_STUDY = "Pairwise page study"

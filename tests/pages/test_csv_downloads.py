@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 
-from radconcord.backend.services.imports import import_cases
+from radconcord.backend.services.transfer.imports import import_cases
 from radconcord.backend.types import Actor, CandidateInput, CaseInput
 
 VIEWS = Path(__file__).resolve().parents[2] / "webapp" / "views"

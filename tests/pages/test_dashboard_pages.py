@@ -22,7 +22,8 @@ from sqlalchemy import select
 from radconcord.backend import jobs
 from radconcord.backend.runner.worker import Worker
 from radconcord.backend.scoring.runner import ScorePair, score
-from radconcord.backend.services import analysis, rating
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.evaluation import correlation
 from radconcord.db.models import Pair, Report
 from tests.reviewer_study import STUDY as REVIEWER_STUDY
 from tests.reviewer_study import build_reviewer_study
@@ -81,7 +82,7 @@ def test_dashboard_shows_the_tau_table_and_plots(rated_env, make_app, all_text):
     at = make_app(rated_env.admin, script=VIEWS / "dashboard.py")
     assert not at.exception and not at.error
     assert at.title[0].value == "Agreement dashboard"
-    expected = analysis.study_correlation(rated_env.db, rated_env.admin,
+    expected = correlation.study_correlation(rated_env.db, rated_env.admin,
                                           study_name=rated_env.study, resamples=1000, seed=0)
     table = at.dataframe[0].value
     assert list(table["Metric"]) == [m.key for m in expected.metrics]
@@ -121,7 +122,7 @@ def test_dashboard_significant_target_and_no_bootstrap(rated_env, make_app):
     at.number_input(key="dash_resamples").set_value(0)
     at.run()
     assert not at.exception and not at.error
-    expected = analysis.study_correlation(rated_env.db, rated_env.admin,
+    expected = correlation.study_correlation(rated_env.db, rated_env.admin,
                                           study_name=rated_env.study, significant_only=True,
                                           resamples=0)
     table = at.dataframe[0].value
@@ -198,7 +199,7 @@ def test_explorer_shows_the_pairs_images_with_the_burned_in_flag(rated_env, make
     says text is burned in (raters never get this flag: tests/pages/test_image_viewer.py)."""
     from PIL import Image as PILImage
 
-    from radconcord.backend.services.images import BURNED_IN_NOTE
+    from radconcord.backend.services.annotation.images import BURNED_IN_NOTE
     from radconcord.db.models import Image
 
     pair_id = rated_env.pair_ids[0]
@@ -263,7 +264,7 @@ def _frame(at, column: str):
 
 
 def _expected(env, **kwargs) -> dict:
-    return analysis.study_correlation(env.db, env.admin, study_name=REVIEWER_STUDY,
+    return correlation.study_correlation(env.db, env.admin, study_name=REVIEWER_STUDY,
                                       resamples=1000, seed=0, **kwargs).report
 
 
@@ -366,7 +367,7 @@ def test_dashboard_ranks_the_systems_for_the_chosen_metric(reviewer_env, make_ap
 def test_dashboard_with_two_raters_and_one_source_says_why(rated_env, make_app, all_text):
     at = make_app(rated_env.admin, script=VIEWS / "dashboard.py")
     assert not at.exception and not at.error
-    report = analysis.study_correlation(rated_env.db, rated_env.admin,
+    report = correlation.study_correlation(rated_env.db, rated_env.admin,
                                         study_name=rated_env.study).report
     assert report["ceiling"] is None
     table = at.dataframe[0].value
@@ -481,7 +482,7 @@ def test_dashboard_shows_time_on_task_from_the_activity_spans(rated_env, make_ap
     """Per rater: total active time and median per pair, from the spans (union per pair)."""
     import datetime as dt
 
-    from radconcord.backend.services import activity
+    from radconcord.backend.services.annotation import activity
 
     start = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=30)
 
@@ -510,7 +511,8 @@ def test_dashboard_shows_time_on_task_from_the_activity_spans(rated_env, make_ap
 
 
 def test_dashboard_counts_raw_or_adjudicated_and_says_which(rated_env, make_app, all_text):
-    from radconcord.backend.services import adjudication, explore
+    from radconcord.backend.services.evaluation import explore
+    from radconcord.backend.services.quality import adjudication
 
     # The consensus on the pair with the most errors: none at all (it becomes the pair with
     # the fewest, so the correlations change).
@@ -524,14 +526,14 @@ def test_dashboard_counts_raw_or_adjudicated_and_says_which(rated_env, make_app,
     at = make_app(rated_env.admin, script=VIEWS / "dashboard.py")
     assert not at.exception and not at.error
     assert "Counts: raw, the mean of each pair's raters (adjudications not used)." in all_text(at)
-    raw = analysis.study_correlation(rated_env.db, rated_env.admin, study_name=rated_env.study,
+    raw = correlation.study_correlation(rated_env.db, rated_env.admin, study_name=rated_env.study,
                                      resamples=1000, seed=0)
     assert _numbers(at.dataframe[0].value["Kendall tau-b"]) == pytest.approx(
         [m.kendall_tau_b for m in raw.metrics], nan_ok=True, abs=5e-4)
 
     at.radio(key="dash_counts").set_value("adjudicated").run()
     assert not at.exception and not at.error
-    adjudicated = analysis.study_correlation(rated_env.db, rated_env.admin,
+    adjudicated = correlation.study_correlation(rated_env.db, rated_env.admin,
                                              study_name=rated_env.study, resamples=1000,
                                              seed=0, counts="adjudicated")
     assert adjudicated.n_adjudicated == 1

@@ -11,7 +11,8 @@ import logging
 import re
 import sqlite3
 
-from radconcord.backend.services import rating, studies
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.study_admin import studies
 
 SECRET_PATH = "/srv/radconcord/secret/location/db.py"
 REFERENCE = re.compile(r"Something went wrong \(reference ([0-9A-F]{8})\)")

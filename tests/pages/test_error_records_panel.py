@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from radconcord.backend.services import error_records, rating, study_settings
+from radconcord.backend.services.annotation import error_records, rating
+from radconcord.backend.services.study_admin import study_settings
 from radconcord.backend.types import Actor
 from radconcord.webapp.components.error_records import panel_key
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from radconcord.backend.services import rating
+from radconcord.backend.services.annotation import rating
 
 
 def _submit(at, form: str, timeout: float = 60):

@@ -7,7 +7,7 @@ import json
 
 from streamlit.testing.v1 import AppTest
 
-from radconcord.backend.services.images import BURNED_IN_NOTE
+from radconcord.backend.services.annotation.images import BURNED_IN_NOTE
 
 
 def _viewer_data(at) -> dict | None:
@@ -21,7 +21,7 @@ def _viewer_data(at) -> dict | None:
 def _viewer_script(is_admin: bool, burned_in: bool, with_images: bool) -> None:
     from types import SimpleNamespace
 
-    from radconcord.backend.services import images as image_service
+    from radconcord.backend.services.annotation import images as image_service
     from radconcord.webapp.components import image_viewer
 
     # The service's own rule (admins only) with a stand-in database: the panel must pass the

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from radconcord.backend.services import rating
-from radconcord.backend.services.score_imports import import_scores
-from radconcord.backend.services.study_data import load_metric_columns, load_ratings
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.evaluation.study_data import load_metric_columns, load_ratings
+from radconcord.backend.services.scores.score_imports import import_scores
 from radconcord.db.models import MetricScore, Pair, ScoreImport
 
 

@@ -17,7 +17,8 @@ from sqlalchemy import select
 from radconcord.backend import jobs
 from radconcord.backend.analysis.refit import RADCLIQ_INPUTS
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import imports, job_inputs
+from radconcord.backend.services import job_inputs
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import CandidateInput, CaseInput
 from radconcord.db.models import MetricScore, Pair, Rating, Study, User
 

@@ -1,7 +1,8 @@
 """AppTest: the dashboard's "Leaderboard (benchmark protocol)" section.
 
 Built on the reviewer study of ``tests/reviewer_study.py`` (3 raters, 2 sources, bleu4 and
-rougeL really scored), against :func:`backend.services.benchmark.study_leaderboard`, which is
+rougeL really scored), against :func:`backend.services.evaluation.benchmark.study_leaderboard`,
+which is
 what ``radconcord benchmark --dataset study=NAME`` ranks for the same stored scores.
 """
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from radconcord.backend.services import benchmark
+from radconcord.backend.services.evaluation import benchmark
 from tests.reviewer_study import STUDY as REVIEWER_STUDY
 from tests.reviewer_study import build_reviewer_study
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from sqlalchemy import update
 
-from radconcord.backend.services import auth
+from radconcord.backend.services.accounts import auth
 from radconcord.db.models import User
 from radconcord.webapp.state import ACTOR_KEY
 
@@ -61,7 +61,7 @@ def test_admin_login_opens_the_study_pages_and_logout_forgets_the_user(study_env
 
 def test_login_returns_to_the_pair_in_the_url(study_env, make_app):
     """A reload starts a new session on the login page; logging in goes back to the pair."""
-    from radconcord.backend.services import rating
+    from radconcord.backend.services.annotation import rating
 
     queue = rating.rater_queue(study_env.db, study_env.rater, study_name=study_env.study)
     target = queue[2].opaque_id

@@ -12,7 +12,7 @@ from sqlalchemy import update
 from radconcord.backend import clock, jobs
 from radconcord.backend.jobs import queue
 from radconcord.backend.services import jobs as job_services
-from radconcord.backend.services import scoring
+from radconcord.backend.services.scores import scoring
 from radconcord.db.models import WorkerProcess
 
 NO_WORKER = "No worker is running: start one with `python -m backend worker`."

@@ -2,7 +2,7 @@
 
 Both raters complete the three study pairs through the rating service; rita answers all zeros
 and has two hidden repeats (``Pair`` rows of kind ``repeat``) and a training item; she flags a
-pair with a note. The page's tables must show what ``backend.services.qc``, ``flags`` and
+pair with a note. The page's tables must show what ``backend.services.quality.qc``, ``flags`` and
 ``calibration`` compute, with blank cells (never "None") and 1-based pair numbers; raters get
 only the access error.
 """
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
-from radconcord.backend.services import calibration, flags, qc, rating
+from radconcord.backend.services.annotation import flags, rating
+from radconcord.backend.services.quality import calibration, qc
 from radconcord.db.models import PAIR_REPEAT, PAIR_TRAINING, Assignment, Pair, Rating, Study
 
 SCRIPT = Path(__file__).resolve().parents[2] / "webapp" / "views" / "qc.py"

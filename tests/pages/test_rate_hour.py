@@ -10,9 +10,11 @@ import json
 
 from sqlalchemy import select, update
 
-from radconcord.backend.services import assignment, flags, imports, rating, study_settings
-from radconcord.backend.services.activity import SpanInput, record_spans
-from radconcord.backend.services.definitions import DEFINITIONS
+from radconcord.backend.services.annotation import flags, rating
+from radconcord.backend.services.annotation.activity import SpanInput, record_spans
+from radconcord.backend.services.annotation.definitions import DEFINITIONS
+from radconcord.backend.services.study_admin import assignment, study_settings
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import CATEGORIES, CandidateInput, CaseInput
 from radconcord.db.models import Assignment, Pair
 

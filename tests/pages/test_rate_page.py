@@ -10,7 +10,7 @@ import json
 
 from sqlalchemy import update
 
-from radconcord.backend.services import rating
+from radconcord.backend.services.annotation import rating
 from radconcord.db.models import Assignment, Pair, Study
 from radconcord.webapp.components.count_grid import grid_key
 
@@ -194,7 +194,7 @@ def test_a_pair_of_another_rater_or_unknown_id_shows_an_error(study_env, make_ap
 
 
 def test_a_rater_without_assignments_is_told_so(study_env, make_app, all_text):
-    from radconcord.backend.services import auth
+    from radconcord.backend.services.accounts import auth
     from radconcord.backend.types import Actor
 
     info = auth.create_user(study_env.db, study_env.admin, username="newbie",

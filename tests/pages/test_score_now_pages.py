@@ -17,8 +17,8 @@ import pytest
 
 from radconcord.backend import jobs
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import rating
-from radconcord.backend.services import score_now as service
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.scores import score_now as service
 
 VIEWS = Path(__file__).resolve().parents[2] / "webapp" / "views"
 

@@ -15,8 +15,9 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from radconcord.backend.services import auth, rating
-from radconcord.backend.services.seed import DEMO_STUDY
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.accounts.seed import DEMO_STUDY
+from radconcord.backend.services.annotation import rating
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 
@@ -87,7 +88,7 @@ def test_seeding_is_switched_off_with_the_environment_variable(tmp_path, monkeyp
 def test_the_first_start_queues_the_demo_scoring_once(tmp_path, monkeypatch, server_address):
     """The demo study's offline metrics are queued for the worker of run-app.sh, once."""
     from radconcord.backend import jobs
-    from radconcord.backend.services import score_now
+    from radconcord.backend.services.scores import score_now
     from radconcord.webapp import state
 
     server_address("127.0.0.1")

@@ -11,7 +11,7 @@ import hashlib
 import pytest
 from sqlalchemy import select, update
 
-from radconcord.backend.services import auth, sessions
+from radconcord.backend.services.accounts import auth, sessions
 from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession, User
 from radconcord.webapp.state import ACTOR_KEY, SESSION_ENDED, SESSION_ID_KEY

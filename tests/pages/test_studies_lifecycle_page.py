@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from radconcord.backend.services import studies, study_settings
+from radconcord.backend.services.study_admin import studies, study_settings
 from radconcord.db.models import Pair, Rating, Study
 
 
@@ -150,7 +150,7 @@ def test_the_annotation_mode_is_refused_once_a_rater_has_answered(study_env, mak
 
 
 def test_other_pages_do_not_offer_an_archived_study(study_env, make_app, tmp_path):
-    from radconcord.backend.services import imports
+    from radconcord.backend.services.transfer import imports
     from radconcord.backend.types import CandidateInput, CaseInput
 
     imports.import_cases(study_env.db, study_env.admin, study_name="Other study",
@@ -171,7 +171,7 @@ def test_the_raters_table_shows_blanks_not_none_and_times_as_on_the_dashboard(st
     # One rater worked 40 s + 20 s on two pairs; the other never sent any activity.
     import datetime as dt
 
-    from radconcord.backend.services import activity, rating
+    from radconcord.backend.services.annotation import activity, rating
 
     queue = [q.opaque_id for q in rating.rater_queue(study_env.db, study_env.rater,
                                                      study_name=study_env.study)]

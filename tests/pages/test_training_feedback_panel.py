@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from radconcord.backend.services import assignment_writes, calibration, rating, study_settings
+from radconcord.backend.services.annotation import assignment_writes, rating
+from radconcord.backend.services.quality import calibration
+from radconcord.backend.services.study_admin import study_settings
 from radconcord.backend.types import Actor
 from radconcord.webapp.components.training_feedback import feedback_html, verdict
 

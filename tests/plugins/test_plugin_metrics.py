@@ -24,7 +24,7 @@ from radconcord.backend.cli import main
 from radconcord.backend.metrics import plugins, registry
 from radconcord.backend.metrics.base import MetricUnavailable
 from radconcord.backend.scoring.runner import ScorePair, score
-from radconcord.backend.services.scoring import metric_catalog
+from radconcord.backend.services.scores.scoring import metric_catalog
 from radconcord.db.models import MetricScore
 from radconcord.rewards import reward_fn
 from tests.plugins.conftest import EXAMPLE_DIST, EXAMPLE_VERSION, TAG
@@ -399,7 +399,7 @@ def test_the_metrics_page_lists_plugins_and_refused_ones(fake_plugins, db, tmp_p
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from radconcord.backend.services import auth
+    from radconcord.backend.services.accounts import auth
     from radconcord.backend.types import Actor
 
     fake_plugins("fake-clash", "1.0", {"bleu": "fake_clash_family:Bleu",

@@ -23,7 +23,8 @@ from streamlit.testing.v1 import AppTest
 from radconcord.backend import jobs
 from radconcord.backend.cli import main
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import auth, reports
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.evaluation import reports
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, MetricScore, Pair, Rating, Study
 from radconcord.db.session import Database

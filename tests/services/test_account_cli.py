@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from radconcord.backend.cli import main
-from radconcord.backend.services import auth
+from radconcord.backend.services.accounts import auth
 from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession
 from radconcord.db.session import Database

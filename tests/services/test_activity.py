@@ -11,9 +11,11 @@ from sqlalchemy import func, select, update
 
 from radconcord.backend import clock
 from radconcord.backend.errors import InvalidInput
-from radconcord.backend.services import activity, auth, progress
-from radconcord.backend.services.activity import SpanInput
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import activity
+from radconcord.backend.services.annotation.activity import SpanInput
+from radconcord.backend.services.study_admin import progress
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import ActivitySpan, Assignment, Pair, Study
 

@@ -27,9 +27,11 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from radconcord.backend import clock
-from radconcord.backend.services import activity, auth, qc, sessions
-from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.exports import export_study
+from radconcord.backend.services.accounts import auth, sessions
+from radconcord.backend.services.annotation import activity
+from radconcord.backend.services.quality import qc
+from radconcord.backend.services.study_admin.assignment import assign_raters
+from radconcord.backend.services.transfer.exports import export_study
 from radconcord.backend.types import Actor
 from radconcord.db.models import ActivitySpan, Assignment, AuthSession, Pair, Study
 from radconcord.webapp import api

@@ -11,8 +11,9 @@ from sqlalchemy import func, select
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from radconcord.backend.services import activity, auth, sessions
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.accounts import auth, sessions
+from radconcord.backend.services.annotation import activity
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import ActivitySpan, Assignment, Pair
 from radconcord.webapp import api

@@ -18,14 +18,16 @@ from sqlalchemy import func, select
 from radconcord.backend.analysis.data import AnalysisInputError
 from radconcord.backend.cli import main
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import adjudication, assignment_writes, auth, rating
-from radconcord.backend.services.analysis import (
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import assignment_writes, rating
+from radconcord.backend.services.evaluation.correlation import (
     study_agreement,
     study_correlation,
     study_failure_modes,
 )
-from radconcord.backend.services.study_data import load_ratings
-from radconcord.backend.services.study_settings import update_study_settings
+from radconcord.backend.services.evaluation.study_data import load_ratings
+from radconcord.backend.services.quality import adjudication
+from radconcord.backend.services.study_admin.study_settings import update_study_settings
 from radconcord.backend.types import Actor
 from radconcord.db.models import (
     Adjudication,

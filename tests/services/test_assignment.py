@@ -11,11 +11,11 @@ from sqlalchemy import select
 
 from radconcord.backend.analysis import adaptive as _adaptive
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import assignment as _assignment
-from radconcord.backend.services import auth
-from radconcord.backend.services import exports as _exports
-from radconcord.backend.services import rating as _rating
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import rating as _rating
+from radconcord.backend.services.study_admin import assignment as _assignment
+from radconcord.backend.services.study_admin.assignment import assign_raters
+from radconcord.backend.services.transfer import exports as _exports
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Pair, Report, Study, User
 from tests.helpers_adaptive import build_study, queue_positions, rater_actor
@@ -180,9 +180,9 @@ def test_assignment_errors(any_db, make_study, fast_password_hashing):
 
 
 def test_seed_demo_is_idempotent_and_usable(any_db, fast_password_hashing):
-    from radconcord.backend.services import rating
-    from radconcord.backend.services.demo_accounts import DEMO_USERS
-    from radconcord.backend.services.seed import DEMO_STUDY, seed_demo
+    from radconcord.backend.services.accounts.demo_accounts import DEMO_USERS
+    from radconcord.backend.services.accounts.seed import DEMO_STUDY, seed_demo
+    from radconcord.backend.services.annotation import rating
 
     first = seed_demo(any_db)
     assert first.created_users == ("admin", "rater1", "rater2") and first.study_created

@@ -9,7 +9,7 @@ from argon2 import PasswordHasher
 from sqlalchemy import select
 
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import auth
+from radconcord.backend.services.accounts import auth
 from radconcord.backend.types import Actor
 from radconcord.db.models import User
 

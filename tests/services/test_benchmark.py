@@ -26,10 +26,11 @@ from radconcord.backend.errors import InvalidInput, PermissionDenied
 from radconcord.backend.metrics import registry
 from radconcord.backend.scoring.jobs import study_id_by_name, study_pairs
 from radconcord.backend.scoring.runner import score
-from radconcord.backend.services import benchmark, pairwise
-from radconcord.backend.services.analysis import correlate_study
-from radconcord.backend.services.imports import import_rexval
-from radconcord.backend.services.radpref import import_radpref
+from radconcord.backend.services.annotation import pairwise
+from radconcord.backend.services.evaluation import benchmark
+from radconcord.backend.services.evaluation.correlation import correlate_study
+from radconcord.backend.services.transfer.imports import import_rexval
+from radconcord.backend.services.transfer.radpref import import_radpref
 from radconcord.backend.types import Actor
 from radconcord.backend.util import file_sha256
 from radconcord.db.models import MetricScore

@@ -9,8 +9,10 @@ import pytest
 from sqlalchemy import func, select
 
 from radconcord.backend.errors import NotFound, PermissionDenied
-from radconcord.backend.services import auth, progress, rating, studies
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.study_admin import progress, studies
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, MetricScore, Pair, Rating, RatingEvent
 
@@ -155,7 +157,7 @@ def test_admin_services_refuse_raters(world):
 @pytest.mark.parametrize("status", ["draft", "importing"])
 def test_images_of_a_hidden_study_are_refused_to_its_raters(world, status):
     """A rater's assignment in a draft or still-importing study opens none of its images."""
-    from radconcord.backend.services import images
+    from radconcord.backend.services.annotation import images
     from radconcord.db.models import Image, Study
 
     db, actors = world

@@ -14,8 +14,9 @@ from radconcord.backend.datasets import oracle, rexval
 from radconcord.backend.datasets.corpus import CorpusReport, ensure_iu_archive, file_sha256
 from radconcord.backend.errors import InvalidInput, PermissionDenied
 from radconcord.backend.metrics import registry
-from radconcord.backend.services import auth, rating
-from radconcord.backend.services.build_study import build_study, export_build
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.study_admin.build_study import build_study, export_build
 from radconcord.backend.types import Actor
 from radconcord.db.models import Pair, Study
 

@@ -8,9 +8,12 @@ from sqlalchemy import func, select
 
 from radconcord.backend.cli import main
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import assignment, auth, calibration, rating, study_settings
-from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.study_data import load_ratings
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.evaluation.study_data import load_ratings
+from radconcord.backend.services.quality import calibration
+from radconcord.backend.services.study_admin import assignment, study_settings
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import Adjudication, Assignment, Pair, Study, User
 from radconcord.db.session import Database

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from radconcord.backend.services import auth, rating
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import Pair, Rating, RatingEvent, Study, User
 
@@ -134,7 +135,7 @@ def test_twenty_raters_save_at_once(any_db, make_study, fast_password_hashing):
 IMPORT_PROCESS = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, sys.argv[3])
-    from radconcord.backend.services.imports import import_cases
+    from radconcord.backend.services.transfer.imports import import_cases
     from radconcord.backend.types import Actor, CandidateInput, CaseInput
     from radconcord.db.session import Database
 

@@ -19,7 +19,7 @@ from sqlalchemy import delete, select
 
 from radconcord.backend.cli import main
 from radconcord.backend.errors import NotFound, PermissionDenied
-from radconcord.backend.services.analysis import (
+from radconcord.backend.services.evaluation.correlation import (
     study_agreement,
     study_correlation,
     study_failure_modes,
@@ -549,8 +549,8 @@ def test_rexval_fixture_gives_the_documented_sections(db, monkeypatch, significa
     direct computation from the CSV (scipy.stats.kendalltau / spearmanr, Williams' formula)."""
     from argon2 import PasswordHasher
 
-    from radconcord.backend.services import imports
-    from radconcord.backend.services.imports import import_rexval
+    from radconcord.backend.services.transfer import imports
+    from radconcord.backend.services.transfer.imports import import_rexval
 
     monkeypatch.setattr(imports, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024,
                                                            parallelism=1))

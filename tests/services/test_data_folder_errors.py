@@ -32,7 +32,7 @@ import pytest
 
 from radconcord.backend.cli import main
 from radconcord.backend.errors import InvalidInput
-from radconcord.backend.services import exports
+from radconcord.backend.services.transfer import exports
 from radconcord.backend.types import Actor
 from radconcord.db import session as db_session
 from radconcord.db.session import Database, DataFolderError, exit_on_data_folder_error

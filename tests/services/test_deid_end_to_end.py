@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 from radconcord.backend import config
 from radconcord.backend.errors import InvalidInput
 from radconcord.backend.imaging.deid import BURNED_IN_WARNING, DEID_PROFILE
-from radconcord.backend.services import images as image_service
-from radconcord.backend.services.exports import export_study
-from radconcord.backend.services.imports import import_cases
+from radconcord.backend.services.annotation import images as image_service
+from radconcord.backend.services.transfer.exports import export_study
+from radconcord.backend.services.transfer.imports import import_cases
 from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import Assignment, Base, Image, Pair, Study, User
 
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:The pixel data is .* excess padd
 def _cheap_argon2(monkeypatch):
     from argon2 import PasswordHasher
 
-    from radconcord.backend.services import imports
+    from radconcord.backend.services.transfer import imports
 
     monkeypatch.setattr(imports, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024,
                                                            parallelism=1))

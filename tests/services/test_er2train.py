@@ -13,7 +13,7 @@ import pytest
 
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.metrics import er2score
-from radconcord.backend.services import er2train
+from radconcord.backend.services.evaluation import er2train
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Case, Pair, Rating, Report, Study, User
 from tests.helpers_llm import build_tiny_llama

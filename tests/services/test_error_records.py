@@ -9,14 +9,10 @@ import pytest
 from sqlalchemy import func, select, update
 
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import (
-    assignment_writes,
-    auth,
-    error_records,
-    rating,
-    study_settings,
-)
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import assignment_writes, error_records, rating
+from radconcord.backend.services.study_admin import study_settings
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import ErrorRecord, Pair, Rating, RatingEvent, Report, Study
 

@@ -18,7 +18,9 @@ from sqlalchemy import select
 
 from radconcord.backend.analysis.perturb import KINDS, SIGNIFICANT, generate
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import explore, imports, probes
+from radconcord.backend.services.evaluation import explore
+from radconcord.backend.services.scores import probes
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.db.models import MetricScore, Pair, Rating, User
 from radconcord.db.session import Database

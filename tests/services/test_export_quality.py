@@ -6,16 +6,11 @@ from __future__ import annotations
 
 import json
 
-from radconcord.backend.services import (
-    adjudication,
-    assignment_writes,
-    auth,
-    calibration,
-    flags,
-    rating,
-)
-from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.exports import export_study
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import assignment_writes, flags, rating
+from radconcord.backend.services.quality import adjudication, calibration
+from radconcord.backend.services.study_admin.assignment import assign_raters
+from radconcord.backend.services.transfer.exports import export_study
 from radconcord.backend.types import Actor
 
 SYSTEM = Actor.system()
@@ -89,7 +84,7 @@ def test_repeats_are_exported_with_both_showings_so_agreement_can_be_recomputed(
         any_db, make_study, tmp_path, fast_password_hashing):
     """repeats.jsonl holds, per rater, repeated pair and cell, the counts of both showings;
     the exact agreement of the export's intra-rater file follows from it alone."""
-    from radconcord.backend.services import study_settings
+    from radconcord.backend.services.study_admin import study_settings
 
     db = any_db
     make_study(db, "R", 12)

@@ -25,9 +25,12 @@ from scipy.stats import kendalltau
 from sqlalchemy import select
 
 from radconcord.backend.datasets import rexval
-from radconcord.backend.services import activity, analysis, auth, explore, progress, rating
-from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.exports import export_study
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import activity, rating
+from radconcord.backend.services.evaluation import correlation, explore
+from radconcord.backend.services.study_admin import progress
+from radconcord.backend.services.study_admin.assignment import assign_raters
+from radconcord.backend.services.transfer.exports import export_study
 from radconcord.backend.types import Actor
 from radconcord.backend.util import csv_unescape
 from radconcord.db.models import MetricScore, Pair
@@ -181,7 +184,7 @@ def test_dashboard_numbers_are_reproduced_from_the_export(study, tmp_path, fmt):
         totals.setdefault(key, 0)
     numbers = range(1, N_PAIRS + 1)
     mean = np.array([np.mean([v for (_, p), v in totals.items() if p == n]) for n in numbers])
-    corr = analysis.study_correlation(db, ADMIN, study_name=STUDY, resamples=0)
+    corr = correlation.study_correlation(db, ADMIN, study_name=STUDY, resamples=0)
     ours = {m.key: m for m in corr.metrics}
     assert set(ours) == {"bleu4", "radcliq_v1"}
     for key, m in ours.items():

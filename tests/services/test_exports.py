@@ -20,9 +20,9 @@ from radconcord.backend.datasets import rexval
 from radconcord.backend.datasets.pairs import parse_cases
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.imaging.deid import DEID_PROFILE
-from radconcord.backend.services import exports
-from radconcord.backend.services.exports import export_study
-from radconcord.backend.services.imports import import_cases, import_rexval
+from radconcord.backend.services.transfer import exports
+from radconcord.backend.services.transfer.exports import export_study
+from radconcord.backend.services.transfer.imports import import_cases, import_rexval
 from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import Assignment, Pair, Rating, User
 
@@ -36,7 +36,7 @@ def _cheap_argon2(monkeypatch):
     """Real argon2id with cheap parameters: the importer hashes one password per rater."""
     from argon2 import PasswordHasher
 
-    from radconcord.backend.services import imports
+    from radconcord.backend.services.transfer import imports
 
     monkeypatch.setattr(imports, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024,
                                                            parallelism=1))
@@ -308,7 +308,7 @@ def test_every_export_manifest_records_the_deidentification_profile(db, tmp_path
 def test_manifest_records_how_raters_saw_the_pairs(db, tmp_path):
     """The study's settings (e.g. difference highlighting) and their history go into the
     manifest, so an analysis of the export can say how the raters saw the pairs."""
-    from radconcord.backend.services import study_settings
+    from radconcord.backend.services.study_admin import study_settings
 
     _import_fixture(db)
     before = export_study(db, ADMIN, study_name="rexval", fmt="jsonl", out_dir=tmp_path / "a")

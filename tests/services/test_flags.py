@@ -10,8 +10,9 @@ import pytest
 from sqlalchemy import select, update
 
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import auth, flags, rating
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import flags, rating
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Pair, Study
 

@@ -1,4 +1,4 @@
-"""``import-scores`` (backend/services/score_imports.py): files, refusals, storage, and the
+"""``import-scores`` (backend/services/scores/score_imports.py): files, refusals, storage, and the
 views that pick an imported key up (analysis columns, correlate, explorer, export, report)."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from radconcord.backend.analysis.html_report import render_html
 from radconcord.backend.errors import InvalidInput, PermissionDenied
 from radconcord.backend.metrics.base import signature_hash
 from radconcord.backend.scoring.hashing import input_hash
-from radconcord.backend.services import explore
-from radconcord.backend.services.analysis import correlate_study
-from radconcord.backend.services.exports import export_study
-from radconcord.backend.services.score_imports import import_scores, list_score_imports
-from radconcord.backend.services.study_data import load_metric_columns, load_ratings
+from radconcord.backend.services.evaluation import explore
+from radconcord.backend.services.evaluation.correlation import correlate_study
+from radconcord.backend.services.evaluation.study_data import load_metric_columns, load_ratings
+from radconcord.backend.services.scores.score_imports import import_scores, list_score_imports
+from radconcord.backend.services.transfer.exports import export_study
 from radconcord.backend.types import Actor
 from radconcord.db.models import (
     Assignment,
@@ -204,7 +204,7 @@ def test_another_study_with_the_same_pairs_does_not_see_the_import(db, make_stud
     assert load_metric_columns(db, load_ratings(db, "b")) == {}
     assert explore.study_pairs(db, ADMIN, study_name="b").keys == ()
     # The adaptive order's question may name the key on its own study only.
-    from radconcord.backend.services import assignment
+    from radconcord.backend.services.study_admin import assignment
 
     assert assignment.scored_keys(db, ADMIN, study_name="a") == ["ext"]
     assert assignment.scored_keys(db, ADMIN, study_name="b") == []
@@ -213,7 +213,7 @@ def test_another_study_with_the_same_pairs_does_not_see_the_import(db, make_stud
 def test_study_scores_read_the_latest_import_in_its_direction(db, make_study, tmp_path):
     """``services.scoring.study_scores`` (the Metrics page's table, build-study) treats an
     imported key like the loaders do: its latest import, its direction, this study only."""
-    from radconcord.backend.services.scoring import study_scores
+    from radconcord.backend.services.scores.scoring import study_scores
 
     make_study(db, "a", 3)
     make_study(db, "b", 3)  # same texts: another study's import must not show here
@@ -519,7 +519,7 @@ def test_pairwise_preference_stats_read_the_imported_key_with_its_direction(
         db, fast_password_hashing, tmp_path):
     """On a pairwise study, an imported lower-is-better key equal to 1 - bleu4 agrees with the
     raters' preferences exactly as bleu4 does (test_pairwise.py's judged study)."""
-    from radconcord.backend.services import pairwise
+    from radconcord.backend.services.annotation import pairwise
     from tests.services.test_pairwise import SYSTEM, _judged, _world
 
     db, actors, _, _, bleu = _judged(*_world(db))

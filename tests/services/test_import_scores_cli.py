@@ -7,7 +7,7 @@ import hashlib
 from sqlalchemy import func, select
 
 from radconcord.backend.cli import main
-from radconcord.backend.services.study_data import load_metric_columns, load_ratings
+from radconcord.backend.services.evaluation.study_data import load_metric_columns, load_ratings
 from radconcord.db.models import MetricScore, ScoreImport
 from radconcord.db.session import Database
 

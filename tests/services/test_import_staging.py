@@ -22,11 +22,17 @@ from sqlalchemy import func, select, update
 
 from radconcord.backend.datasets import rexval
 from radconcord.backend.errors import InvalidInput, NotFound
-from radconcord.backend.services import exports, imports, rating, studies
-from radconcord.backend.services import images as image_service
-from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.imports import cleanup_stale_imports, import_cases, import_rexval
-from radconcord.backend.services.progress import study_progress
+from radconcord.backend.services.annotation import images as image_service
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.study_admin import studies
+from radconcord.backend.services.study_admin.assignment import assign_raters
+from radconcord.backend.services.study_admin.progress import study_progress
+from radconcord.backend.services.transfer import exports, imports
+from radconcord.backend.services.transfer.imports import (
+    cleanup_stale_imports,
+    import_cases,
+    import_rexval,
+)
 from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import (
     STUDY_STAGING,
@@ -198,7 +204,7 @@ KILLED_IMPORT = textwrap.dedent("""
     import os, sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
-    from radconcord.backend.services import imports
+    from radconcord.backend.services.transfer import imports
     from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
     from radconcord.db.session import Database
 
@@ -310,7 +316,7 @@ def test_same_case_id_in_two_studies_keeps_each_studys_image(any_db, tmp_path):
 
 def test_saves_during_a_long_import_all_succeed(any_db, make_study, fast_password_hashing):
     """Raters keep saving while a 6000-pair import runs in another thread of the process."""
-    from radconcord.backend.services import auth
+    from radconcord.backend.services.accounts import auth
 
     db = any_db
     make_study(db, "Live", 8)

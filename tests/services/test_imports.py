@@ -20,9 +20,9 @@ from radconcord.backend.datasets.pairs import parse_cases
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.imaging.deid import DEID_PROFILE
 from radconcord.backend.scoring.hashing import input_hash
-from radconcord.backend.services import images as image_service
-from radconcord.backend.services.imports import import_cases, import_rexval
-from radconcord.backend.services.seed import import_demo
+from radconcord.backend.services.accounts.seed import import_demo
+from radconcord.backend.services.annotation import images as image_service
+from radconcord.backend.services.transfer.imports import import_cases, import_rexval
 from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import (
     Assignment,
@@ -45,7 +45,7 @@ def _cheap_argon2(monkeypatch):
     """Real argon2id with cheap parameters: the importer hashes one password per rater."""
     from argon2 import PasswordHasher
 
-    from radconcord.backend.services import imports
+    from radconcord.backend.services.transfer import imports
 
     monkeypatch.setattr(imports, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024,
                                                            parallelism=1))

@@ -18,7 +18,8 @@ from radconcord.backend import cli
 from radconcord.backend.datasets.pairs import parse_cases, read_cases
 from radconcord.backend.errors import InvalidInput
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import imports, job_inputs
+from radconcord.backend.services import job_inputs
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import Actor
 from radconcord.db.models import Case, Image, Job, Pair, Report, Study
 

@@ -30,16 +30,12 @@ from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.jobs import context
 from radconcord.backend.metrics import er2score, registry
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import (
-    build_study,
-    er2train,
-    imports,
-    job_inputs,
-    probes,
-    refit,
-    studies,
-)
-from radconcord.backend.services.analysis import correlate_study
+from radconcord.backend.services import job_inputs
+from radconcord.backend.services.evaluation import er2train, refit
+from radconcord.backend.services.evaluation.correlation import correlate_study
+from radconcord.backend.services.scores import probes
+from radconcord.backend.services.study_admin import build_study, studies
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.db.models import (
     STUDY_STAGING,

@@ -13,8 +13,9 @@ from radconcord.backend import cli, jobs
 from radconcord.backend.errors import PermissionDenied
 from radconcord.backend.jobs import queue
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import imports, scoring
 from radconcord.backend.services import jobs as job_services
+from radconcord.backend.services.scores import scoring
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import Actor, CandidateInput, CaseInput
 from radconcord.db.models import MetricScore, Report, WorkerProcess
 

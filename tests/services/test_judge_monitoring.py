@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import select
 
 from radconcord.backend.errors import InvalidInput, PermissionDenied
-from radconcord.backend.services import auth, qc
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.quality import qc
 from radconcord.backend.types import Actor
 from radconcord.db.models import Comparison, Judgement, Pair, Study
 

@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy import select, update
 
 from radconcord.backend.errors import InvalidInput, NotFound
-from radconcord.backend.services import auth, pace, rating
-from radconcord.backend.services.activity import SpanInput, record_spans
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import pace, rating
+from radconcord.backend.services.annotation.activity import SpanInput, record_spans
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Pair, Study
 
@@ -184,7 +185,8 @@ def test_while_the_gate_holds_only_training_items_are_left(any_db, make_study,
                                                             fast_password_hashing):
     """A rater held at the training items has those left, not the study pairs behind the
     gate; once qualified, everything they hold counts again."""
-    from radconcord.backend.services import calibration, study_settings
+    from radconcord.backend.services.quality import calibration
+    from radconcord.backend.services.study_admin import study_settings
 
     make_study(any_db, "S", 5)
     calibration.mark_training(any_db, SYSTEM, study_name="S",

@@ -1,4 +1,5 @@
-"""Pairwise mode (backend/services/pairwise.py) on SQLite and PostgreSQL, and ``correlate``'s
+"""Pairwise mode (backend/services/annotation/pairwise.py) on SQLite and PostgreSQL, and
+``correlate``'s
 pairwise block.
 
 Statistics are checked against hand computations written out here from the inserted ratings
@@ -18,7 +19,10 @@ from sqlalchemy import func, select
 from radconcord.backend.cli import main
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.scoring.hashing import input_hash
-from radconcord.backend.services import auth, pairwise, study_settings, transactions
+from radconcord.backend.services import transactions
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import pairwise
+from radconcord.backend.services.study_admin import study_settings
 from radconcord.backend.types import Actor
 from radconcord.db.models import (
     PAIR_TRAINING,
@@ -544,7 +548,7 @@ def test_a_judge_reaches_the_film_of_their_comparisons_only(world):
     """The images service's access check knows judgements: a rater whose only work is a
     comparison of the case gets past it (to the missing-file error of this test image); a
     rater holding no comparison of it is refused."""
-    from radconcord.backend.services import images
+    from radconcord.backend.services.annotation import images
     from radconcord.db.models import Image
 
     db, ids, actors = world

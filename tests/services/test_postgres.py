@@ -10,8 +10,9 @@ import uuid
 import pytest
 from sqlalchemy import inspect, select, text
 
-from radconcord.backend.services import auth, rating
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Base, Pair, Rating, RatingEvent
 from radconcord.db.session import Database

@@ -15,8 +15,10 @@ from sqlalchemy import select
 
 from radconcord.backend.analysis import intra_rater as ir
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import activity, auth, qc
-from radconcord.backend.services.activity import SpanInput
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import activity
+from radconcord.backend.services.annotation.activity import SpanInput
+from radconcord.backend.services.quality import qc
 from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_REPEAT, PAIR_TRAINING, Assignment, Pair, Rating, Study
 

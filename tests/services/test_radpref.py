@@ -14,8 +14,9 @@ from sqlalchemy import func, select
 from radconcord.backend import cli
 from radconcord.backend.datasets import radpref as files
 from radconcord.backend.errors import InvalidInput, PermissionDenied
-from radconcord.backend.services import auth, radpref
-from radconcord.backend.services.study_settings import effective
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.study_admin.study_settings import effective
+from radconcord.backend.services.transfer import radpref
 from radconcord.backend.types import Actor
 from radconcord.db.models import (
     Assignment,

@@ -17,15 +17,11 @@ from radconcord.backend.errors import (
     PermissionDenied,
     ServiceError,
 )
-from radconcord.backend.services import (
-    assignment_writes,
-    auth,
-    progress,
-    rating,
-    studies,
-    transactions,
-)
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services import transactions
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import assignment_writes, rating
+from radconcord.backend.services.study_admin import progress, studies
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Image, Pair, Rating, RatingEvent, Study
 

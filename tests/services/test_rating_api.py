@@ -13,8 +13,10 @@ from sqlalchemy import func, select, update
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from radconcord.backend.services import auth, rating, sessions, transactions
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services import transactions
+from radconcord.backend.services.accounts import auth, sessions
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession, Pair, RatingEvent, Study
 from radconcord.webapp import api

@@ -11,8 +11,9 @@ import pytest
 from sqlalchemy import select, update
 
 from radconcord.backend.errors import InvalidInput, PermissionDenied
-from radconcord.backend.services import assignment_writes, auth, rating
-from radconcord.backend.services.assignment import assign_raters
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import assignment_writes, rating
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, RatingEvent, Study
 

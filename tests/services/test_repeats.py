@@ -9,9 +9,12 @@ import pytest
 from sqlalchemy import func, select, update
 
 from radconcord.backend.errors import PermissionDenied
-from radconcord.backend.services import assignment, auth, calibration, rating, study_settings
-from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.study_data import load_ratings
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.evaluation.study_data import load_ratings
+from radconcord.backend.services.quality import calibration
+from radconcord.backend.services.study_admin import assignment, study_settings
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Pair, Study
 from tests.helpers_adaptive import build_study, rater_actor
@@ -193,7 +196,7 @@ def test_training_gate_repeats_and_adaptive_order_together(any_db):
     # The brief's combined study: training items first behind a gate, then the study pairs
     # in adaptive order with hidden repeats well after their sources; the repeats feed the
     # intra-rater statistics and nothing else.
-    from radconcord.backend.services import qc
+    from radconcord.backend.services.quality import qc
 
     build_study(any_db, "S", n_pairs=20, raters=("ra", "rb"), k=2, seed=3)
     calibration.mark_from_csv(any_db, SYSTEM, study_name="S", text=(

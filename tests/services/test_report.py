@@ -18,8 +18,9 @@ from radconcord.backend.analysis import html_report
 from radconcord.backend.cli import main
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import assignment_writes, reports
-from radconcord.backend.services.analysis import study_agreement, study_correlation
+from radconcord.backend.services.annotation import assignment_writes
+from radconcord.backend.services.evaluation import reports
+from radconcord.backend.services.evaluation.correlation import study_agreement, study_correlation
 from radconcord.backend.types import Actor
 from radconcord.db.models import Pair, Study
 from tests.services.test_correlate import _build
@@ -185,7 +186,7 @@ def test_the_static_engine_draws_svg_figures_with_the_system_chromium():
     no browser is downloaded. The figures come back as SVG documents of the requested size."""
     import plotly.graph_objects as go
 
-    from radconcord.backend.services.reports import _static_export
+    from radconcord.backend.services.evaluation.reports import _static_export
 
     fig = go.Figure(go.Bar(x=["gen-a", "gen-b"], y=[1.5, 0.5]))
     fig.update_layout(width=640, height=320, title="errors per source")
@@ -208,7 +209,8 @@ def test_the_report_uses_the_chosen_resampling_unit_and_correction(study, monkey
 def test_the_report_says_which_counts_and_uses_the_consensus(study, monkeypatch):
     """Raw by default; with counts="adjudicated" the consensus of an adjudicated pair enters
     the correlations (the same numbers as the dashboard's service) and the report says so."""
-    from radconcord.backend.services import adjudication, auth
+    from radconcord.backend.services.accounts import auth
+    from radconcord.backend.services.quality import adjudication
     from radconcord.db.models import Pair as PairModel
 
     db, _ = study

@@ -12,7 +12,8 @@ import datetime as dt
 
 from sqlalchemy import select
 
-from radconcord.backend.services import adjudication, auth, calibration
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.quality import adjudication, calibration
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Pair, Rating, Study
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 
-from radconcord.backend.services import auth, pairwise
-from radconcord.backend.services.exports import export_study
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import pairwise
+from radconcord.backend.services.transfer.exports import export_study
 from radconcord.backend.types import Actor
 from tests.services.test_pairwise import build
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from radconcord.backend.scoring.hashing import input_hash
-from radconcord.backend.services import pairwise
+from radconcord.backend.services.annotation import pairwise
 from radconcord.backend.types import Actor
 from radconcord.db.models import Case, Comparison, Pair, Report, Study
 

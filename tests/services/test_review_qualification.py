@@ -7,7 +7,9 @@ the rater waits for the items still to come.
 
 from __future__ import annotations
 
-from radconcord.backend.services import calibration, rating, study_settings
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.quality import calibration
+from radconcord.backend.services.study_admin import study_settings
 from radconcord.backend.types import Actor
 from tests.services.test_calibration import _answer, _csv, _setup
 

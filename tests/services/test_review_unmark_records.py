@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from radconcord.backend.services import calibration, error_records, rating
+from radconcord.backend.services.annotation import error_records, rating
+from radconcord.backend.services.quality import calibration
 from radconcord.backend.types import Actor
 from radconcord.db.models import ErrorRecord
 from tests.services.test_error_records import _setup, _span

@@ -28,17 +28,12 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from radconcord.backend.datasets.pairs import CandidateInput, CaseInput, ImageInput
-from radconcord.backend.services import (
-    auth,
-    error_records,
-    images,
-    rating,
-    sessions,
-    study_settings,
-    transactions,
-)
-from radconcord.backend.services.assignment import assign_raters
-from radconcord.backend.services.imports import import_cases
+from radconcord.backend.services import transactions
+from radconcord.backend.services.accounts import auth, sessions
+from radconcord.backend.services.annotation import error_records, images, rating
+from radconcord.backend.services.study_admin import study_settings
+from radconcord.backend.services.study_admin.assignment import assign_raters
+from radconcord.backend.services.transfer.imports import import_cases
 from radconcord.backend.types import Actor
 from radconcord.backend.util import MAX_DB_ID, is_db_id
 from radconcord.db.models import Case, Image, Rating, RatingEvent

@@ -1,4 +1,4 @@
-"""backend.services.score_now: the offline metrics, "Score now" and the first start's job.
+"""backend.services.scores.score_now: the offline metrics, "Score now" and the first start's job.
 
 On SQLite and PostgreSQL: the first start queues one score job of the demo study's offline
 metrics and never a second (the job row is the record, whatever became of it); "Score now"
@@ -14,8 +14,9 @@ from radconcord.backend import jobs as queue
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.metrics import registry
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import score_now, seed
-from radconcord.backend.services.scoring import describe_family
+from radconcord.backend.services.accounts import seed
+from radconcord.backend.services.scores import score_now
+from radconcord.backend.services.scores.scoring import describe_family
 from radconcord.backend.types import Actor
 
 RATER = Actor(user_id=99, username="someone", role="rater")

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import select, update
 
 from radconcord.backend import clock
-from radconcord.backend.services import auth, sessions
-from radconcord.backend.services.demo_accounts import DEMO_USERS
+from radconcord.backend.services.accounts import auth, sessions
+from radconcord.backend.services.accounts.demo_accounts import DEMO_USERS
 from radconcord.backend.types import Actor
 from radconcord.db.models import AuthSession, LoginThrottle, User
 from radconcord.db.session import Database
@@ -236,7 +236,7 @@ def _fail(db: Database, name: str, client: sessions.Client, now: dt.datetime) ->
 
 def test_five_failures_lock_the_account_exponentially_and_a_success_resets(any_db, caplog):
     _user(any_db)
-    caplog.set_level(logging.WARNING, logger="radconcord.backend.services.sessions")
+    caplog.set_level(logging.WARNING, logger="radconcord.backend.services.accounts.sessions")
     for i in range(4):
         exc = _fail(any_db, "rita", REMOTE, T0 + dt.timedelta(seconds=i))
         assert not isinstance(exc, sessions.LoginLocked)
@@ -312,7 +312,7 @@ def test_a_locked_login_does_not_check_the_password(any_db, monkeypatch):
 def test_a_demo_password_is_refused_from_another_computer_even_when_right(any_db, username,
                                                                           password, caplog):
     _user(any_db, username, password=password)
-    caplog.set_level(logging.WARNING, logger="radconcord.backend.services.sessions")
+    caplog.set_level(logging.WARNING, logger="radconcord.backend.services.accounts.sessions")
     with pytest.raises(sessions.LoginRefused) as info:
         sessions.login(any_db, username=username, password=password, client=REMOTE, now=T0)
     assert not isinstance(info.value, sessions.LoginLocked)

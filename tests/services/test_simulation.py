@@ -12,7 +12,7 @@ from radconcord.backend.analysis.stats import orient
 from radconcord.backend.cli import main
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
 from radconcord.backend.runner.worker import Worker
-from radconcord.backend.services import simulation
+from radconcord.backend.services.evaluation import simulation
 from tests.helpers_adaptive import SYSTEM, build_study, rate_everything, rater_actor
 
 RATERS = ("ra", "rb", "rc", "rd")

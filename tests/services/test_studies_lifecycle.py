@@ -15,7 +15,10 @@ from sqlalchemy import func, select
 
 from radconcord.backend import cli, jobs
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import assignment, auth, imports, rating, studies, study_settings
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.study_admin import assignment, studies, study_settings
+from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import (
     STUDY_STAGING,

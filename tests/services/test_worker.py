@@ -243,7 +243,7 @@ def test_kill_9_mid_job_then_restart_resumes_without_duplicates(d, any_db, tmp_p
 def test_scoring_services_for_the_ui(d, db):
     from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
     from radconcord.backend.services import jobs as job_svc
-    from radconcord.backend.services import scoring as svc
+    from radconcord.backend.services.scores import scoring as svc
     from radconcord.backend.types import Actor
 
     admin, rater = Actor.system(), Actor(user_id=5, username="r", role="rater")

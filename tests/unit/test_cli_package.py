@@ -13,7 +13,7 @@ from radconcord.backend.cli import common
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The stable command line (DESIGN.md, README "Command line") plus the admin commands.
+# The stable command line (README "Command line") plus the admin commands.
 EXPECTED_COMMANDS = {
     "metrics", "uncertainty", "train-er2score", "score", "import-pairs", "import-rexval",
     "export", "import-demo", "build-study", "init-db", "seed-demo", "assign", "create-user",

@@ -1,6 +1,6 @@
 """CRG score: hand-worked examples, invariants, edge cases and the metric wrapper.
 
-Reference: the formula in Hamamci et al. (CRG score) as written in METRICS.md,
+Reference: the formula of the CRG score paper (Hamamci et al.),
 r = (X-A)/(2A), U = (X-A)/2, s = r*TP - r*FN - FP, CRG = U/(2U - s); tolerance 1e-12.
 """
 

@@ -13,7 +13,7 @@ import pytest
 from radconcord.backend.datasets.radpref import _user_file_key
 from radconcord.backend.errors import InvalidInput
 from radconcord.backend.jobs.queue import check_device
-from radconcord.backend.services import auth
+from radconcord.backend.services.accounts import auth
 from radconcord.backend.types import Actor
 
 
@@ -42,7 +42,7 @@ def test_radpref_user_files_sort_without_reading_non_ascii_digits_as_numbers():
 
 
 def test_an_activity_client_id_must_match_whole(db):
-    from radconcord.backend.services import activity
+    from radconcord.backend.services.annotation import activity
 
     for client_id in ("page-load-abc123\n", "page-load-abc123 "):
         with pytest.raises(InvalidInput, match="client_id: must be 8-64 letters"):

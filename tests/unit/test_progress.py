@@ -248,7 +248,7 @@ def test_plain_progress_of_a_failed_block_ends_stopped_not_done():
 def test_correlate_reports_each_section(tmp_path, monkeypatch, capsys):
     """correlate_study calls progress once per section, ending at total/total; the CLI
     prints them as plain lines off a terminal."""
-    from radconcord.backend.services.analysis import correlate_study
+    from radconcord.backend.services.evaluation.correlation import correlate_study
     from radconcord.db.session import Database
     from tests.helpers_api import STUDY, build_rated_study
 

@@ -1,7 +1,7 @@
 """RadCliQ: the regression constants and the composite over its four input families.
 
-References: the reference points in METRICS.md (all inputs 1 -> -1.4407, all 0 -> 2.4501 for
-v1; 4 decimals as published) and a scikit-learn ``StandardScaler`` + ``LinearRegression``
+References: the published reference points of Yu et al. 2023 (all inputs 1 -> -1.4407, all 0 ->
+2.4501 for v1; 4 decimals as published) and a scikit-learn ``StandardScaler`` + ``LinearRegression``
 whose fitted attributes are set to the constants, as CXR-Report-Metric stores them
 (tolerance 1e-12).
 """

@@ -63,8 +63,8 @@ def test_constant_and_collinear_columns_match_sklearn():
 
 
 def test_published_radcliq_v1_constants_reproduce_metrics_md():
-    """Reference: METRICS.md RadCliQ-v1 constants; all inputs 1 -> -1.4407, all 0 -> 2.4501
-    (published to 4 decimals, abs 1e-4)."""
+    """Reference: the published RadCliQ-v1 constants (Yu et al. 2023); all inputs 1 -> -1.4407,
+    all 0 -> 2.4501 (published to 4 decimals, abs 1e-4)."""
     v1 = LinearModel(
         mean=np.array([0.5379231241, 0.6175725628, 0.7647942121, 0.4473833540]),
         scale=np.array([0.3028258411, 0.2243093846, 0.2539439110, 0.2989271671]),

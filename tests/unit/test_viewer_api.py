@@ -17,9 +17,9 @@ from starlette.testclient import TestClient
 from radconcord.backend import config
 from radconcord.backend.imaging.load import VoiLut, load_image
 from radconcord.backend.imaging.window import Window, display_values, resolve_window
-from radconcord.backend.services import auth, sessions
-from radconcord.backend.services import images as image_service
-from radconcord.backend.services.imports import import_cases
+from radconcord.backend.services.accounts import auth, sessions
+from radconcord.backend.services.annotation import images as image_service
+from radconcord.backend.services.transfer.imports import import_cases
 from radconcord.backend.types import Actor, CandidateInput, CaseInput, ImageInput
 from radconcord.db.models import Assignment, Case, Image, Pair
 from radconcord.webapp import api

@@ -35,7 +35,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from radconcord.backend import config
-from radconcord.backend.services import sessions
+from radconcord.backend.services.accounts import sessions
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from radconcord.webapp.state import CSRF_HEADER, SESSION_COOKIE

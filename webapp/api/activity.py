@@ -12,7 +12,8 @@ Answers:
   are named and dropped by the browser, the others are stored. A resend is counted in
   ``duplicates``. A stored span is linked to the session of the cookie that posted it and
   credited only inside the rater's sessions and for instants not already credited to the
-  rater (``backend.services.activity``): what the browser claims beyond that is stored but
+  rater (``backend.services.annotation.activity``): what the browser claims beyond that is stored
+  but
   clipped, never credited.
 * ``400``: the body is not such an object (the reason names the field).
 * ``401``: no live session (logged out, expired, revoked): the browser keeps its spans and
@@ -38,7 +39,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from radconcord.backend.errors import ServiceError
-from radconcord.backend.services import activity, sessions
+from radconcord.backend.services.accounts import sessions
+from radconcord.backend.services.annotation import activity
 from radconcord.webapp import api
 from radconcord.webapp.state import SESSION_COOKIE
 

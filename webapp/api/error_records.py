@@ -42,7 +42,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import assignment_writes, error_records, transactions
+from radconcord.backend.services import transactions
+from radconcord.backend.services.annotation import assignment_writes, error_records
 from radconcord.backend.types import Actor
 from radconcord.webapp import api
 from radconcord.webapp.api.rating import counts_json

@@ -5,7 +5,7 @@ is one binary body (``application/octet-stream``)::
 
     b"RCPX"                 4 bytes, magic
     header length           uint32, little-endian
-    header                  UTF-8 JSON (``backend.services.images.ViewerPixels.header``),
+    header                  UTF-8 JSON (``backend.services.annotation.images.ViewerPixels.header``),
                             padded with spaces so that the values start at a multiple of 4
     values                  rows * cols items of header["dtype"], little-endian, row-major
 
@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import images as image_service
+from radconcord.backend.services.annotation import images as image_service
 from radconcord.webapp import api
 
 MAGIC = b"RCPX"

@@ -41,7 +41,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from radconcord.backend.errors import InvalidInput, NotFound, PermissionDenied
-from radconcord.backend.services import assignment_writes, rating, sessions, transactions
+from radconcord.backend.services import transactions
+from radconcord.backend.services.accounts import sessions
+from radconcord.backend.services.annotation import assignment_writes, rating
 from radconcord.backend.types import Actor
 from radconcord.webapp import api
 
@@ -63,7 +65,7 @@ def grid_tag(actor: Actor, opaque_id: str) -> str:
     """The tag of the actor's assignment of a pair, for the browser's unsaved store.
 
     The grid keeps a change it could not save in ``localStorage`` under the pair's id and this
-    tag (:func:`backend.services.sessions.account_tag`), and sends it again after the next
+    tag (:func:`backend.services.accounts.sessions.account_tag`), and sends it again after the next
     login: a change made by one account is never applied as another's on a shared browser.
     """
     return sessions.account_tag(actor, f"grid:{opaque_id}")

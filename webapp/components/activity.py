@@ -5,7 +5,8 @@ the rater's own events on ``document`` in the capture phase (keys, pointer press
 wheel, input; window focus and blur; tab visibility) and sends the active spans of the pair
 on screen to
 ``POST _rc/api/activity`` (``webapp/api/activity.py``), which stores them through
-``backend.services.activity``. The rules (idle cut ``RADCONCORD_IDLE_CUT_S``, default 30 s;
+``backend.services.annotation.activity``. The rules (idle cut ``RADCONCORD_IDLE_CUT_S``, default 30
+s;
 nothing while the tab is hidden or the window blurred; time to the pair on screen) are
 documented there. The element takes no room on the page; draw it on every run of the rating
 page with the pair's opaque id (the id the rater sees, never a database id).
@@ -19,7 +20,7 @@ from typing import Any
 
 import streamlit as st
 
-from radconcord.backend.services import activity
+from radconcord.backend.services.annotation import activity
 from radconcord.backend.types import Actor
 from radconcord.webapp import api, state
 

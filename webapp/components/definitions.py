@@ -3,7 +3,8 @@
 A Streamlit components-v2 element (rendered in the page, no iframe; ``definitions/``): a
 "Definitions" button for the header and a floating, non-modal panel with the six error
 categories (a one-line definition and a short example each, from
-:mod:`backend.services.definitions`) and what makes an error clinically significant. ``?``
+:mod:`backend.services.annotation.definitions`) and what makes an error clinically significant.
+``?``
 opens or closes it from anywhere on the page except a text field, Esc closes it; it works in
 the browser alone (no rerun, no request), so the pair on screen, the grid's state and the
 focus are kept.
@@ -16,7 +17,7 @@ from typing import Any
 
 import streamlit as st
 
-from radconcord.backend.services.definitions import DEFINITIONS, SIGNIFICANCE_NOTE
+from radconcord.backend.services.annotation.definitions import DEFINITIONS, SIGNIFICANCE_NOTE
 
 NAME = "radconcord_definitions"
 KEY = "rc_definitions"

@@ -6,7 +6,7 @@ A Streamlit components-v2 element (in the page, no iframe) whose JavaScript
 ``webapp/api/error_records.py``, with the version of the pair it shows (a stale one is refused
 and the stored records are shown). After each stored change it sets the trigger ``saved``,
 which reruns the page: the read-only count grid below then shows the counts derived from the
-records (``backend/services/error_records.py``).
+records (``backend/services/annotation/error_records.py``).
 
 Keyboard first, in the words box: Left/Right move the word cursor, Shift+Left/Right extend
 the selection, 1-6 pick the category, S toggles "clinically significant", Enter saves,
@@ -21,7 +21,7 @@ from typing import Any
 
 import streamlit as st
 
-from radconcord.backend.services import error_records, rating
+from radconcord.backend.services.annotation import error_records, rating
 from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.db.session import Database
 from radconcord.webapp import api, state

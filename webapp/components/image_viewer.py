@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
+
+if TYPE_CHECKING:
+    from radconcord.db.session import Database
 
 VIEWER_DIR = Path(__file__).resolve().parent / "viewer"
 VIEWER_KEY = "rc_film_viewer"
@@ -74,7 +77,7 @@ def viewer_items(images: Sequence[Any], base_url_path: str = "") -> list[dict[st
     ]
 
 
-def viewer_panel(db: Any, actor: Any, images: Sequence[Any], *, pair_key: str) -> None:  # noqa: ANN401
+def viewer_panel(db: Database, actor: Any, images: Sequence[Any], *, pair_key: str) -> None:  # noqa: ANN401
     """Draw the case's images in the canvas viewer (the rating screen's viewer).
 
     The browser fetches the pixels itself, through the images service's access check, so
@@ -87,7 +90,7 @@ def viewer_panel(db: Any, actor: Any, images: Sequence[Any], *, pair_key: str) -
         images: The pair's ``rating.ImageRef`` values (image_id, view, format).
         pair_key: The pair on screen.
     """
-    from radconcord.backend.services import images as image_service
+    from radconcord.backend.services.annotation import images as image_service
 
     if not images:
         st.info("No images for this case.")

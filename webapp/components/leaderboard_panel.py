@@ -1,7 +1,7 @@
 """The dashboard's leaderboard: the ``radconcord benchmark`` view of studies in the database.
 
 Built on click (a bootstrap per study and target is too slow for every rerun) from the
-studies' stored scores by :func:`backend.services.benchmark.study_leaderboard`, the same
+studies' stored scores by :func:`backend.services.evaluation.benchmark.study_leaderboard`, the same
 protocol and document as the command; nothing is scored here. Per study: the headline
 ranking (tau-b against total errors, or pairwise agreement for a pairwise study) with 95%
 intervals, the share of the human ceiling and the Holm-corrected paired test against the
@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from radconcord.backend.services import benchmark
+from radconcord.backend.services.evaluation import benchmark
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from radconcord.webapp import state

@@ -209,7 +209,8 @@ def simulation_result(job_id: int, result: Mapping[str, Any]) -> None:
 
     Args:
         job_id: The job (named in the caption).
-        result: Its result (:meth:`backend.services.simulation.SimulationOutput.as_json`).
+        result: Its result
+        (:meth:`backend.services.evaluation.simulation.SimulationOutput.as_json`).
     """
     curves = result.get("curves") or []
     if not curves:

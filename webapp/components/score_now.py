@@ -3,7 +3,7 @@
 :func:`score_now` draws, for an admin, the study's scoring state (no scores yet, a score job
 queued or running with its live progress and Cancel, the last job's outcome, whether a
 worker is alive and how to start one) and a button that queues a score job of the metrics
-that run here without a model (``backend.services.score_now``). The web process only
+that run here without a model (``backend.services.scores.score_now``). The web process only
 queues; the worker scores. A rater never sees any of it (nothing is drawn).
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from radconcord.backend.services import jobs, scoring
-from radconcord.backend.services import score_now as service
+from radconcord.backend.services import jobs
+from radconcord.backend.services.scores import score_now as service
+from radconcord.backend.services.scores import scoring
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from radconcord.webapp import state

@@ -17,7 +17,8 @@ from html import escape
 import streamlit as st
 
 from radconcord.backend.errors import ServiceError
-from radconcord.backend.services import calibration, rating
+from radconcord.backend.services.annotation import rating
+from radconcord.backend.services.quality import calibration
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from radconcord.backend.services import auth
+from radconcord.backend.services.accounts import auth
 from radconcord.webapp import state
 
 actor = state.require_actor()

@@ -12,8 +12,9 @@ import math
 import streamlit as st
 
 from radconcord.backend.errors import ServiceError
-from radconcord.backend.services import adjudication, study_settings
-from radconcord.backend.services.assignment_writes import CELLS
+from radconcord.backend.services.annotation.assignment_writes import CELLS
+from radconcord.backend.services.quality import adjudication
+from radconcord.backend.services.study_admin import study_settings
 from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.webapp import state
 from radconcord.webapp.components import reports

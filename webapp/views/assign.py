@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from radconcord.backend.services import assignment, auth, calibration, studies, study_settings
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.quality import calibration
+from radconcord.backend.services.study_admin import assignment, studies, study_settings
 from radconcord.webapp import state
 
 actor = state.require_actor()

@@ -18,8 +18,9 @@ import streamlit as st
 from radconcord.backend.datasets import corpus as corpus_mod
 from radconcord.backend.errors import InvalidInput
 from radconcord.backend.metrics import registry
-from radconcord.backend.services import auth, job_inputs
-from radconcord.backend.services import build_study as service
+from radconcord.backend.services import job_inputs
+from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.study_admin import build_study as service
 from radconcord.webapp import state
 from radconcord.webapp.components import job_ref
 from radconcord.webapp.components.job_panel import job_panel

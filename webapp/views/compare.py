@@ -18,7 +18,7 @@ import html
 import streamlit as st
 
 from radconcord.backend.errors import ServiceError
-from radconcord.backend.services import pairwise
+from radconcord.backend.services.annotation import pairwise
 from radconcord.backend.types import Actor
 from radconcord.webapp import state
 from radconcord.webapp.components.activity import activity_tracker

@@ -29,7 +29,7 @@ cells of each); pairs are numbered 1..N as raters see them; agreement plots name
 categories; a missing value is a blank cell (``webapp/components/tables.py``); each published
 value is named by its paper in both the reproduction table and the forest plot's legend. Time
 on task per rater (total and median per pair) is the measure of
-``backend.services.activity``: the rater's own input and focus events, idle gaps cut.
+``backend.services.annotation.activity``: the rater's own input and focus events, idle gaps cut.
 """
 
 from __future__ import annotations
@@ -42,17 +42,10 @@ from streamlit.errors import StreamlitAPIException
 
 from radconcord.backend.errors import ServiceError
 from radconcord.backend.figures import correlation as figures
-from radconcord.backend.services import (
-    activity,
-    analysis,
-    explore,
-    jobs,
-    progress,
-    refit,
-    reports,
-    simulation,
-    studies,
-)
+from radconcord.backend.services import jobs
+from radconcord.backend.services.annotation import activity
+from radconcord.backend.services.evaluation import correlation, explore, refit, reports, simulation
+from radconcord.backend.services.study_admin import progress, studies
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from radconcord.webapp import state
@@ -90,11 +83,11 @@ db = state.get_db()
 @st.cache_data(show_spinner="Bootstrapping correlations...", max_entries=32)
 def _correlation(version: str, actor: Actor, study: str, significant: bool, resamples: int,
                  seed: int, unit: str, correction: str, counts: str,
-                 _db: Database) -> analysis.StudyCorrelation:
+                 _db: Database) -> correlation.StudyCorrelation:
     # ``version`` changes whenever a rating, completion or score changes: it is the cache key
     # that makes an unchanged refresh free. The actor is part of the key so a result computed
     # for one account is never handed to another without the service's role check.
-    return analysis.study_correlation(_db, actor, study_name=study,
+    return correlation.study_correlation(_db, actor, study_name=study,
                                       significant_only=significant, resamples=resamples,
                                       seed=seed, unit=unit, correction=correction,
                                       counts=counts)
@@ -108,8 +101,8 @@ def _pairs(version: str, actor: Actor, study: str, significant: bool,
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _agreement(version: str, actor: Actor, study: str, significant: bool, counts: str,
-               _db: Database) -> analysis.StudyAgreement:
-    return analysis.study_agreement(_db, actor, study_name=study, significant_only=significant,
+               _db: Database) -> correlation.StudyAgreement:
+    return correlation.study_agreement(_db, actor, study_name=study, significant_only=significant,
                                     counts=counts)
 
 
@@ -156,7 +149,7 @@ counts = u3.radio(
          "Agreement between raters always uses their own counts.")
 
 
-def _counts_used(corr: analysis.StudyCorrelation) -> str:
+def _counts_used(corr: correlation.StudyCorrelation) -> str:
     """Which per-pair counts the correlations were computed on, in words."""
     if corr.counts == "adjudicated":
         return (f"Counts: adjudicated. {corr.n_adjudicated} of {corr.n_pairs} pairs use the "
@@ -164,14 +157,14 @@ def _counts_used(corr: analysis.StudyCorrelation) -> str:
     return "Counts: raw, the mean of each pair's raters (adjudications not used)."
 
 
-def _pct_of_ceiling(corr: analysis.StudyCorrelation, key: str) -> float | None:
+def _pct_of_ceiling(corr: correlation.StudyCorrelation, key: str) -> float | None:
     # The JSON holds the share as a fraction (|tau| / ceiling); the table shows percent.
     entry = corr.result.metrics.get(key)
     share = entry.pct_of_ceiling if entry is not None else None
     return None if share is None else 100.0 * share
 
 
-def _tau_table(corr: analysis.StudyCorrelation) -> None:
+def _tau_table(corr: correlation.StudyCorrelation) -> None:
     rows = [
         {
             "Metric": m.key,
@@ -221,7 +214,7 @@ def _pair_download(table: explore.PairTable) -> None:
     )
 
 
-def _reproduction(corr: analysis.StudyCorrelation) -> None:
+def _reproduction(corr: correlation.StudyCorrelation) -> None:
     published = corr.result.published
     ours = {m.key: m for m in corr.metrics}
     # "Paper" names the source of each published value exactly as the forest plot's legend
@@ -348,7 +341,7 @@ def panels() -> None:
     m4.metric("Metric scores", version.n_scores)
     _pair_download(table)
 
-    corr: analysis.StudyCorrelation | None = None
+    corr: correlation.StudyCorrelation | None = None
     try:
         corr = _correlation(version.token, actor, study, significant, resamples, seed, unit,
                             correction, counts, database)

@@ -15,7 +15,9 @@ from typing import Any
 
 import streamlit as st
 
-from radconcord.backend.services import explore, images, studies
+from radconcord.backend.services.annotation import images
+from radconcord.backend.services.evaluation import explore
+from radconcord.backend.services.study_admin import studies
 from radconcord.backend.types import CATEGORIES
 from radconcord.webapp import state
 from radconcord.webapp.components import tables

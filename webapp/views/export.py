@@ -3,7 +3,6 @@ pairwise study as RadPref files (``preference_data.json`` and ``user_N.json``, a
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import re
 import zipfile
@@ -11,8 +10,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from radconcord.backend import config
-from radconcord.backend.services import exports, radpref, studies
+from radconcord.backend import clock, config
+from radconcord.backend.services.study_admin import studies
+from radconcord.backend.services.transfer import exports, radpref
 from radconcord.webapp import state
 from radconcord.webapp.components.warning_list import show_warnings
 
@@ -60,7 +60,7 @@ with st.form("export"):
     submitted = st.form_submit_button("Export", type="primary")
 
 if submitted:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = clock.utcnow().strftime("%Y%m%dT%H%M%SZ")
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", study_name).strip("-") or "study"
     out_dir = config.data_dir() / "exports" / f"{slug}-{fmt}-{stamp}"
     summary = state.call(exports.export_study, db, actor, study_name=study_name, fmt=fmt,

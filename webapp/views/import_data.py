@@ -14,12 +14,13 @@ images is queued as an ``import`` job instead: the worker de-identifies and writ
 (progress, Cancel); the job id stays in the URL (``?import_job=``).
 
 **RadPref** (CRIMSON's reader-preference files: ``preference_data.json`` and the annotators'
-``user_N.json``) becomes a pairwise + 1-5 study (``backend.services.radpref``); the uploads
+``user_N.json``) becomes a pairwise + 1-5 study (``backend.services.transfer.radpref``); the uploads
 are parsed in memory (100 cases x 3 annotators is small) and the import is one transaction.
 
 **Scores file** imports per-pair values of a metric computed elsewhere (an API, another
 cluster, a notebook) into an existing study, as ``import-scores`` does
-(``backend.services.score_imports``: the same file, options and error messages, the file named
+(``backend.services.scores.score_imports``: the same file, options and error messages, the file
+named
 as uploaded); below the form, the study's imports, newest first (the latest of each key is
 what the study's views read).
 """
@@ -38,7 +39,10 @@ from radconcord.backend.datasets import radpref as radpref_files
 from radconcord.backend.datasets import rexval
 from radconcord.backend.datasets.pairs import read_cases
 from radconcord.backend.errors import InvalidInput
-from radconcord.backend.services import imports, job_inputs, radpref, score_imports, studies
+from radconcord.backend.services import job_inputs
+from radconcord.backend.services.scores import score_imports
+from radconcord.backend.services.study_admin import studies
+from radconcord.backend.services.transfer import imports, radpref
 from radconcord.webapp import state
 from radconcord.webapp.components import job_ref
 from radconcord.webapp.components.job_panel import job_panel

@@ -1,10 +1,11 @@
-"""Login page: ``backend.services.sessions.login`` (password, throttling, known passwords)."""
+"""Login page: ``backend.services.accounts.sessions.login`` (password, throttling, known
+passwords)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from radconcord.backend.services import sessions
+from radconcord.backend.services.accounts import sessions
 from radconcord.webapp import state
 
 # A reload starts a new browser session on the login page; keep the URL's query parameters

@@ -9,7 +9,9 @@ import json
 
 import streamlit as st
 
-from radconcord.backend.services import jobs, scoring, studies
+from radconcord.backend.services import jobs
+from radconcord.backend.services.scores import scoring
+from radconcord.backend.services.study_admin import studies
 from radconcord.webapp import state
 from radconcord.webapp.components import job_panel
 

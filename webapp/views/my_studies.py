@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from radconcord.backend.services import pairwise, rating
+from radconcord.backend.services.annotation import pairwise, rating
 from radconcord.webapp import state
 
 actor = state.require_actor()

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from radconcord.backend.services import probes, scoring, studies
+from radconcord.backend.services.scores import probes, scoring
+from radconcord.backend.services.study_admin import studies
 from radconcord.webapp import state
 from radconcord.webapp.components import job_ref, plots
 from radconcord.webapp.components.csv_download import csv_download

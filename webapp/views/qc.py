@@ -1,10 +1,11 @@
 """Admin: Quality control of one study: rater monitoring, intra-rater agreement, the raters'
 flags and the training / qualification standing.
 
-Every number comes from a service (``backend.services.qc``, ``flags``, ``calibration``); the
+Every number comes from a service (``backend.services.quality.qc``, ``flags``, ``calibration``); the
 page only draws it. Pairs are numbered 1..N as on the progress page; a missing value is a
 blank cell (``webapp/components/tables.py``). Times are the time on task of
-``backend.services.activity`` (the rater's own input and focus events, idle gaps cut); what a
+``backend.services.annotation.activity`` (the rater's own input and focus events, idle gaps cut);
+what a
 rater's browser claimed beyond what the rules credit is listed under "Time on task clipped".
 """
 
@@ -18,7 +19,9 @@ import streamlit as st
 from radconcord.backend.analysis import judge_monitoring as jm
 from radconcord.backend.analysis.intra_rater import SCOPES
 from radconcord.backend.analysis.monitoring import FAST_SECONDS, OUTLIER_Z, SLOW_IQR, STRAIGHT_RUN
-from radconcord.backend.services import calibration, flags, qc, studies
+from radconcord.backend.services.annotation import flags
+from radconcord.backend.services.quality import calibration, qc
+from radconcord.backend.services.study_admin import studies
 from radconcord.webapp import state
 from radconcord.webapp.components import qc_plots, tables
 from radconcord.webapp.components.csv_download import csv_download

@@ -11,9 +11,9 @@ screen. The rater never sees the candidate's source, metric scores or other rate
 the service returns none of them.
 
 Over an hour: the header says how many pairs are left and about how long they should take at
-the rater's own median pace (``backend/services/pace.py``), a **Definitions** button (or
+the rater's own median pace (``backend/services/annotation/pace.py``), a **Definitions** button (or
 ``?``) opens the six error categories with an example each, the **Flag** button flags the
-pair for the study lead with an optional note (``backend/services/flags.py``; counts and
+pair for the study lead with an optional note (``backend/services/annotation/flags.py``; counts and
 done-state are untouched), and after ``break_reminder_minutes`` of continuous rating a
 polite reminder takes the progress line's place (dismissing it snoozes it for another
 period; the line redraws itself every minute). None of it covers the grid or Mark done, or
@@ -28,7 +28,7 @@ import streamlit as st
 
 from radconcord.backend import clock
 from radconcord.backend.errors import ServiceError
-from radconcord.backend.services import assignment_writes, flags, pace, rating
+from radconcord.backend.services.annotation import assignment_writes, flags, pace, rating
 from radconcord.backend.types import Actor
 from radconcord.webapp import state
 from radconcord.webapp.components import reports

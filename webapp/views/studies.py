@@ -1,5 +1,6 @@
 """Admin: every study with its size and sources, the live progress of one study, its
-settings (every key of ``backend.services.study_settings.SETTINGS``, drawn by type: a toggle,
+settings (every key of ``backend.services.study_admin.study_settings.SETTINGS``, drawn by type: a
+toggle,
 a choice, a number with its bounds; each with its caveat and last change), and archive /
 unarchive / delete.
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import streamlit as st
 
 from radconcord.backend.errors import ServiceError
-from radconcord.backend.services import progress, studies, study_settings, study_status
+from radconcord.backend.services.study_admin import progress, studies, study_settings, study_status
 from radconcord.webapp import state
 from radconcord.webapp.components import tables
 

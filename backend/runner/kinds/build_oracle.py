@@ -1,6 +1,6 @@
 """Kind ``build_oracle``: build a rating study from metric-oracle candidates.
 
-Params (written by :func:`backend.services.build_study.enqueue_build`): ``study_name``,
+Params (written by :func:`backend.services.study_admin.build_study.enqueue_build`): ``study_name``,
 ``tests`` and ``corpus`` (``"iu"`` or a corpus file), ``metrics``, ``per_metric``, ``top_k``,
 ``engine``, ``seed``, ``limit_tests``, ``raters``, ``raters_per_pair``, ``options``,
 ``description``, ``chunk_size`` and ``upload_dir`` (the page's uploads, relative to the data
@@ -10,7 +10,7 @@ Safe to run again after a kill -9: the study is written by the staged import (in
 until complete; the killed run's staging study is removed before the retry imports), and the
 job id is recorded in the study's provenance, so a retry that finds its own finished study
 only completes the rater assignment. The result is
-:func:`backend.services.build_study.summary_to_json` of the build.
+:func:`backend.services.study_admin.build_study.summary_to_json` of the build.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         InvalidInput: bad params, files or metrics (nothing is created).
         JobCancelled: cancelled, claim lost or worker stopping (nothing is created).
     """
-    from radconcord.backend.services import build_study, job_inputs
+    from radconcord.backend.services import job_inputs
+    from radconcord.backend.services.study_admin import build_study
 
     upload_dir = param(params, "upload_dir", str, None)
     try:

@@ -1,6 +1,7 @@
 """Kind ``import``: a large import (cases file with images, or ReXVal's files) on the worker.
 
-Params (written by :func:`backend.services.imports.enqueue_import`): ``format`` (``cases`` or
+Params (written by :func:`backend.services.transfer.imports.enqueue_import`): ``format`` (``cases``
+or
 ``rexval``), ``study_name``, ``upload_dir`` and the files, all relative to the data folder
 (:func:`backend.services.job_inputs.resolve_data_path` refuses anything outside it):
 ``cases_file`` and ``images_dir`` with ``description``, or ``gt_file`` and
@@ -57,8 +58,8 @@ def _already_imported(ctx: JobContext, study_name: str) -> dict[str, Any] | None
 
 def _import(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     from radconcord.backend.datasets.pairs import parse_cases
-    from radconcord.backend.services import imports
     from radconcord.backend.services.job_inputs import resolve_data_path
+    from radconcord.backend.services.transfer import imports
 
     fmt = param(params, "format", str)
     name = param(params, "study_name", str).strip()

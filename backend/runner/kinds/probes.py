@@ -1,9 +1,9 @@
 """Kind ``probes``: perturbation probes of a study's reference reports (admin's request).
 
-Params (written by :func:`backend.services.probes.enqueue_probes`):
+Params (written by :func:`backend.services.scores.probes.enqueue_probes`):
 ``{"study": NAME, "metrics": [names...], "seed": int, "max_reports": int}``.
 
-The result is :func:`backend.services.probes.result_to_json` of the run: the per-type
+The result is :func:`backend.services.scores.probes.result_to_json` of the run: the per-type
 summary, one row per metric key and every perturbed report with its scores, which the
 Perturbation probes page draws. Scores go through the score cache batch by batch, so a run
 retried after a kill -9 computes only what the killed run had not stored, and nothing else is
@@ -27,7 +27,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         ServiceError: a metric failed.
         JobCancelled: cancelled, claim lost or worker stopping (between batches).
     """
-    from radconcord.backend.services import probes
+    from radconcord.backend.services.scores import probes
 
     study = param(params, "study", str)
     metrics = param(params, "metrics", list)

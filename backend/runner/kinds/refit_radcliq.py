@@ -1,10 +1,10 @@
 """Kind ``refit_radcliq``: refit RadCliQ on a study's ratings with cross-validated tau.
 
-Params (written by :func:`backend.services.refit.enqueue_refit`): ``study``,
+Params (written by :func:`backend.services.evaluation.refit.enqueue_refit`): ``study``,
 ``significant_only``, ``seed``, ``score_missing``. The four inputs are scored on the study's
 pairs through the score cache with the worker's warm metrics (batch by batch, so a retry
 after a kill -9 computes only what was not stored), then the refit is computed; nothing else
-is written. The result is :func:`backend.services.refit.refit_study`'s JSON.
+is written. The result is :func:`backend.services.evaluation.refit.refit_study`'s JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         ServiceError: an input metric failed.
         JobCancelled: cancelled, claim lost or worker stopping (between batches).
     """
-    from radconcord.backend.services import refit
+    from radconcord.backend.services.evaluation import refit
 
     study = param(params, "study", str)
     ctx.progress(0, 0, f"scoring the RadCliQ inputs on {study}")

@@ -32,7 +32,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         InvalidInput: bad params, or nothing to report on the study.
     """
     from radconcord.backend import config
-    from radconcord.backend.services import reports
+    from radconcord.backend.services.evaluation import reports
     from radconcord.backend.util import MANIFEST
 
     study = param(params, "study", str)

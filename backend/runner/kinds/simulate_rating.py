@@ -1,9 +1,10 @@
 """Kind ``simulate_rating``: replay a rated study under random and adaptive orders.
 
-Params (written by :func:`backend.services.simulation.enqueue_simulation`, the same as the
+Params (written by :func:`backend.services.evaluation.simulation.enqueue_simulation`, the same as
+the
 ``simulate-rating`` command): ``study``, ``strategy``, ``seeds``, ``question``, ``seed``,
 ``resamples``, ``significant_only``. The result is
-:meth:`backend.services.simulation.SimulationOutput.as_json`: the curves as JSON records
+:meth:`backend.services.evaluation.simulation.SimulationOutput.as_json`: the curves as JSON records
 (strategy, seed, n_ratings, ci_width, quantity, question), ``savings``
 (:func:`backend.analysis.adaptive.savings_summary`: how many ratings adaptive needs to reach
 the random order's CI widths; null unless both strategies ran) and ``summary``, that in one
@@ -25,7 +26,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         NotFound: the study is gone.
         InvalidInput: bad params, or a study the simulation cannot run on.
     """
-    from radconcord.backend.services import simulation
+    from radconcord.backend.services.evaluation import simulation
 
     study = param(params, "study", str)
     ctx.progress(0, 0, f"replaying {study}")

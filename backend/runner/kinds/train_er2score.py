@@ -1,6 +1,7 @@
 """Kind ``train_er2score``: train an ER2Score adapter on a study's ratings.
 
-Params (written by :func:`backend.services.er2train.enqueue_training`): ``study``, ``base``,
+Params (written by :func:`backend.services.evaluation.er2train.enqueue_training`): ``study``,
+``base``,
 ``base_revision``, ``output`` (relative to the data folder), ``epochs``, ``lr``, ``seed``,
 ``heldout``, ``batch_size``, ``max_steps``. The worker's device trains.
 
@@ -26,7 +27,7 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         NotFound: the study is gone.
         JobCancelled: cancelled, claim lost or worker stopping (no adapter is written).
     """
-    from radconcord.backend.services import er2train
+    from radconcord.backend.services.evaluation import er2train
     from radconcord.backend.services.job_inputs import resolve_data_path
 
     output = resolve_data_path(param(params, "output", str), "output folder")
