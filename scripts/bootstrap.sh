@@ -47,14 +47,36 @@ if { [ "$have" = "$want" ] || { [ "$mode" = "app" ] && [ "$have" = "test $hash" 
   echo "bootstrap: ready ($mode, unchanged)"
   exit 0
 fi
+# Progress on stdout: pip is quiet (-q), and a multi-minute install whose only output is
+# pip's warnings looks hung. Each step says what it does and how long it took.
+steps=3
+[ "$mode" = "test" ] && steps=4
+step() {  # step N "what": print the step and start its clock
+  step_start=$SECONDS
+  echo "bootstrap: [$1/$steps] $2"
+}
+done_step() {
+  echo "bootstrap:       done in $((SECONDS - step_start)) s (total $((SECONDS - boot_start)) s)"
+}
+boot_start=$SECONDS
+echo "bootstrap: installing RadConcord ($mode) into .venv; a first install downloads about" \
+  "2 GB and takes several minutes, later runs are quick"
+step 1 "upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip
+done_step
+step 2 "installing $TORCH (CPU build; the largest download)"
 .venv/bin/python -m pip install -q "$TORCH"
+done_step
+step 3 "installing radconcord[$extras] and its dependencies (metrics, Streamlit, ...)"
 .venv/bin/python -m pip install -q -e ".[$extras]"
+done_step
 if [ "$mode" = "test" ]; then
+  step 4 "installing radeval==2.2.1 (parity tests only)"
   # RadEval's own code for the `radeval` family's parity tests. --no-deps: its lexical
   # metrics need only what we have, and its full dependency set (torchvision) would replace
   # the CPU torch (backend/metrics/cards/radeval.md).
   .venv/bin/python -m pip install -q --no-deps "radeval==2.2.1"
+  done_step
 fi
 echo "$want" > "$stamp"
 echo "bootstrap: ready ($mode)"

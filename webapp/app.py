@@ -4,7 +4,10 @@ The pages offered depend on the logged-in user's role: nobody logged in sees onl
 page; a rater sees "Rate" and "My studies"; an admin sees the study pages, the metric
 catalogue and the analysis pages (dashboard, explorer, probes, oracle study builder).
 Pages that are not offered are not registered with ``st.navigation``, so their URL paths
-fall back to the role's default page. Each page still checks the role through the services
+fall back to the role's default page. Every page URL opens directly (a bookmark): "/" is a
+hidden page that switches to the role's landing page (``/studies``, ``/rate``), and logged
+out, every page path shows the login page, whose rerun after the login keeps the path, so
+the page asked for opens. Each page still checks the role through the services
 it calls, so a page script reached some other way cannot show admin data to a rater.
 
 A login is remembered by this browser for a while (an HttpOnly cookie set by the server,
@@ -41,16 +44,44 @@ from radconcord.backend.services.accounts import roles  # noqa: E402
 from radconcord.backend.types import Actor  # noqa: E402
 from radconcord.db.session import DataFolderError  # noqa: E402
 from radconcord.webapp import state  # noqa: E402
+from radconcord.webapp.components import getting_started  # noqa: E402
 
 # Not "pages/": a folder of that name beside the entry script switches Streamlit to its
 # legacy multipage mode, which would route to EVERY script in it whatever the role.
 PAGES = Path(__file__).resolve().parent / "views"
 
+#: The URL path of every page any role may open. Logged out, each of them shows the login
+#: page (a hidden page of that path), so a bookmark is not "Page not found"; the login's
+#: rerun then keeps the path, and the role's own page of that path opens.
+PAGE_PATHS = (
+    "studies", "import", "assign", "qc", "adjudicate", "export", "accounts", "metrics",
+    "dashboard", "explorer", "probes", "build-study", "account", "rate", "compare",
+    "my-studies",
+)
+
+
+def _home(target: st.Page) -> st.Page:
+    """The default page ("/"), hidden: it opens the role's landing page under its own path.
+
+    Streamlit serves its default page at "/" only, so a landing page marked default would be
+    "Page not found" at its own URL (``/studies``, ``/rate``) from a bookmark. Instead every
+    page keeps its path and "/" switches to the landing page, query (``?pair=``) kept.
+    """
+    def home() -> None:
+        state.switch_page(target, query_params=st.query_params.to_dict())
+
+    return st.Page(home, title="RadConcord", url_path="home", default=True,
+                   visibility="hidden")
+
+
 def _pages(actor: Actor | None) -> list[st.Page] | dict[str, list[st.Page]]:
     """The pages this user may open (unregistered URL paths fall back to the default)."""
     if actor is None:
-        return [st.Page(PAGES / "login.py", title="Log in", icon=":material/login:",
-                        url_path="login", default=True)]
+        login = PAGES / "login.py"
+        return [st.Page(login, title="Log in", icon=":material/login:", url_path="login",
+                        default=True),
+                *(st.Page(login, title="Log in", url_path=path, visibility="hidden")
+                  for path in PAGE_PATHS)]
     if state.must_change_password():
         # Nothing else until the one-time or published password is replaced.
         return [st.Page(PAGES / "account.py", title="My account", icon=":material/person:",
@@ -58,10 +89,11 @@ def _pages(actor: Actor | None) -> list[st.Page] | dict[str, list[st.Page]]:
     my_account = st.Page(PAGES / "account.py", title="My account", icon=":material/person:",
                          url_path="account")
     if actor.is_admin:
+        landing = st.Page(PAGES / "studies.py", title="Studies & progress",
+                          icon=":material/monitoring:", url_path="studies")
         return {
             "Study": [
-                st.Page(PAGES / "studies.py", title="Studies & progress",
-                        icon=":material/monitoring:", url_path="studies", default=True),
+                landing,
                 st.Page(PAGES / "import_data.py", title="Import", icon=":material/upload:",
                         url_path="import"),
                 st.Page(PAGES / "assign.py", title="Assign raters", icon=":material/group_add:",
@@ -87,25 +119,26 @@ def _pages(actor: Actor | None) -> list[st.Page] | dict[str, list[st.Page]]:
                 st.Page(PAGES / "build_study.py", title="Build oracle study",
                         icon=":material/construction:", url_path="build-study"),
             ],
-            "You": [my_account],
+            "You": [my_account, _home(landing)],
         }
     # A rater's screens follow their work: counts, pairwise judgements, adjudication.
     can = roles.capabilities(state.get_db(), actor)
     work = []
     if can.rates_pairs or not (can.judges_pairs or can.adjudicates):
         work.append(st.Page(PAGES / "rate.py", title="Rate", icon=":material/rate_review:",
-                            url_path="rate", default=True))
+                            url_path="rate"))
     if can.judges_pairs:
         work.append(st.Page(PAGES / "compare.py", title="Compare", icon=":material/compare:",
-                            url_path="compare", default=not work))
+                            url_path="compare"))
     if can.adjudicates:
         work.append(st.Page(PAGES / "adjudicate.py", title="Adjudicate", icon=":material/gavel:",
-                            url_path="adjudicate", default=not work))
+                            url_path="adjudicate"))
     return [
         *work,
         st.Page(PAGES / "my_studies.py", title="My studies", icon=":material/list:",
                 url_path="my-studies"),
         my_account,
+        _home(work[0]),  # the first of the rater's work pages is where they land
     ]
 
 
@@ -135,6 +168,14 @@ def main() -> None:
     if actor is not None:
         with st.sidebar:
             st.caption(f"Logged in as **{actor.username}** ({actor.role})")
+            if actor.is_admin:
+                with st.popover("Help", icon=":material/help:"):
+                    st.markdown("The **Getting started** panel on *Studies & progress* lists "
+                                "the next steps of the newest study.")
+                    if st.button("Show getting started", key="help_getting_started",
+                                 icon=":material/checklist:"):
+                        getting_started.show_again()
+                        state.switch_page(PAGES / "studies.py")
             if st.button("Log out", icon=":material/logout:", key="logout"):
                 state.logout()
                 st.query_params.clear()

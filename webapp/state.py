@@ -56,6 +56,8 @@ SESSION_COOKIE = "radconcord_session"
 SESSION_TTL = sessions.SESSION_TTL
 # A cookie script waiting to be drawn on the next run (set at login, restore and logout).
 COOKIE_SCRIPT_KEY = "session_cookie_script"
+#: Session key: the cookie request drawn in the current run (None: none).
+COOKIE_DRAWN_KEY = "session_cookie_drawn"
 # Why the last session ended, shown once on the login page.
 NOTICE_KEY = "session_notice"
 # Set by logout: this browser session must not log in again from the cookie it started with.
@@ -157,12 +159,33 @@ def draw_cookie_script() -> None:
     CSS in the router.
     """
     script = st.session_state.pop(COOKIE_SCRIPT_KEY, None)
+    # Kept for this run: a page switch later in the run would drop the element before the
+    # browser runs it (switch_page below carries it over).
+    st.session_state[COOKIE_DRAWN_KEY] = script
     # The container is drawn on every run, script or not: an element that comes and goes at
     # the top would shift every later element's position, and the browser would show the
     # previous run's widgets (a second count grid) until the new run ends.
     with st.container(key=COOKIE_CONTAINER):
         if script:
             st.html(script, unsafe_allow_javascript=True)
+
+
+def switch_page(page: Any, **kwargs: Any) -> NoReturn:  # noqa: ANN401
+    """``st.switch_page``, keeping a cookie request drawn in this run.
+
+    The switch ends the run and the next one redraws the page, so the browser may never run
+    the script element drawn at the top of this run: the login's cookie would never be set
+    (the session then ends at the first save). The request is drawn again after the switch;
+    if the browser did run it, the second try is refused (a used ticket) and changes nothing.
+
+    Args:
+        page: What ``st.switch_page`` takes (a page script path or an ``st.Page``).
+        **kwargs: Passed on (``query_params``).
+    """
+    drawn = st.session_state.get(COOKIE_DRAWN_KEY)
+    if drawn and COOKIE_SCRIPT_KEY not in st.session_state:
+        st.session_state[COOKIE_SCRIPT_KEY] = drawn
+    st.switch_page(page, **kwargs)
 
 
 def current_client() -> sessions.Client:

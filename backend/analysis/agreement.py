@@ -14,8 +14,10 @@ References:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -199,3 +201,47 @@ def agreement_summary(reliability: ArrayLike) -> dict[str, float | int | None]:
         "icc_k": None if icc is None else icc.k,
         "icc_n_pairs": None if icc is None else icc.n_targets,
     }
+
+
+def icc_interval(reliability: ArrayLike, *, resamples: int = 1000, seed: int = 0,
+                 level: float = 0.95) -> dict[str, Any]:
+    """ICC(2,1) and ICC(2,k) of the largest complete block with percentile bootstrap intervals.
+
+    The block is :func:`complete_block`'s; its pairs (units) are resampled with replacement
+    (``numpy.random.default_rng(seed)``), the raters kept. A resample whose ICC is undefined
+    (no variance) is left out of the interval. Pure: arrays in, plain data out.
+
+    Args:
+        reliability: ``(raters, units)`` values, NaN where missing.
+        resamples: Bootstrap resamples (0: no intervals).
+        seed: Seed of the resampling.
+        level: Interval coverage.
+
+    Returns:
+        ``{"icc2_1", "icc2_1_ci95": [lo, hi], "icc2_k", "icc2_k_ci95", "n_pairs", "k"}``;
+        ``None`` where undefined (``n_pairs`` 0 without a block of 2 units and 2 raters).
+    """
+    data = np.asarray(reliability, dtype=np.float64)
+    raters, units = complete_block(data)
+    out: dict[str, Any] = {"icc2_1": None, "icc2_1_ci95": [None, None], "icc2_k": None,
+                           "icc2_k_ci95": [None, None], "n_pairs": int(units.size),
+                           "k": int(raters.size)}
+    if raters.size < 2 or units.size < 2:
+        out["n_pairs"] = int(units.size) if raters.size >= 2 else 0
+        return out
+    block = data[np.ix_(raters, units)].T
+    point = icc2(block)
+    out["icc2_1"] = point.icc2_1 if math.isfinite(point.icc2_1) else None
+    out["icc2_k"] = point.icc2_k if math.isfinite(point.icc2_k) else None
+    if resamples <= 0:
+        return out
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, block.shape[0], size=(resamples, block.shape[0]))
+    boot = np.array([[r.icc2_1, r.icc2_k] for r in (icc2(block[d]) for d in draws)])
+    tail = (1.0 - level) / 2.0
+    for col, name in ((0, "icc2_1_ci95"), (1, "icc2_k_ci95")):
+        vals = boot[:, col][np.isfinite(boot[:, col])]
+        if vals.size:
+            lo, hi = np.quantile(vals, [tail, 1.0 - tail])
+            out[name] = [float(lo), float(hi)]
+    return out

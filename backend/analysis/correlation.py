@@ -53,6 +53,8 @@ class CorrelationOptions:
         correction: Multiple-comparison correction over the paired matrix (``"holm"``,
             ``"bh"``).
         permutations: Permutations of the systems section's randomization tests.
+        fully_rated_only: Correlate only the pairs rated by as many raters as planned (the
+            report's ``coverage`` says how many were left out).
     """
 
     significant_only: bool = False
@@ -64,6 +66,8 @@ class CorrelationOptions:
     unit: str | None = None
     correction: str = "holm"
     permutations: int = DEFAULT_PERMUTATIONS
+    #: Leave out the pairs rated by fewer raters than planned (``StudyRatings.planned``).
+    fully_rated_only: bool = False
 
     @property
     def target(self) -> str:
@@ -271,6 +275,9 @@ class CorrelationReport:
     ceiling: dict[str, Any] | None
     paired_tests: dict[str, Any]
     systems: dict[str, Any]
+    #: ``{"fully_rated_only", "n_pairs_under_rated", "n_pairs_left_out"}``: rated pairs with
+    #: fewer raters than planned, and how many the option left out (0 when off).
+    coverage: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CorrelationReport:
@@ -337,6 +344,7 @@ class CorrelationReport:
             correction=str(data.get("correction") or "holm"), ceiling=data.get("ceiling"),
             paired_tests=dict(data.get(PAIRED_TESTS_KEY) or data.get(PAIRED_TESTS_ALIAS) or {}),
             systems=dict(data.get("systems") or {}),
+            coverage=data.get("coverage"),
         )
 
     @property
@@ -366,5 +374,6 @@ class CorrelationReport:
             # The old key, the same section, for one release (see the module docstring).
             PAIRED_TESTS_ALIAS: self.paired_tests,
             "systems": self.systems,
+            "coverage": self.coverage,
         }
         return to_json_safe(out)

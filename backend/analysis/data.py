@@ -47,7 +47,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Container, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -104,6 +104,9 @@ class StudyRatings:
     counts: NDArray[np.float64]
     counts_mode: str = "raw"
     consensus: NDArray[np.float64] | None = None
+    #: ``(n,)`` raters planned per pair (its assignments); ``None`` when unknown (ratings
+    #: built without assignments): then no pair counts as under-rated.
+    planned: NDArray[np.int64] | None = None
 
     @property
     def n_adjudicated(self) -> int:
@@ -161,6 +164,26 @@ class StudyRatings:
     def raters_per_pair(self) -> NDArray[np.int64]:
         """``(n,)`` number of counted raters of each pair."""
         return np.isfinite(self.counts[:, :, 0, 0]).sum(axis=0)
+
+    def under_rated(self) -> NDArray[np.bool_]:
+        """``(n,)`` rated pairs (at least one counted rater) with fewer counted raters than
+        planned (:attr:`planned`); all False when the plan is unknown."""
+        have = self.raters_per_pair()
+        if self.planned is None:
+            return np.zeros(have.shape, dtype=bool)
+        return (have > 0) & (have < np.asarray(self.planned))
+
+    def only_fully_rated(self) -> StudyRatings:
+        """The same study with the under-rated pairs' ratings (and consensus) left out, so
+        every analysis sees only the pairs rated by as many raters as planned."""
+        drop = self.under_rated()
+        counts = self.counts.copy()
+        counts[:, drop] = np.nan
+        consensus = None
+        if self.consensus is not None:
+            consensus = self.consensus.copy()
+            consensus[drop] = np.nan
+        return replace(self, counts=counts, consensus=consensus)
 
 
 @dataclass(frozen=True)

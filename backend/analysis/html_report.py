@@ -34,6 +34,7 @@ from radconcord.backend.analysis.html_parts import (
     percent,
     table,
 )
+from radconcord.backend.analysis.reliability import MIN_PAIRS, judge
 
 #: Significance level that marks a cell of the paired matrix and of the randomization tests.
 ALPHA = 0.05
@@ -89,8 +90,15 @@ def _design(report: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
                       f" {esc(report.get('cluster', 'pair'))}, seed {num(report.get('seed'))},"
                       f" level {num(report.get('level'), 2)}"),
     ]
+    note = study.get("ratings_note")
+    if note:
+        # Constructed (not radiologists') ratings: said first, and again in the table.
+        items.insert(1, ("Ratings", "<strong>" + esc(note) + "</strong>"))
     src_rows = [(esc(name), num(n)) for name, n in sources.items()]
-    return kv_table(items) + "<h3>Candidate sources</h3>" + table(("Source", "Pairs"), src_rows)
+    banner = (f'<p style="background:#fff3cd;border:1px solid #e0c36b;padding:.5em">'
+              f'<strong>{esc(note)}</strong></p>' if note else "")
+    return (banner + kv_table(items) + "<h3>Candidate sources</h3>"
+            + table(("Source", "Pairs"), src_rows))
 
 
 def _counts_text(report: Mapping[str, Any]) -> str:
@@ -207,15 +215,21 @@ def _metrics(report: Mapping[str, Any], figures: Mapping[str, str]) -> str:
         header.append("% of ceiling")
     rows = []
     for key, m in items:
+        # The dashboard's rule (analysis.reliability): below the minimum n a tau is not shown
+        # as a number, and an undefined one says why instead of vanishing.
+        tau = judge(m.get("kendall_tau_b"), m.get("n"))
+        rho = judge(m.get("spearman"), m.get("n"))
         row = [_metric_name(key, m), esc(m.get("family")), num(m.get("n")),
-               num(m.get("kendall_tau_b")),
-               interval(m.get("kendall_ci95")), num(m.get("spearman")),
-               interval(m.get("spearman_ci95"))]
+               num(tau.value) if tau.shown else esc(tau.text()),
+               interval(m.get("kendall_ci95")) if tau.shown else "",
+               num(rho.value) if rho.shown else esc(rho.text()),
+               interval(m.get("spearman_ci95")) if rho.shown else ""]
         if has_pct:
-            row.append(percent(m.get("pct_of_ceiling")))
+            row.append(percent(m.get("pct_of_ceiling")) if tau.shown else "")
         rows.append(row)
     out = ('<p class="note">Metrics are oriented so that higher means better and the'
-           " radiologists' error count is negated: a positive tau means agreement.</p>")
+           " radiologists' error count is negated: a positive tau means agreement. A"
+           f" correlation from fewer than {MIN_PAIRS} pairs reads \"n too small\".</p>")
     out += table(header, rows)
     if not has_pct:
         out += absent("% of ceiling: not in this correlate output.")
@@ -324,7 +338,7 @@ def _failure_modes(report: Mapping[str, Any]) -> str:
     return out
 
 
-def _settings(report: Mapping[str, Any]) -> str:
+def _settings(report: Mapping[str, Any], study: Mapping[str, Any]) -> str:
     items = sorted((report.get("metrics") or {}).items())
     out = table(
         ("Metric", "Family", "Direction", "Signature (settings)", "Signature hash",
@@ -343,7 +357,12 @@ def _settings(report: Mapping[str, Any]) -> str:
         out += absent(f"RadCliQ refit: not available ({refit.get('reason', 'no reason given')}).")
     published = [e for e in (report.get("published") or {}).get("entries") or []
                  if e.get("ours") is not None]
-    if published:
+    if published and study.get("kind") != "rexval":
+        # The papers measured ReXVal; beside another study's tau the difference would be one
+        # of datasets, not of metrics (issue 24).
+        out += absent("Published values (ReXVal) are set beside ours only for a study imported"
+                      " from ReXVal, the dataset the papers measured.")
+    elif published:
         out += "<h3>Published values (ReXVal) beside ours</h3>" + table(
             ("Paper", "Metric", "Our key", "Published tau-b", "Ours"),
             [(esc(e.get("paper")), esc(e.get("metric")), esc(e.get("key")),
@@ -399,7 +418,7 @@ def render_html(
         "paired-tests": _paired_tests(report, figures),
         "systems": _systems(report, figures),
         "failure-modes": _failure_modes(report),
-        "settings": _settings(report),
+        "settings": _settings(report, facts.get("study") or {}),
         "provenance": _provenance(facts),
     }
     toc = "".join(f'<li><a href="#{sid}">{esc(name)}</a></li>' for sid, name in SECTIONS)

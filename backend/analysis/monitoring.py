@@ -24,7 +24,20 @@ repeats are not inputs. Per rater:
   value (at least :data:`MIN_RATERS_FOR_Z`); when the MAD is 0 the mean absolute deviation
   times 1.2533 is the scale (Iglewicz & Hoaglin's modified z); all values equal gives no z.
   ``|z| > 3`` is flagged, with the reason in words: time per pair and drift on either side,
-  agreement only when low and the absolute difference only when high.
+  agreement only when low and the absolute difference only when high. With fewer than
+  :data:`MIN_RATERS_FOR_Z` raters with a done pair there is no such flag, and
+  :func:`between_rater_note` says so in words instead of staying silent.
+* **Absolute floors** (:class:`Floors`, the study's settings; issue 24): they flag one rater
+  alone, with no other rater to compare with. A done pair whose time on task is under the
+  minimum (the higher one when the pair shows a film) is implausibly fast; a rater with
+  :data:`FLOOR_PAIRS` such pairs is flagged. The pace over any :data:`PACE_WINDOW`
+  consecutive completions (by completion time, so a script that sends no time on task is
+  caught as well) above the maximum flags the rater too (the time-on-task floor already
+  bounds the pace of time on task). A scripted rater at a few seconds a pair
+  is flagged by its 5th done pair at the latest.
+* **Agreement with the expert**: on the rater's done training items (expert counts), the
+  mean absolute difference of the totals and how many are within the qualification's
+  ``max_error``; fewer than half within, from :data:`MIN_EXPERT_ITEMS` items, is flagged.
 """
 
 from __future__ import annotations
@@ -48,6 +61,13 @@ OUTLIER_Z = 3.0
 #: Raters with a value needed before a robust z is computed.
 MIN_RATERS_FOR_Z = 3
 MIN_SHARED = 3
+#: Done pairs under the time floor before a rater is flagged (one or two hurried pairs of
+#: an honest rater are not).
+FLOOR_PAIRS = 3
+#: Consecutive completions over which the pace (pairs per hour) is measured.
+PACE_WINDOW = 5
+#: Done training items before agreement with the expert can flag a rater.
+MIN_EXPERT_ITEMS = 2
 # Consistency constants: MAD and mean absolute deviation as estimates of a normal sigma.
 _MAD_SCALE = 1.4826
 _MEANAD_SCALE = 1.2533
@@ -70,6 +90,34 @@ class DoneItem:
     completed_at: dt.datetime
     seconds: float
     total: float
+    has_film: bool = False
+
+
+@dataclass(frozen=True)
+class Floors:
+    """Absolute floors (study settings ``qc_*``; 0 turns one off).
+
+    Attributes:
+        min_seconds: Fewest plausible seconds of time on task per pair (text only).
+        min_seconds_film: The same for a pair that shows a film.
+        max_per_hour: Most plausible pairs per hour.
+    """
+
+    min_seconds: float = 10.0
+    min_seconds_film: float = 20.0
+    max_per_hour: float = 180.0
+
+    def minimum(self, item: DoneItem) -> float:
+        """The time floor of one done pair."""
+        return self.min_seconds_film if item.has_film else self.min_seconds
+
+
+@dataclass(frozen=True)
+class ExpertItem:
+    """One done training item: the rater's total and the expert's."""
+
+    rater_total: float
+    expert_total: float
 
 
 @dataclass(frozen=True)
@@ -81,12 +129,18 @@ class RaterInput:
         done: The done study pairs (any order; sorted by completion here).
         assigned: Study pairs assigned to the rater.
         time_seconds: Time on task over all the rater's study pairs, done or not.
+        training: The rater's done training items with the expert's answer.
+        timed: False for ratings that were not entered through the rating screen
+            (constructed demo ratings): their completion times say nothing about a pace,
+            so the absolute floors are not applied; every other check is.
     """
 
     rater: str
     done: Sequence[DoneItem]
     assigned: int
     time_seconds: float
+    training: Sequence[ExpertItem] = ()
+    timed: bool = True
 
 
 @dataclass(frozen=True)
@@ -169,6 +223,11 @@ class RaterMonitoring:
     agreement_note: str
     outliers: tuple[Outlier, ...]
     flags: tuple[str, ...]
+    below_floor_pairs: tuple[int, ...] = ()
+    max_pace_per_hour: float = NAN
+    expert_items: int = 0
+    expert_within: int = 0
+    expert_abs_diff: float = NAN
 
 
 @dataclass(frozen=True)
@@ -304,10 +363,50 @@ def robust_z(values: Sequence[float]) -> list[float]:
     return out
 
 
+def max_pace(ordered: Sequence[DoneItem], window: int = PACE_WINDOW) -> float:
+    """Most pairs per hour over any ``window`` consecutive completions (completion order);
+    NaN with fewer done pairs, infinite when a window took no time at all."""
+    if len(ordered) < window:
+        return NAN
+    times = [i.completed_at.timestamp() for i in ordered]
+    spans = [times[k + window - 1] - times[k] for k in range(len(times) - window + 1)]
+    shortest = min(spans)
+    return math.inf if shortest <= 0 else (window - 1) * 3600.0 / shortest
+
+
+def below_floor(ordered: Sequence[DoneItem], floors: Floors) -> tuple[int, ...]:
+    """Pair numbers done in less time on task than their floor (pairs without time are not:
+    the pace catches a script that sends none)."""
+    return tuple(i.pair for i in ordered
+                 if i.seconds > 0 and floors.minimum(i) > 0 and i.seconds < floors.minimum(i))
+
+
+def expert_agreement(items: Sequence[ExpertItem], max_error: float) -> tuple[int, int, float]:
+    """``(items, within max_error, mean |rater - expert|)`` of a rater's training items."""
+    if not items:
+        return 0, 0, NAN
+    diffs = [abs(float(i.rater_total) - float(i.expert_total)) for i in items]
+    return len(diffs), sum(1 for d in diffs if d <= max_error), float(np.mean(diffs))
+
+
+def between_rater_note(raters: Sequence[RaterMonitoring]) -> str:
+    """Why between-rater flags (robust z, agreement) are off, or ``""`` when they are on."""
+    n = sum(1 for r in raters if r.done)
+    if n >= MIN_RATERS_FOR_Z:
+        return ""
+    return (f"too few raters for between-rater flags (n < {MIN_RATERS_FOR_Z}): {n} rater"
+            f"{'s' if n != 1 else ''} with done pairs, so no rater is compared with the others;"
+            " the absolute floors and the expert's training items still apply")
+
+
 def _fmt(value: float, unit: str) -> str:
     if unit == "s":
         return f"{value:.0f} s" if abs(value) >= 10 else f"{value:.1f} s"
     return f"{value:.2f}"
+
+
+def _pace(value: float) -> str:
+    return "more than 3600" if math.isinf(value) else f"{value:.0f}"
 
 
 def pair_list(pairs: Sequence[int], limit: int = 8) -> str:
@@ -330,13 +429,16 @@ _MEASURE_KEYS = {"median_seconds": "time_per_pair", "spearman": "agreement",
 
 
 def monitor(raters: Sequence[RaterInput], *, straight_run: int = STRAIGHT_RUN,
-            outlier_z: float = OUTLIER_Z) -> tuple[RaterMonitoring, ...]:
+            outlier_z: float = OUTLIER_Z, floors: Floors | None = None,
+            expert_max_error: float = 1.0) -> tuple[RaterMonitoring, ...]:
     """Monitoring of every rater of a study (see the module docstring for the rules).
 
     Args:
         raters: Each rater's done study pairs and time.
         straight_run: Zero-run length flagged as straight-lining (at least 2).
         outlier_z: ``|robust z|`` above which a rater is an outlier (positive).
+        floors: Absolute floors (``None``: off).
+        expert_max_error: Largest ``|rater - expert|`` total that agrees on a training item.
 
     Returns:
         One entry per rater, in the order given.
@@ -410,12 +512,46 @@ def monitor(raters: Sequence[RaterInput], *, straight_run: int = STRAIGHT_RUN,
         if fast:
             flags.append(f"{len(fast)} pair{'s' if len(fast) != 1 else ''} done in under "
                          f"{FAST_SECONDS:g} s of time on task")
-        out.append(RaterMonitoring(**p, outliers=tuple(outliers), flags=tuple(flags)))
+        r_in = raters[index]
+        ordered = completion_order(r_in.done)
+        low: tuple[int, ...] = ()
+        pace = max_pace(ordered) if r_in.timed else NAN
+        if floors is not None and r_in.timed:
+            low = below_floor(ordered, floors)
+            if len(low) >= FLOOR_PAIRS:
+                flags.append(
+                    f"implausibly fast: {len(low)} of {len(ordered)} done pairs under the "
+                    f"minimum time per pair ({floors.min_seconds:g} s; "
+                    f"{floors.min_seconds_film:g} s with a film): pairs {pair_list(low)}")
+            if floors.max_per_hour > 0:
+                if not math.isnan(pace) and pace > floors.max_per_hour:
+                    flags.append(
+                        f"implausible pace: {_pace(pace)} pairs per hour over "
+                        f"{PACE_WINDOW} consecutive pairs (by completion time; maximum "
+                        f"{floors.max_per_hour:g})")
+        n_exp, within, exp_diff = expert_agreement(r_in.training, expert_max_error)
+        if n_exp >= MIN_EXPERT_ITEMS and within * 2 < n_exp:
+            flags.append(f"disagrees with the expert: {within} of {n_exp} training items "
+                         f"within {expert_max_error:g} of the expert's total (mean difference "
+                         f"{exp_diff:.1f})")
+        out.append(RaterMonitoring(**p, outliers=tuple(outliers), flags=tuple(flags),
+                                   below_floor_pairs=low, max_pace_per_hour=pace,
+                                   expert_items=n_exp, expert_within=within,
+                                   expert_abs_diff=exp_diff))
     return tuple(out)
 
 
 __all__ = [
     "FAST_SECONDS",
+    "FLOOR_PAIRS",
+    "MIN_EXPERT_ITEMS",
+    "PACE_WINDOW",
+    "ExpertItem",
+    "Floors",
+    "below_floor",
+    "between_rater_note",
+    "expert_agreement",
+    "max_pace",
     "OUTLIER_Z",
     "SLOW_IQR",
     "STRAIGHT_RUN",

@@ -40,7 +40,8 @@ Layout of the JSON (the sections beside ``metrics``)::
                       "pairs": {"A|B": {"tau_diff", "ci95", "p", "p_adjusted", "williams_t",
                                         "williams_p", "williams_n"}}},
      "pairwise": the same section as "paired_tests" (old key, kept for one release),
-     "systems": {...see systems.systems_json...}}
+     "systems": {...see systems.systems_json...},
+     "coverage": {"fully_rated_only", "n_pairs_under_rated", "n_pairs_left_out"}}
 
 and every ``metrics`` entry carries ``pct_of_ceiling`` (``|tau| / ceiling tau`` as a fraction,
 null without a positive ceiling).
@@ -558,6 +559,12 @@ def correlate(
     options.validate()
     if not scores:
         raise AnalysisInputError(f"study '{ratings.study}' has no metric scores")
+    under_rated = int(ratings.under_rated().sum())
+    if options.fully_rated_only and under_rated:
+        ratings = ratings.only_fully_rated()
+    coverage = {"fully_rated_only": bool(options.fully_rated_only),
+                "n_pairs_under_rated": under_rated,
+                "n_pairs_left_out": under_rated if options.fully_rated_only else 0}
 
     def step(name: str) -> None:
         if progress is not None:
@@ -596,6 +603,7 @@ def correlate(
         per_source=per_source, agreement=agreement, failure_modes=failure,
         radcliq_refit=refit_section, published=published, unit=options.resolved_unit,
         correction=options.correction, ceiling=ceiling, paired_tests=paired, systems=systems,
+        coverage=coverage,
     )
     step("refit")
     return report

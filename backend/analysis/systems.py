@@ -130,6 +130,21 @@ def source_means(
     Returns:
         ``(K,)`` means, ``(K, 2)`` intervals and ``(K,)`` counts of finite values.
     """
+    means, ci, counts, _ = source_means_replicates(columns, cases, resamples=resamples,
+                                                   seed=seed, level=level)
+    return means, ci, counts
+
+
+def source_means_replicates(
+    columns: NDArray[np.float64],
+    cases: NDArray[np.str_],
+    *,
+    resamples: int,
+    seed: int,
+    level: float = DEFAULT_LEVEL,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64], NDArray[np.float64]]:
+    """:func:`source_means` and its ``(B, K)`` bootstrap means (``(0, K)`` without resamples),
+    which the system-level tau's interval reuses (no further random draws)."""
     n, k = columns.shape
     finite = np.isfinite(columns)
     counts = finite.sum(axis=0)
@@ -137,12 +152,28 @@ def source_means(
     with np.errstate(invalid="ignore", divide="ignore"):
         means = filled.sum(axis=0) / counts
     ci = np.full((k, 2), np.nan)
+    boot = np.zeros((0, k))
     if resamples > 0 and n > 0:
         w = draw_resamples(n, resamples, seed, clusters=cases).weights
         with np.errstate(invalid="ignore", divide="ignore"):
             boot = (w @ filled) / (w @ finite.astype(np.float64))
         ci = percentile_interval(boot, level)
-    return means, ci, counts.astype(np.int64)
+    return means, ci, counts.astype(np.int64), boot
+
+
+def system_tau_replicates(metric: NDArray[np.float64], human: NDArray[np.float64]
+                          ) -> NDArray[np.float64]:
+    """Kendall tau-b per row of ``(B, S)`` oriented metric means against ``(B, S)`` negated
+    human means (higher = better on both sides), vectorised over the rows.
+
+    ``tau_b = sum sign(dx) sign(dy) / sqrt(sum sign(dx)^2 sum sign(dy)^2)`` over the source
+    pairs; NaN where a side is constant (or a row has a NaN).
+    """
+    i, j = np.triu_indices(metric.shape[1], k=1)
+    sx = np.sign(metric[:, i] - metric[:, j])
+    sy = np.sign(human[:, i] - human[:, j])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (sx * sy).sum(axis=1) / np.sqrt((sx**2).sum(axis=1) * (sy**2).sum(axis=1))
 
 
 def paired_randomization(
@@ -276,7 +307,8 @@ def systems_json(
 
     Returns:
         ``{"sources": {src: {"n", "human_mean", "human_ci95", "metrics": {key: {"mean",
-        "ci95"}}}}, "ranking": {key: {"kendall_tau", "metric_order"}}, "human_order",
+        "ci95"}}}}, "ranking": {key: {"kendall_tau", "metric_order", "kendall_ci95",
+        "n_systems"}}, "human_order",
         "randomization": {"A|B": {key or "human_errors": {"diff", "p", "n_pairs",
         "n_unmatched"}}}, "permutations", "corpus_level"}``; NaN becomes ``None``. ``A|B``
         has A before B in sorted order; ``kendall_tau`` is null with fewer than 2 sources
@@ -301,12 +333,15 @@ def systems_json(
     names = sorted(set(src.tolist()))
 
     means = np.full((len(names), table.shape[1]), np.nan)
+    boots = np.full((resamples, len(names), table.shape[1]), np.nan)
     section_sources: dict[str, Any] = {}
     for s, name in enumerate(names):
         rows = np.flatnonzero(src == name)
-        m, ci, _ = source_means(table[rows], cas[rows], resamples=resamples, seed=seed,
-                                level=level)
+        m, ci, _, boot = source_means_replicates(table[rows], cas[rows], resamples=resamples,
+                                                 seed=seed, level=level)
         means[s] = m
+        if boot.shape[0]:
+            boots[:, s, :] = boot
         metrics_entry = {key: {"mean": _f(m[j]), "ci95": _ci(ci[j])}
                          for j, key in enumerate(used_keys)}
         section_sources[name] = {
@@ -326,7 +361,15 @@ def systems_json(
         if both.sum() >= 2:
             oriented = col[both] if hb else -col[both]
             tau = _f(kendall_tau_b(oriented, -human_means[both]))
-        ranking[key] = {"kendall_tau": tau, "metric_order": _order(col, names, descending=hb)}
+        ci95: list[float | None] = [None, None]
+        if tau is not None and resamples > 0:
+            b_col = boots[:, both, j]
+            reps = system_tau_replicates(b_col if hb else -b_col, -boots[:, both, -1])
+            reps = reps[np.isfinite(reps)]
+            if reps.size:
+                ci95 = _ci(percentile_interval(reps[:, None], level)[0])
+        ranking[key] = {"kendall_tau": tau, "metric_order": _order(col, names, descending=hb),
+                        "kendall_ci95": ci95, "n_systems": int(both.sum())}
 
     tables = {name: _case_table(table[src == name], cas[src == name]) for name in names}
     randomization: dict[str, Any] = {}

@@ -12,14 +12,35 @@ Presets (``PRESETS``):
 ``lung`` / ``bone``
     For CT (values in HU): the usual fixed windows, lung C -600 / W 1500 and bone
     C 400 / W 1800. For projection radiographs (CR/DX/PNG/JPEG), stored values are not HU,
-    so these are windows *relative to the image's robust intensity range* ``[p1, p99]``
-    (1st and 99th percentile, span ``S = p99 - p1``), measured in display brightness from
-    the dark end (for MONOCHROME1 the dark end is the high stored values):
+    so these are windows *relative to a range of the image's own values* (span ``S``),
+    measured in display brightness from the dark end (for MONOCHROME1 the dark end is the
+    high stored values):
 
-    - lung: brightness 0.10 .. 0.80 of S (centre 0.45 S, width 0.70 S): spreads the grey
-      levels over the radiolucent lungs and clips the dense mediastinum/abdomen to white;
-    - bone: brightness 0.40 .. 1.00 of S (centre 0.70 S, width 0.60 S): spreads them over the
-      dense structures and clips the lungs to black.
+    - lung: relative to the body range (:func:`body_range`, the one the ``auto`` window
+      spans), centre 0.45 S, width 0.70 S, through the DICOM SIGMOID function: the grey
+      levels spread over the radiolucent lungs (steeper than ``auto`` there) while the dense
+      mediastinum, heart and abdomen roll off towards light grey instead of clipping. On the
+      demo's CR (RG1_UNCR) the former linear window, brightness 0.10 .. 0.80 of the whole
+      film's ``[p1, p99]`` (a range that includes the direct-exposure background), clipped
+      about 79 % of the mediastinum to white and gave the lungs no more contrast than
+      ``auto``; this one clips none of it and spreads the lungs' 5th..95th percentile over
+      0.73 of the grey scale (``auto``: 0.67); ``tests/unit/test_lung_preset.py`` keeps
+      those numbers;
+    - bone: relative to the whole film's robust range ``[p1, p99]`` (1st and 99th
+      percentile, ``S = p99 - p1``), brightness 0.40 .. 1.00 of S (centre 0.70 S, width
+      0.60 S), linear: spreads the grey levels over the dense structures and clips the
+      lungs to black.
+
+``auto`` (the viewer's default)
+    The header window when it is plausible for the image, else a window from the image's own
+    histogram inside the body: the 0.5th to 99.5th percentile of the central 80 % of the
+    film (``BODY_CROP``), which leaves out the collimation edges, the labels and most of the
+    direct-exposure background. The header's own VOI LUT and an 8-bit PNG/JPEG (display
+    values already) count as plausible. A header Window Center/Width is plausible when its
+    centre lies inside the body range and its width is at most ``PLAUSIBLE_WIDTH`` times
+    that range: the demo's real CR (RG1_UNCR, 15-bit MONOCHROME1) carries W 30000 / C 15000
+    over a body range of about 2500..16900, which leaves the film washed out grey; its auto
+    window is about W 14400 / C 9700.
 
 ``manual``
     Caller-given centre and width (width > 0), DICOM LINEAR function.
@@ -35,12 +56,22 @@ import numpy as np
 
 from radconcord.backend.imaging.load import LoadedImage, VoiLut
 
-PRESETS = ("header", "lung", "bone", "manual")
+PRESETS = ("auto", "header", "lung", "bone", "manual")
+# The part of the film the auto window reads: the central 80 % of each side.
+BODY_CROP = 0.10
+BODY_PERCENTILES = (0.5, 99.5)
+# A header window wider than this many body ranges is not the one to read the film with.
+PLAUSIBLE_WIDTH = 1.6
 FALLBACK_PERCENTILES = (0.5, 99.5)
 ROBUST_PERCENTILES = (1.0, 99.0)
 CT_WINDOWS = {"lung": (-600.0, 1500.0), "bone": (400.0, 1800.0)}
-# (start, end) as fractions of the robust range, in brightness from the dark end.
+# (start, end) as fractions of a range of the image's values, in brightness from the dark
+# end; the range (RELATIVE_BASE: "body" = body_range, "robust" = ROBUST_PERCENTILES of the
+# whole film) and the VOI function (RELATIVE_FUNCTION) per preset. A SIGMOID window's start
+# and end are where its curve is at about 0.12 and 0.88 (centre -/+ width / 2).
 RELATIVE_WINDOWS = {"lung": (0.10, 0.80), "bone": (0.40, 1.00)}
+RELATIVE_BASE = {"lung": "body", "bone": "robust"}
+RELATIVE_FUNCTION = {"lung": "SIGMOID", "bone": "LINEAR_EXACT"}
 # Percentiles on a strided sample: the full 2000x2000 film adds time, not accuracy.
 _SAMPLE_TARGET = 512 * 512
 
@@ -82,6 +113,49 @@ def percentile_range(pixels: np.ndarray, lo: float, hi: float) -> tuple[float, f
     return p_lo, p_hi
 
 
+def body_range(pixels: np.ndarray) -> tuple[float, float]:
+    """Robust value range inside the body: ``BODY_PERCENTILES`` of the central part of the
+    film (``BODY_CROP`` cut off each edge), so that collimation, labels and the background
+    around the patient weigh little.
+
+    Args:
+        pixels: The image (2-D).
+
+    Returns:
+        ``(low, high)`` with ``high > low``.
+    """
+    rows, cols = pixels.shape[:2]
+    dr, dc = int(rows * BODY_CROP), int(cols * BODY_CROP)
+    inner = pixels[dr:rows - dr or None, dc:cols - dc or None]
+    if inner.size == 0:
+        inner = pixels
+    return percentile_range(inner, *BODY_PERCENTILES)
+
+
+def header_plausible(image: LoadedImage) -> bool:
+    """Whether the image's own default window is a sensible one to read it with.
+
+    A VOI LUT and an 8-bit PNG/JPEG always are; a Window Center/Width is when its centre is
+    inside the body range (:func:`body_range`) and its width at most ``PLAUSIBLE_WIDTH``
+    times that range; no header window at all is not.
+    """
+    if image.voi_lut is not None:
+        return True
+    if not image.windows:
+        return image.format in ("png", "jpeg") and image.bits == 8
+    center, width = image.windows[0]
+    lo, hi = body_range(image.pixels)
+    return lo <= center <= hi and 0 < width <= PLAUSIBLE_WIDTH * (hi - lo)
+
+
+def auto_window(image: LoadedImage) -> Window:
+    """The viewer's default: the header window when plausible, else the body histogram's."""
+    if header_plausible(image):
+        return resolve_window(image, "header")
+    lo, hi = body_range(image.pixels)
+    return Window((lo + hi) / 2.0, hi - lo, "LINEAR_EXACT", source="auto-histogram")
+
+
 def resolve_window(
     image: LoadedImage,
     preset: str = "header",
@@ -109,6 +183,8 @@ def resolve_window(
         if not (np.isfinite(center) and np.isfinite(width)) or width <= 0:
             raise ValueError("manual window needs a finite center and a width > 0")
         return Window(float(center), float(width), "LINEAR", source="manual")
+    if preset == "auto":
+        return auto_window(image)
     if preset == "header":
         if image.voi_lut is not None:
             return Window(None, None, "LUT", lut=image.voi_lut, source="header-lut")
@@ -123,7 +199,10 @@ def resolve_window(
         if image.hounsfield:
             c, w = CT_WINDOWS[preset]
             return Window(c, w, "LINEAR", source="ct-preset")
-        lo, hi = percentile_range(image.pixels, *ROBUST_PERCENTILES)
+        if RELATIVE_BASE[preset] == "body":
+            lo, hi = body_range(image.pixels)
+        else:
+            lo, hi = percentile_range(image.pixels, *ROBUST_PERCENTILES)
         span = hi - lo
         start, end = RELATIVE_WINDOWS[preset]
         if image.invert_for_display:
@@ -131,7 +210,8 @@ def resolve_window(
             a, b = hi - end * span, hi - start * span
         else:
             a, b = lo + start * span, lo + end * span
-        return Window((a + b) / 2.0, b - a, "LINEAR_EXACT", source="relative-preset")
+        return Window((a + b) / 2.0, b - a, RELATIVE_FUNCTION[preset],
+                      source="relative-preset")
     raise ValueError(f"unknown window preset {preset!r}; choose one of {', '.join(PRESETS)}")
 
 

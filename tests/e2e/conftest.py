@@ -208,3 +208,46 @@ def wait_for_cookie(page, timeout_s: float = 30) -> str:
         if time.monotonic() > deadline:
             pytest.fail("the server never set the session cookie")
         time.sleep(0.2)
+
+
+def drop_constructed_ratings(data: Path) -> None:
+    """Remove the demo's constructed ratings from the running app's database (in ``data``).
+
+    The demo ships with constructed ratings (``backend/services/study_admin/demo_ratings.py``,
+    the inactive accounts ``constructed_a/b/c``). A test that needs the demo raters alone
+    (a queue of exactly their disagreements, a study still free to change its annotation
+    mode) deletes those accounts; their assignments and ratings go with them (``ON DELETE
+    CASCADE``) and the demo raters' own open pairs stay. Call it once the app has seeded the
+    demo (its login page is drawn); calling it again changes nothing.
+    """
+    from sqlalchemy import delete
+
+    from radconcord.db.models import User
+    from radconcord.db.session import Database
+
+    db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
+    try:
+        with db.begin() as s:
+            s.execute(delete(User).where(User.username.like("constructed_%")))
+    finally:
+        db.dispose()
+
+
+def demo_in_error_records(data: Path) -> None:
+    """Switch the running app's demo study (in ``data``) to per-error records.
+
+    The constructed ratings are answers in counts mode, which lock the study's annotation
+    mode: they go first (:func:`drop_constructed_ratings`). Calling it again changes nothing.
+    """
+    from radconcord.backend.services.accounts.seed import DEMO_STUDY
+    from radconcord.backend.services.study_admin import study_settings
+    from radconcord.backend.types import Actor
+    from radconcord.db.session import Database
+
+    drop_constructed_ratings(data)
+    db = Database(f"sqlite:///{data / 'e2e.db'}", migrate=False)
+    try:
+        study_settings.update_study_settings(db, Actor.system(), study_name=DEMO_STUDY,
+                                             annotation_mode="error_records")
+    finally:
+        db.dispose()

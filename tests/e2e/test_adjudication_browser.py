@@ -14,7 +14,13 @@ from radconcord.backend.services.annotation import rating
 from radconcord.backend.services.quality import adjudication
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
-from tests.e2e.conftest import RATER, RATER_PASSWORD, log_in, wait_for_cookie
+from tests.e2e.conftest import (
+    RATER,
+    RATER_PASSWORD,
+    drop_constructed_ratings,
+    log_in,
+    wait_for_cookie,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -45,7 +51,11 @@ def _wait_for_demo(data, timeout_s: float = 60) -> None:
 
 
 def _dispute_first_pair(data) -> str:
-    """rater1 counts 2 significant false findings on their first pair, rater2 none; a judge."""
+    """rater1 counts 2 significant false findings on their first pair, rater2 none; a judge.
+
+    The demo's constructed raters disagree on pairs of their own: they go, so the queue is
+    exactly this one dispute."""
+    drop_constructed_ratings(data)
     db = _db(data)
     try:
         r1 = auth.authenticate(db, username=RATER, password=RATER_PASSWORD)

@@ -181,8 +181,11 @@ def test_the_dashboard_follows_a_rating_without_a_reload(server, browser):
         rater.get_by_role("button", name="Mark done").click()
         rater.get_by_text("marked done").first.wait_for()
 
-        # The admin's page follows on its own (live fragment, 1 s here).
-        assert _wait_for_metric(rated_metric, before_rated + 1) == before_rated + 1
+        # The admin's page follows on its own (live fragment, 1 s here): one more rater's
+        # rating of a pair. (Rated pairs stays put: the demo's constructed raters have rated
+        # every pair already.)
+        assert _wait_for_metric(ratings_metric, before_ratings + 1) == before_ratings + 1
+        assert _metric_value(rated_metric) == before_rated
         # Completing a pair also stores its zero cells: the count of rating rows grows (the
         # metrics of one run arrive one by one, so this one may land a moment later).
         expect(ratings_metric.get_by_test_id("stMetricValue")).not_to_have_text(
@@ -206,8 +209,8 @@ def test_next_shortcut_moves_to_the_next_pair(server, browser):
     page.goto(url)
     log_in(page, "rater2", "radconcord-rater2")
     page.get_by_text("Pair 1 of").wait_for()
-    # Shortcuts work while no input has focus, once the buttons are drawn and their key
-    # handlers bound (after the run, in an effect: ``wait_for_idle``).
+    # N and P work from the grid's focused first cell too (the grid passes them to the
+    # buttons), once the buttons are drawn and their handlers bound (``wait_for_idle``).
     expect(page.get_by_role("button", name="Next")).to_be_enabled()
     wait_for_idle(page)
     page.keyboard.press("n")

@@ -15,6 +15,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
+from radconcord.backend.services import transactions
 from radconcord.backend.services.annotation import rating
 from tests.e2e.conftest import RATER, RATER_PASSWORD, cell, grid_status, log_in, step_up
 
@@ -70,7 +71,7 @@ def test_a_save_during_a_long_lock_says_not_saved_and_keeps_the_count(server, br
         expect(cell(page, OMISSION)).to_have_value(str(before[(2, True)] + 1))
         assert _stored(data, pair)[(2, True)] == before[(2, True)]
         # The lock outlasted the whole retry window before the page gave up.
-        assert waited >= rating.SAVE_RETRY_SECONDS
+        assert waited >= transactions.SAVE_RETRY_SECONDS
     finally:
         raw.rollback()
         raw.close()

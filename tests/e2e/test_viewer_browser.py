@@ -140,10 +140,12 @@ def test_the_whole_film_fits_at_first_sight_on_a_dark_surround(server, browser, 
                 assert pane["zoom"] == 1.0
                 assert pane["background"] == "rgb(0, 0, 0)"
                 # Pixels for the canvas: its size times the device pixel ratio (rounded up
-                # to 128 by the server; a first fetch may have seen a slightly larger pane
-                # while the page settled), never a fixed downscale, never more than the film.
+                # to 128 by the server; a first fetch may have seen a larger pane while the
+                # page settled: the film column takes its width from the film/reports split
+                # once the split is applied, up to ~150 CSS px later at a DPR of 2), never a
+                # fixed downscale, never more than the film.
                 needed = min(pane["fullSide"], math.ceil(max(d["w"], d["h"]) * scale))
-                assert needed <= pane["dataSide"] <= min(pane["fullSide"], needed + 256)
+                assert needed <= pane["dataSide"] <= min(pane["fullSide"], needed + 384)
             if formats == ["dicom"]:
                 assert pane["fullSide"] == 1955 and pane["dataSide"] < 1955
                 assert d["h"] >= (0.45 if height == 800 else 0.6) * height  # a readable size
@@ -226,6 +228,11 @@ def test_window_level_by_drag_and_presets_manual_from_the_header(server, browser
     try:
         _open(page, url, _pair_with(data, ["dicom"]))
         pane = _panes(page)[0]
+        # The default is Auto: the header's W 30000 / C 15000 leaves this CR washed out.
+        assert pane["preset"] == "auto" and pane["width"] < 20000
+        page.get_by_role("radio", name="Header").click()
+        _wait_attr(page, ".rcv-pane", "width", "v === 30000")
+        pane = _panes(page)[0]
         assert (pane["center"], pane["width"], pane["preset"]) == (15000, 30000, "header")
         shown = page.evaluate(SCREEN_DIGEST, 0)
         cx, cy = _point(pane, 0.5, 0.5)
@@ -304,7 +311,7 @@ def test_frontal_and_lateral_side_by_side_with_synchronised_or_independent_windo
 
 def test_full_resolution_film_is_exact_and_a_window_change_shows_within_150_ms(server, browser):
     """Zoomed in, the viewer fetches the full 1841 x 1955 film; its grey levels equal the PNG
-    renderer's (header window, MONOCHROME1), and each W/L drag step is on screen (event to
+    renderer's (auto window, MONOCHROME1), and each W/L drag step is on screen (event to
     the frame that shows it) in under 150 ms. The numbers are printed (pytest -s)."""
     from radconcord.backend.imaging.load import load_image
     from radconcord.backend.imaging.render import RenderSettings, render_array
@@ -330,7 +337,8 @@ def test_full_resolution_film_is_exact_and_a_window_change_shows_within_150_ms(s
         finally:
             db.dispose()
         full = load_image(data / path)  # the server's data folder holds the stored copy
-        want, _ = render_array(full, RenderSettings(max_side=4096))
+        # The viewer opens on Auto (this CR's header window is implausible: the histogram's).
+        want, _ = render_array(full, RenderSettings(max_side=4096, preset="auto"))
         got = page.evaluate(FILM_DIGEST, 0)
         assert (got["w"], got["h"]) == (1841, 1955)
         assert got["sum"] == int(want.astype(np.int64).sum())
@@ -429,12 +437,13 @@ def test_full_screen_gives_the_film_the_whole_screen_on_a_dark_surround(server, 
         _open(page, url, _pair_with(data, ["dicom"]))
         fitted = _panes(page)[0]["drawn"]
         page.get_by_role("button", name="Full screen").click()
-        page.wait_for_function("() => document.fullscreenElement?.classList.contains('rcv-root')"
+        # On the rating screen full screen holds the film and the grid's column (issue 24:
+        # the grid stays reachable); the film's pane fills the screen's height.
+        page.wait_for_function("() => document.fullscreenElement"
                                " && document.querySelector('.rcv-pane').clientHeight > 700")
         pane = _panes(page)[0]
         assert pane["drawn"]["h"] > fitted["h"] and pane["box"]["y"] + pane["box"]["height"] <= 800
-        assert page.evaluate("() => getComputedStyle(document.fullscreenElement)"
-                             ".backgroundColor") == "rgb(13, 13, 13)"
+        assert pane["background"] == "rgb(0, 0, 0)"
         page.get_by_role("button", name="Full screen").click()
         page.wait_for_function("() => !document.fullscreenElement")
         page.wait_for_function("h => Math.abs(JSON.parse(document.querySelector('.rcv-pane')"

@@ -84,3 +84,16 @@ def test_app_install_is_kept_until_pyproject_changes(checkout):
     assert calls[-1] == "-m pip install -q -e .[all]"
     assert any(c.startswith("-m pip install -q torch==") for c in calls)
     assert stamp.read_text().strip() == _stamp(checkout, "app")
+
+
+def test_an_install_prints_its_progress(checkout):
+    """Issue 24: a multi-minute install whose only output is pip's warnings looks hung; each
+    step says what it does before it starts and how long it took."""
+    out = _bootstrap(checkout, "app").splitlines()
+    steps = [line for line in out if line.startswith("bootstrap: [")]
+    assert [s.split("]")[0] for s in steps] == ["bootstrap: [1/3", "bootstrap: [2/3",
+                                                "bootstrap: [3/3"]
+    assert "installing radconcord[all]" in steps[2]
+    assert sum("done in" in line for line in out) == 3
+    # Every step is announced before its pip call runs.
+    assert len(_pip_calls(checkout)) == 3

@@ -48,6 +48,13 @@ def test_the_panel_gets_the_texts_sentences_and_only_the_raters_records(study_en
     assert [(r["category"], r["note"]) for r in data["records"]] == [(1, "mine")]
     assert data["read_only"] is False
     assert [c["category"] for c in data["categories"]] == [1, 2, 3, 4, 5, 6]
+    # Why a category does not fit the kind, in the service's words (issue 24).
+    assert data["refusals"] == {
+        kind: {str(c): why for c, why in reasons.items()}
+        for kind, reasons in error_records.category_refusals().items()}
+    assert data["refusals"]["span"]["2"].startswith(
+        "category 2 is an omission: press O on a reference sentence")
+    assert set(data["refusals"]["omission"]) == {"1", "3", "4", "5"}
     raw = json.dumps(data)
     assert "theirs" not in raw and study_env.secret_source not in raw
     assert "pair_id" not in raw and "rater" not in raw

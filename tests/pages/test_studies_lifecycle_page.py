@@ -89,7 +89,9 @@ def test_every_setting_is_drawn_by_its_type_with_its_caveat(study_env, make_app,
         if spec.type is bool:
             assert kind == "Toggle"
         elif spec.choices is not None:
-            assert kind == "Selectbox" and list(widget.options) == list(spec.choices)
+            # Shown by meaning (an annotation mode by its name), stored as the value.
+            assert kind == "Selectbox" and list(widget.options) == [
+                str(study_settings.display_value(spec.key, c)) for c in spec.choices]
         else:
             assert kind == "NumberInput"
             assert widget.min == spec.minimum and widget.max == spec.maximum
@@ -117,7 +119,7 @@ def test_a_choice_a_count_a_share_and_a_switch_are_recorded(study_env, make_app,
     # The page shows what is in force after each change.
     assert at.selectbox(key=_setting(study_env, "annotation_mode")).value == "error_records"
     assert at.number_input(key=_setting(study_env, "repeat_share")).value == 0.2
-    assert "(from 'counts' to 'error_records')" in all_text(at)
+    assert "(from 'Error counts (ReXVal)' to 'Error records (spans)')" in all_text(at)
 
 
 def test_a_refused_change_says_which_setting_and_why(study_env, make_app):

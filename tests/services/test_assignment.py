@@ -202,7 +202,12 @@ def test_seed_demo_is_idempotent_and_usable(any_db, fast_password_hashing):
     assert all(v.reference_text and v.candidate_text for v in views)
     assert any(v.images for v in views)  # the demo has cases with images
     by_pair, order = _layout(any_db, DEMO_STUDY)
-    assert all(v == {"rater1", "rater2"} for v in by_pair.values())
+    # The demo raters, and the three constructed raters of "demo ratings (constructed)"
+    # (issue 24), who have completed every pair.
+    assert all(v == {"rater1", "rater2", "constructed_a", "constructed_b", "constructed_c"}
+               for v in by_pair.values())
+    assert first.constructed_assignments == 3 * first.n_pairs
+    assert again.constructed_assignments == 0
     assert order["rater1"] != order["rater2"]  # each rater has their own order
 
 

@@ -231,14 +231,17 @@ def test_train_rejects_bad_requests(db, tmp_path) -> None:
 
 def test_command_prints_both_taus(db, tmp_path, capsys, monkeypatch) -> None:
     from radconcord.backend.cli import metrics as metric_commands
+    from radconcord.backend.cli.common import Commands
 
     monkeypatch.setenv("DATABASE_URL", db.url)
     _insert_study(db, "cli", 6)
     base = build_tiny_llama(tmp_path)
     parser = argparse.ArgumentParser()
-    metric_commands.register(parser.add_subparsers(dest="command"))
+    commands = Commands(parser.add_subparsers(dest="command"))
+    metric_commands.register(commands)
+    commands.finish()
     args = parser.parse_args([
-        "train-er2score", "--study", "cli", "--base", str(base), "--output",
+        "model", "train-er2score", "--study", "cli", "--base", str(base), "--output",
         str(tmp_path / "ad"), "--epochs", "1", "--lr", "1e-3", "--heldout", "0.34",
         "--device", "cpu",
     ])

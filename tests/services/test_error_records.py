@@ -196,6 +196,9 @@ def test_a_kind_takes_only_its_own_categories(any_db, make_study, fast_password_
                                      significant=True, expected_version=0, **where[kind])
         assert str(caught.value).startswith("category: "), str(caught.value)
         assert message in str(caught.value)
+        # ...and why, in the words the panel says (issue 24).
+        why = error_records.category_refusal(kind, category)
+        assert why is not None and f"({why})" in str(caught.value)
         assert _stored(any_db) == before
     version = 0
     for kind, categories in error_records.KIND_CATEGORIES.items():
@@ -350,3 +353,19 @@ def test_an_error_records_study_refuses_direct_grid_edits(any_db, make_study,
     error_records.add_record(any_db, r1, opaque_id=pair, kind="span", category=1,
                              significant=True, candidate_start=start, candidate_end=end)
     assert rating.get_pair(any_db, r1, opaque_id=pair).counts[(1, True)] == 1
+
+
+def test_category_refusal_says_in_words_which_report_the_category_marks():
+    """Issue 24: the panel says why a category was refused, e.g. "category 2 is an omission:
+    press O on a reference sentence"; the service's message carries the same words."""
+    assert error_records.category_refusal("span", 2) == (
+        "category 2 is an omission: press O on a reference sentence the candidate leaves out "
+        "(omission of finding)")
+    assert error_records.category_refusal("omission", 4) == (
+        "category 4 marks wrong words of the candidate, not an omission: press O to go back "
+        "to the candidate's words (incorrect severity of finding)")
+    fits = [(kind, c) for kind, cats in error_records.KIND_CATEGORIES.items() for c in cats]
+    assert all(error_records.category_refusal(kind, c) is None for kind, c in fits)
+    refusals = error_records.category_refusals()
+    assert {k: sorted(v) for k, v in refusals.items()} == {"span": [2, 6],
+                                                           "omission": [1, 3, 4, 5]}

@@ -1,7 +1,9 @@
 """The per-error records panel's rules (webapp/components/errors/error_records.js, ``Marker``,
 ``tokenize``, ``tokenMarks``) run in node against a scripted server: keyboard selection of
-words, category and significance keys, omissions against a reference sentence, the payloads
-sent with the panel's version, 409 adopting the stored records, errors kept on screen."""
+words, category and significance keys (S and I set it, none is chosen until one is pressed,
+and every save, stored or refused, clears it), omissions against a reference sentence, the
+payloads sent with the panel's version, 409 adopting the stored records, errors kept on
+screen, a refused category explained in the service's words."""
 
 from __future__ import annotations
 
@@ -96,7 +98,7 @@ out.after = { version: m.version, records: m.records.length, status: m.status.ki
               note: m.note, saved };
 """)
     assert out["range"] == [1, 2]
-    assert out["hint"]["kind"] == "hint" and "category" in out["hint"]["text"]
+    assert out["hint"]["kind"] == "refused" and "category" in out["hint"]["text"]
     assert out["sentBefore"] == 0
     assert out["handled"] == [True, True, False]
     assert out["busy"] is True
@@ -104,7 +106,7 @@ out.after = { version: m.version, records: m.records.length, status: m.status.ki
         "pair": "P1", "version": 4, "category": 1, "significant": True, "note": "side",
         "kind": "span", "candidate_start": 6, "candidate_end": 19}}]
     assert out["after"] == {"version": 5, "records": 1, "status": "saved", "category": None,
-                            "significant": False, "range": None, "note": "", "saved": [5]}
+                            "significant": None, "range": None, "note": "", "saved": [5]}
 
 
 def test_omission_mode_picks_a_reference_sentence(tmp_path):
@@ -118,6 +120,9 @@ press(m, "Enter");                // no sentence picked yet
 out.hint = m.status.text;
 press(m, "ArrowDown");            // picks the first sentence
 press(m, "ArrowDown");            // then the second
+press(m, "Enter");                // no significance chosen yet
+out.noSig = [m.status.kind, m.status.text, srv.sent.length];
+press(m, "i");
 press(m, "Enter");
 out.sent = srv.sent.map((s) => s.body);
 await srv.answer(200, { version: 5, records: [] });
@@ -126,6 +131,8 @@ out.back = m.mode;
 """)
     assert out["mode"] == "omission"
     assert "omitted sentence" in out["hint"]
+    assert out["noSig"] == ["refused", "Not saved: choose the significance: S clinically "
+                            "significant, I insignificant.", 0]
     assert out["sent"] == [{"pair": "P1", "version": 4, "category": 2, "significant": False,
                             "note": "", "kind": "omission", "reference_start": 13,
                             "reference_end": 30}]
@@ -146,16 +153,16 @@ out.sent = srv.sent.map((s) => [s.url, s.body]);
 await srv.answer(409, { reason: "stale", version: 7, records: [...records, { id: 4,
   kind: "omission", category: 2, significant: true, reference_start: 0, reference_end: 12 }] });
 out.stale = { status: m.status, version: m.version, records: m.records.map((r) => r.id) };
-// Errors keep the panel's state and say why.
-press(m, "3"); press(m, "Enter");
+// Errors keep the panel's selection and category and say why; the significance goes.
+press(m, "3"); press(m, "s"); press(m, "Enter");
 await srv.answer(401, { reason: "login", message: "Not saved: your session has ended." });
-out.login = [m.status.kind, m.status.text, m.range(), m.category];
-press(m, "Enter");
+out.login = [m.status.kind, m.status.text, m.range(), m.category, m.significant];
+press(m, "s"); press(m, "Enter");
 await srv.answer(0, {});
-out.offline = m.status.text;
-press(m, "Enter");
+out.offline = [m.status.text, m.significant];
+press(m, "i"); press(m, "Enter");
 await srv.answer(400, { reason: "bad_request", message: "category: must be an integer 1-6" });
-out.bad = m.status.text;
+out.bad = [m.status.kind, m.status.text, m.significant];
 // A page rerun with an older version does not replace newer records.
 m.refresh(6, [], false);
 out.refresh = m.records.length;
@@ -169,9 +176,9 @@ out.readOnlySave = await m.save();
     assert out["stale"]["status"]["kind"] == "stale"
     assert "changed in another window" in out["stale"]["status"]["text"]
     assert out["stale"]["version"] == 7 and out["stale"]["records"] == [3, 4]
-    assert out["login"] == ["error", "Not saved: your session has ended.", [1, 1], 3]
-    assert "can't be reached" in out["offline"]
-    assert out["bad"] == "Not saved: category: must be an integer 1-6"
+    assert out["login"] == ["error", "Not saved: your session has ended.", [1, 1], 3, None]
+    assert "can't be reached" in out["offline"][0] and out["offline"][1] is None
+    assert out["bad"] == ["refused", "Not saved: category: must be an integer 1-6", None]
     assert out["refresh"] == 2
     assert out["refresh2"] == [0, True]
     assert out["readOnlySave"] is False
@@ -214,13 +221,14 @@ press(m, "ArrowLeft");            // back to "cm", past "."
 out.back = m.cursor;
 press(m, "End");                  // the final "." alone
 press(m, "3");
+press(m, "i");
 out.lone = m.payload();
 press(m, "Home");
 press(m, "End", true);            // everything, from "Small" to the final "."
 out.all = m.payload();
 """)
     assert out["cursor"] == 4 and out["range"] == [4, 7] and out["back"] == 5
-    assert out["lone"] == {"error": "Select words, not only punctuation."}
+    assert out["lone"] == {"error": "select words, not only punctuation"}
     assert (out["all"]["candidate_start"], out["all"]["candidate_end"]) == (0, 44)
 
 
@@ -232,16 +240,20 @@ import { HINT_SPAN, HINT_OMISSION } from "./error_records.mjs";
 const srv = server();
 const m = marker(srv);
 press(m, "ArrowRight");           // "Small" selected
+press(m, "s");
 out.span = {};
 for (const key of ["1", "2", "3", "4", "5", "6"]) {
   press(m, key);
   out.span[key] = m.payload();
 }
 press(m, "2");
+out.onKey = [m.status.kind, m.status.text];  // said as the key is pressed
+press(m, "s");
 press(m, "Enter");                // refused at once, with the way to an omission
-out.spanHint = [m.status.kind, m.status.text, srv.sent.length, m.range()];
+out.spanHint = [m.status.kind, m.status.text, srv.sent.length, m.range(), m.significant];
 press(m, "o");                    // the category is kept: 2 is right for an omission
 press(m, "ArrowDown");
+press(m, "s");
 out.omission = {};
 for (const key of ["1", "2", "3", "4", "5", "6"]) {
   press(m, key);
@@ -250,23 +262,69 @@ for (const key of ["1", "2", "3", "4", "5", "6"]) {
 press(m, "1");
 press(m, "Enter");
 out.omissionHint = [m.status.kind, m.status.text, srv.sent.length, m.sentencePicked];
+// The service's words, when the panel has them, replace the built-in ones.
+const told = marker(srv, { refusals: { span: { "6": "category 6 is an omission (told)" } } });
+press(told, "ArrowRight"); press(told, "6");
+out.told = told.payload();
 out.hints = [HINT_SPAN, HINT_OMISSION];
 """)
-    refused_span = ("Categories 2 and 6 are omissions: press O to mark the reference sentence "
-                    "the candidate leaves out.")
-    refused_omission = "An omission is category 2 (finding) or 6 (comparison)."
-    assert out["span"]["2"] == out["span"]["6"] == {"error": refused_span}
+    def refused_span(c):
+        return (f"category {c} is an omission: press O on a reference sentence the candidate "
+                "leaves out")
+
+    def refused_omission(c):
+        return (f"category {c} marks wrong words of the candidate, not an omission: press O "
+                "to go back to the candidate's words")
+
+    assert out["span"]["2"] == {"error": refused_span(2)}
+    assert out["span"]["6"] == {"error": refused_span(6)}
     for key in ("1", "3", "4", "5"):
         assert out["span"][key]["kind"] == "span"
         assert out["span"][key]["category"] == int(key)
         assert "error" not in out["span"][key]
-    assert out["spanHint"] == ["hint", refused_span, 0, [0, 0]]
+    assert out["onKey"] == ["hint", refused_span(2) + "."]
+    # The significance pressed for the refused save is cleared: the next error needs its own.
+    assert out["spanHint"] == ["refused", f"Not saved: {refused_span(2)}. Significance "
+                               "cleared: press S or I again.", 0, [0, 0], None]
     for key in ("1", "3", "4", "5"):
-        assert out["omission"][key] == {"error": refused_omission}
+        assert out["omission"][key] == {"error": refused_omission(int(key))}
     for key in ("2", "6"):
         assert out["omission"][key]["kind"] == "omission"
         assert out["omission"][key]["category"] == int(key)
         assert (out["omission"][key]["reference_start"],
                 out["omission"][key]["reference_end"]) == (0, 12)
-    assert out["omissionHint"] == ["hint", refused_omission, 0, True]
+    assert out["omissionHint"] == ["refused", f"Not saved: {refused_omission(1)}. Significance "
+                                   "cleared: press S or I again.", 0, True]
+    assert out["told"] == {"error": "category 6 is an omission (told)"}
     assert "1, 3, 4 or 5" in out["hints"][0] and "2 or 6" in out["hints"][1]
+
+
+def test_significance_is_set_not_toggled_and_no_choice_outlives_a_save(tmp_path):
+    # Issue 24: with S as a toggle, an S left on by a refused save turned the next error's S
+    # into "insignificant". Now S and I set it, nothing is chosen until one is pressed, and a
+    # refused save clears it like a stored one does.
+    out = _run(tmp_path, r"""
+const srv = server();
+const m = marker(srv);
+out.start = m.significant;
+press(m, "s"); press(m, "s");
+out.twice = m.significant;
+press(m, "i");
+out.i = m.significant;
+press(m, "s");
+press(m, "ArrowRight"); press(m, "2"); press(m, "Enter");   // refused: 2 is an omission
+out.refused = [m.status.kind, m.significant, srv.sent.length];
+press(m, "1"); press(m, "Enter");                            // no significance: refused
+out.unchosen = [m.status.text, srv.sent.length];
+press(m, "s"); press(m, "Enter");                            // the next error, significant
+out.sent = srv.sent.map((s) => s.body.significant);
+await srv.answer(200, { version: 5, records: [] });
+out.after = m.significant;
+""")
+    assert out["start"] is None
+    assert out["twice"] is True and out["i"] is False
+    assert out["refused"] == ["refused", None, 0]
+    assert out["unchosen"] == ["Not saved: choose the significance: S clinically significant, "
+                               "I insignificant.", 0]
+    assert out["sent"] == [True]
+    assert out["after"] is None

@@ -201,3 +201,28 @@ def test_report_figures_are_the_dashboards_drawings():
     figs = report_figures(CorrelationReport.from_json(no_ceiling))
     assert set(figs) == {"forest"}
     assert not [s for s in figs["forest"].layout.shapes if s.type == "rect"]
+
+
+def test_published_values_sit_beside_ours_only_for_a_rexval_study():
+    """The papers measured ReXVal: beside a demo or an own study the difference would be one
+    of datasets (issue 24)."""
+    report = _full_report()
+    report["published"] = {"entries": [
+        {"paper": "ER2Score paper", "metric": "BLEU-4", "key": "bleu4",
+         "kendall_tau_b": 0.345, "ours": 0.3}]}
+    facts = _facts()
+    html = html_report.render_html(report, facts)
+    assert "Published values (ReXVal) beside ours" in html and "0.345" in html
+    facts["study"]["kind"] = "demo"
+    html = html_report.render_html(report, facts)
+    assert "Published values (ReXVal) beside ours" not in html and "0.345" not in html
+    assert "only for a study imported from ReXVal" in html
+
+
+def test_a_tau_from_too_few_pairs_reads_n_too_small_not_a_number():
+    report = _full_report()
+    report["metrics"]["bleu4"].update(n=6, kendall_tau_b=0.987654, spearman=0.912345)
+    html = html_report.render_html(report, _facts())
+    row = html[html.index(">bleu4<"):]
+    row = row[:row.index("</tr>")]
+    assert "n too small" in row and "0.988" not in row and "0.912" not in row

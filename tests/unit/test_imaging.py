@@ -15,6 +15,7 @@ from radconcord.backend.imaging.render import RenderSettings, crop_box, render_a
 from radconcord.backend.imaging.window import (
     apply_linear,
     apply_window,
+    body_range,
     percentile_range,
     resolve_window,
 )
@@ -186,11 +187,15 @@ def test_relative_presets_follow_display_orientation(rg1):
     bone = resolve_window(rg1, "bone")
     p1, p99 = percentile_range(rg1.pixels, 1, 99)
     span = p99 - p1
+    b_lo, b_hi = body_range(rg1.pixels)
+    body = b_hi - b_lo
     assert lung.source == bone.source == "relative-preset"
     # MONOCHROME1: dark display = high stored values, so lung sits above bone in raw values.
-    assert lung.center == pytest.approx(p99 - 0.45 * span)
+    # Lung: relative to the body range, a sigmoid (tests/unit/test_lung_preset.py says why).
+    assert (lung.function, bone.function) == ("SIGMOID", "LINEAR_EXACT")
+    assert lung.center == pytest.approx(b_hi - 0.45 * body)
     assert bone.center == pytest.approx(p99 - 0.70 * span)
-    assert lung.width == pytest.approx(0.70 * span) and bone.width == pytest.approx(0.60 * span)
+    assert lung.width == pytest.approx(0.70 * body) and bone.width == pytest.approx(0.60 * span)
 
 
 def test_manual_window_validation(rg1):

@@ -168,3 +168,21 @@ def test_high_agreement_and_a_small_difference_are_no_warning():
     assert mon.robust_z([r.spearman for r in result])[4] > 3
     assert mon.robust_z([r.abs_diff for r in result])[4] < -3
     assert {o.measure for o in result[4].outliers} == {"drift"}  # 0..7 does rise
+
+
+def test_untimed_ratings_skip_the_floors_but_keep_every_other_check():
+    """Constructed demo ratings all carry one completion instant and no time on task: as a
+    rater's work that is a bot's pace, as constructed ratings it says nothing about pace."""
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    done = [DoneItem(pair=i + 1, completed_at=at, seconds=0.0, total=0.0) for i in range(8)]
+    floors = mon.Floors(min_seconds=10, min_seconds_film=20, max_per_hour=180)
+    timed, untimed = mon.monitor(
+        [RaterInput(rater="script", done=done, assigned=8, time_seconds=0.0),
+         RaterInput(rater="constructed", done=done, assigned=8, time_seconds=0.0,
+                    timed=False)], floors=floors)
+    assert any("implausible pace" in f for f in timed.flags)
+    assert not any("implausible" in f for f in untimed.flags)
+    assert math.isnan(untimed.max_pace_per_hour)
+    # Straight-lining is about the counts, not the clock: still flagged for both.
+    assert any(f.startswith("straight-lining") for f in untimed.flags)
+    assert any(f.startswith("straight-lining") for f in timed.flags)

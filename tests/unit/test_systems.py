@@ -51,7 +51,9 @@ def test_hand_computed_means_orders_and_taus() -> None:
     assert lo <= 2.0 <= hi and lo < hi
     assert out["human_order"] == ["A", "C", "B"]
     assert out["ranking"]["bleu"] == {"kendall_tau": pytest.approx(1.0),
-                                      "metric_order": ["A", "C", "B"]}
+                                      "metric_order": ["A", "C", "B"],
+                                      "kendall_ci95": pytest.approx([1 / 3, 1.0]),
+                                      "n_systems": 3}
     # Lower is better: ascending means is the metric's best-first order.
     assert out["ranking"]["radcliq"]["metric_order"] == ["A", "C", "B"]
     assert out["ranking"]["radcliq"]["kendall_tau"] == pytest.approx(1.0)
@@ -321,7 +323,8 @@ def test_one_source_and_no_resamples() -> None:
     out = systems_json(values[:4], keys, hib, human[:4], ["A"] * 4, ["c1", "c2", "c3", "c4"],
                        resamples=0, permutations=10)
     assert out["randomization"] == {}
-    assert out["ranking"]["bleu"] == {"kendall_tau": None, "metric_order": ["A"]}
+    assert out["ranking"]["bleu"] == {"kendall_tau": None, "metric_order": ["A"],
+                                      "kendall_ci95": [None, None], "n_systems": 1}
     assert out["sources"]["A"]["human_ci95"] == [None, None]
 
 

@@ -9,9 +9,17 @@ which reruns the page: the read-only count grid below then shows the counts deri
 records (``backend/services/annotation/error_records.py``).
 
 Keyboard first, in the words box: Left/Right move the word cursor, Shift+Left/Right extend
-the selection, 1-6 pick the category, S toggles "clinically significant", Enter saves,
-Delete removes the record under the cursor, O switches to omissions (Up/Down pick a sentence
-of the reference), Escape clears. The mouse works too (drag over words, click a sentence).
+the selection, 1-6 pick the category, S marks the error clinically significant and I
+insignificant, Enter saves, Delete removes the record under the cursor, O switches to
+omissions (Up/Down pick a sentence of the reference), Escape clears. The mouse works too
+(drag over words, click a sentence).
+
+Significance has no default: every error starts with none chosen, shown as such, and is
+saved only once the rater has pressed S or I for it. S and I set it (they never toggle), and
+every save, stored or refused, clears it again, so a choice made for one error can never
+reach the next one. A refused save says why in the panel, in the service's words
+(:func:`backend.services.annotation.error_records.category_refusal` for a category the kind
+cannot carry).
 """
 
 from __future__ import annotations
@@ -56,6 +64,9 @@ def panel_data(view: rating.RaterPairView, stored: error_records.PairRecords, *,
         "records": [records_api.record_json(r) for r in stored.records],
         "read_only": bool(view.read_only),
         "categories": [{"category": c, "label": label} for c, label in CATEGORIES.items()],
+        # Why a category does not fit the kind being marked, as the service says it.
+        "refusals": {kind: {str(c): why for c, why in reasons.items()}
+                     for kind, reasons in error_records.category_refusals().items()},
     }
 
 

@@ -77,7 +77,8 @@ def viewer_items(images: Sequence[Any], base_url_path: str = "") -> list[dict[st
     ]
 
 
-def viewer_panel(db: Database, actor: Any, images: Sequence[Any], *, pair_key: str) -> None:  # noqa: ANN401
+def viewer_panel(db: Database, actor: Any, images: Sequence[Any], *, pair_key: str,  # noqa: ANN401
+                 split_owner: str | None = None) -> None:
     """Draw the case's images in the canvas viewer (the rating screen's viewer).
 
     The browser fetches the pixels itself, through the images service's access check, so
@@ -89,6 +90,10 @@ def viewer_panel(db: Database, actor: Any, images: Sequence[Any], *, pair_key: s
         actor: The rater or admin; an admin also sees burned-in text warnings.
         images: The pair's ``rating.ImageRef`` values (image_id, view, format).
         pair_key: The pair on screen.
+        split_owner: An opaque per-user tag: the viewer then offers a draggable split
+            between its column and the next one (kept in the browser under this tag), and
+            its full screen takes both columns (the grid stays reachable, in a side panel
+            that can be collapsed). None: the viewer alone (the explorer).
     """
     from radconcord.backend.services.annotation import images as image_service
 
@@ -96,7 +101,8 @@ def viewer_panel(db: Database, actor: Any, images: Sequence[Any], *, pair_key: s
         st.info("No images for this case.")
         return
     items = viewer_items(images, str(st.get_option("server.baseUrlPath") or ""))
-    _film_viewer(key=VIEWER_KEY, data={"pair_key": pair_key, "images": items},
+    _film_viewer(key=VIEWER_KEY, data={"pair_key": pair_key, "images": items,
+                                             "split_owner": split_owner},
                  width="stretch", height="content")
     # Burned-in text flags are for the study lead; a rater's call returns none.
     notes = image_service.image_warnings(db, actor, image_ids=[i["image_id"] for i in items])

@@ -86,21 +86,59 @@ def error_distribution(*, errors: Sequence[float], sources: Sequence[str],
     return fig
 
 
-def agreement_bars(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
-    """Grouped bars of Krippendorff's alpha and ICC per scope (total and categories).
+def agreement_bars(rows: Sequence[Mapping[str, Any]], *, min_n: int = 0) -> go.Figure:
+    """Grouped bars of Krippendorff's alpha and ICC per scope (total and categories), with
+    the ICCs' intervals and every bar's n; a missing bar says why in words.
 
     Args:
         rows: ``{"scope", "alpha_interval", "icc2_1", "icc2_k"}`` with ``scope`` ``"total"``
-            or a category number (drawn with the category's name, :func:`scope_label`);
-            ``None`` values are gaps.
+            or a category number (drawn with the category's name, :func:`scope_label`), and
+            optionally ``"pairable"`` (alpha's n), ``"icc_n_pairs"``/``"icc_k"`` (the ICCs'
+            block) and ``"icc2_1_ci95"``/``"icc2_k_ci95"`` (``[lo, hi]``).
+        min_n: Fewer pairs than this: no bar, the words "n too small" instead (0: off).
+            An undefined value from enough pairs reads "n/a (no variance)".
     """
     scopes = [scope_label(r["scope"], wrap=18) for r in rows]
     fig = go.Figure()
-    for field, name in (("alpha_interval", "Krippendorff alpha (interval)"),
-                        ("icc2_1", "ICC(2,1)"), ("icc2_k", "ICC(2,k)")):
-        fig.add_trace(go.Bar(x=scopes, y=[r.get(field) for r in rows], name=name,
-                             hovertemplate="%{x}: %{y:.3f}<extra>" + name + "</extra>"))
-    fig.update_layout(barmode="group", yaxis_title="agreement", height=360,
+    series = (("alpha_interval", "Krippendorff alpha (interval)", "pairable", None),
+              ("icc2_1", "ICC(2,1)", "icc_n_pairs", "icc2_1_ci95"),
+              ("icc2_k", "ICC(2,k)", "icc_n_pairs", "icc2_k_ci95"))
+    notes: list[tuple[int, int, str]] = []
+    for s_i, (field, name, n_field, ci_field) in enumerate(series):
+        ys: list[float | None] = []
+        lo: list[float] = []
+        hi: list[float] = []
+        texts: list[str] = []
+        for i, r in enumerate(rows):
+            n = r.get(n_field)
+            n = r.get("pairable") if n is None else n
+            value = r.get(field)
+            small = min_n and n is not None and int(n) < min_n
+            if small or value is None:
+                ys.append(None)
+                notes.append((i, s_i, "n too small" if small else "n/a (no variance)"))
+                texts.append("")
+                lo.append(0.0)
+                hi.append(0.0)
+                continue
+            ys.append(float(value))
+            c_lo, c_hi = (list(r.get(ci_field) or []) + [None, None])[:2] if ci_field \
+                else (None, None)
+            lo.append(float(value) - float(c_lo) if c_lo is not None else 0.0)
+            hi.append(float(c_hi) - float(value) if c_hi is not None else 0.0)
+            k = r.get("icc_k")
+            texts.append(f"n={n}" + (f", k={k}" if ci_field and k else ""))
+        fig.add_trace(go.Bar(
+            x=scopes, y=ys, name=name, text=texts, textposition="outside",
+            error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
+                     "thickness": 1.2, "width": 3} if ci_field else None,
+            hovertemplate="%{x}: %{y:.3f} (%{text})<extra>" + name + "</extra>"))
+    # A missing bar is a word where the bar would be, not a silent gap.
+    for i, s_i, word in notes:
+        fig.add_annotation(x=scopes[i], y=0, text=word, showarrow=False, textangle=-90,
+                           yanchor="bottom", xshift=(s_i - 1) * 18,
+                           font={"size": 10, "color": "#757575"})
+    fig.update_layout(barmode="group", yaxis_title="agreement", height=400,
                       margin={"l": 10, "r": 10, "t": 30, "b": 40},
                       legend={"orientation": "h", "y": 1.1})
     return fig

@@ -8,11 +8,13 @@ missing or empty section draws a caption that says why, never an empty chart.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import streamlit as st
 
+from radconcord.backend.analysis import reliability
 from radconcord.backend.analysis.correlation import CorrelationReport
 from radconcord.backend.figures import correlation as figures
 from radconcord.webapp.components import tables
@@ -49,8 +51,14 @@ def ceiling_summary(report: CorrelationReport) -> None:
             "metrics' taus are shown as a share of that agreement."
         )
         return
+    if not reliability.judge(ceiling["kendall_tau_b"], report.n_pairs).shown:
+        st.caption(f"Human ceiling ({ceiling.get('n_raters')} raters, n = {report.n_pairs} "
+                   f"pairs): :gray[*{reliability.N_TOO_SMALL}*] (fewer than "
+                   f"{reliability.MIN_PAIRS} pairs).")
+        return
     st.caption(
-        f"**Human ceiling** (the shaded band below): each of {ceiling.get('n_raters')} raters' "
+        f"**Human ceiling** (the shaded band below, n = {report.n_pairs} pairs): each of "
+        f"{ceiling.get('n_raters')} raters' "
         f"{report.target} errors against the mean of the other raters, tau-b averaged "
         f"over raters: **{_num(ceiling['kendall_tau_b'])}** "
         f"{_ci(ceiling.get('kendall_ci95'))}, Spearman {_num(ceiling.get('spearman'))} "
@@ -107,12 +115,16 @@ def paired_tests_panel(report: CorrelationReport, keys: Sequence[str]) -> None:
         st.caption("Paired tests need at least two scored metrics and bootstrap resamples "
                    "(Resamples > 0).")
         return
+    if report.n_pairs < reliability.MIN_PAIRS:
+        st.caption(f"Paired tests (n = {report.n_pairs} pairs): :gray[*"
+                   f"{reliability.N_TOO_SMALL}*] (fewer than {reliability.MIN_PAIRS} pairs).")
+        return
     correction = figures.correction_label(pairwise.get("correction"))
     st.plotly_chart(figures.paired_test_matrix(pairwise, keys=keys, alpha=ALPHA),
                     key="dash_pairwise", width="stretch")
     st.caption(
         f"Cell (row A, column B): tau-b(A) - tau-b(B) against the radiologists, from a paired "
-        f"bootstrap ({pairwise.get('resamples')} resamples, "
+        f"bootstrap on n = {report.n_pairs} pairs ({pairwise.get('resamples')} resamples, "
         f"{figures.unit_label(pairwise.get('unit'))}; the same resamples for both metrics). "
         f"\\* marks p < {ALPHA:g} after {correction} correction over the matrix. Hover for the "
         "95% interval, the raw and adjusted p and, where it applies, the Williams test for "
@@ -136,11 +148,28 @@ def system_rows(systems: Mapping[str, Any], keys: Sequence[str]) -> list[dict[st
     """Per metric: the system-level Kendall tau against the radiologists' ranking."""
     ranking = systems.get("ranking") or {}
     order = [k for k in keys if k in ranking] + sorted(k for k in ranking if k not in keys)
+    def ci(entry: Mapping[str, Any]) -> str:
+        return _ci(entry.get("kendall_ci95"))
+
     return [
         {"Metric": key, "System-level Kendall tau": ranking[key].get("kendall_tau"),
+         "tau 95% CI": ci(ranking[key]), "Systems (n)": ranking[key].get("n_systems"),
          "Metric's order (best first)": " > ".join(ranking[key].get("metric_order") or [])}
         for key in order
     ]
+
+
+def few_systems_warning(systems: Mapping[str, Any]) -> str | None:
+    """The warning a system-level tau from fewer than :data:`reliability.MIN_SYSTEMS`
+    systems carries (None with enough systems)."""
+    ranking = systems.get("ranking") or {}
+    counts = [e.get("n_systems") for e in ranking.values() if e.get("kendall_tau") is not None]
+    n = max((int(c) for c in counts if c is not None), default=len(systems.get("sources") or {}))
+    if n >= reliability.MIN_SYSTEMS:
+        return None
+    return (f"System-level tau from only {n} systems (fewer than {reliability.MIN_SYSTEMS}): "
+            f"a random ranking matches the radiologists' exactly 1 time in {math.factorial(n)},"
+            " so even tau = 1.000 is weak evidence. Read it with its interval.")
 
 
 def randomization_rows(systems: Mapping[str, Any], keys: Sequence[str]
@@ -186,6 +215,9 @@ def systems_panel(report: CorrelationReport, keys: Sequence[str]) -> None:
     st.caption(f"Radiologists' order (fewest errors first): {human}. Intervals are 95% "
                "bootstrap intervals of the per-source means.")
     ranking = system_rows(systems, keys)
+    warning = few_systems_warning(systems)
+    if warning:
+        st.warning(warning)
     st.dataframe(ranking, hide_index=True, width="stretch", key="dash_system_ranking",
                  column_config={"System-level Kendall tau":
                                 st.column_config.NumberColumn(format="%.3f")})

@@ -12,6 +12,7 @@ import math
 import streamlit as st
 
 from radconcord.backend.errors import ServiceError
+from radconcord.backend.services.accounts import sessions
 from radconcord.backend.services.annotation.assignment_writes import CELLS
 from radconcord.backend.services.quality import adjudication
 from radconcord.backend.services.study_admin import study_settings
@@ -23,6 +24,16 @@ from radconcord.webapp.components.image_viewer import viewer_panel
 STUDY_PARAM = "study"
 PAIR_PARAM = "pair"
 SAVED_KEY = "adjudicate_saved"
+# The film | adjudication columns, as on the rating screen: viewer.js drags their split and
+# takes both into full screen (viewer.css styles a container of this key there).
+SPLIT_KEY = "rc_split"
+FILM_SPLIT = [1.2, 1]  # film : raters, consensus and reports, until the split is dragged
+
+
+def split_tag(actor: Actor) -> str:
+    """An opaque per-account name for the split the browser remembers (no user name); not
+    the rating screen's, whose other column holds other things."""
+    return sessions.account_tag(actor, "adjudicate-film-split")
 
 
 def _cell_label(category: int, significant: bool) -> str:
@@ -70,8 +81,15 @@ def _raters_table(view: adjudication.AdjudicationView) -> None:
         row.update({r.label: r.counts[(category, significant)] for r in view.raters})
         row["Differs"] = "⚠ differs" if (category, significant) in view.disagreeing else ""
         rows.append(row)
+    # Narrow beside the film: the category stays pinned while the raters scroll sideways.
+    config = {"Category": st.column_config.TextColumn(width=190, pinned=True),
+              "Significant": st.column_config.TextColumn("Sig.", width=44,
+                                                         help="Clinically significant"),
+              "Differs": st.column_config.TextColumn(width=78)}
+    config.update({r.label: st.column_config.NumberColumn(width=64) for r in view.raters})
     # All twelve cells at once: the default height scrolls after ten rows and hides category 6.
-    st.dataframe(rows, hide_index=True, width="stretch", height="content", key="adj_raters")
+    st.dataframe(rows, hide_index=True, width="stretch", height="content", key="adj_raters",
+                 column_config=config)
 
 
 def _consensus_form(actor: Actor, study: str, view: adjudication.AdjudicationView) -> None:
@@ -128,41 +146,42 @@ def _go(opaque_id: str) -> None:
 
 actor = state.require_actor()
 db = state.get_db()
-st.title("Adjudicate")
+# Less blank space above the header, as on the rating screen: the film starts high enough to
+# take the window's height under the title and the two pickers.
+st.html("<style>[data-testid='stMainBlockContainer'] {padding: 1rem 1rem 1rem 1rem;}"
+        "</style>")
 names = state.call(adjudication.adjudicated_studies, db, actor)
 if not names:
+    st.title("Adjudicate")
     st.info("You are not an adjudicator of any study.")
     st.stop()
+title_col, study_col, pair_col = st.columns([0.9, 1.1, 2.6], vertical_alignment="bottom")
+title_col.title("Adjudicate")
 wanted = st.query_params.get(STUDY_PARAM)
-study = st.selectbox("Study", names, index=names.index(wanted) if wanted in names else 0,
-                     key="adj_study")
+study = study_col.selectbox("Study", names,
+                            index=names.index(wanted) if wanted in names else 0,
+                            key="adj_study")
 if study != wanted:
     st.query_params[STUDY_PARAM] = study
     if wanted is not None:
         st.query_params.pop(PAIR_PARAM, None)
 
-if actor.is_admin:
-    _rule_settings(actor, study)
-
 entries = state.call(adjudication.queue, db, actor, study_name=study)
 n_done = sum(e.adjudicated for e in entries)
-st.caption(f"{len(entries)} pair(s) in the queue, {n_done} adjudicated.")
+queue_line = f"{len(entries)} pair(s) in the queue, {n_done} adjudicated."
 if not entries:
+    if actor.is_admin:
+        _rule_settings(actor, study)
+    st.caption(queue_line)
     st.info("No pair needs adjudication under the current rule.")
     st.stop()
-# Folded: at 1280x800 the whole queue would push the film and the counts below the fold; the
-# Pair list below names each pair's reason too.
-with st.expander(f"Queue: {len(entries)} pair(s)", expanded=False):
-    st.dataframe([{"Pair": e.pair_number, "Reason": e.reason,
-                   "Done": "✓" if e.adjudicated else ""} for e in entries],
-                 hide_index=True, width="stretch", key="adj_queue")
 
 by_id = {e.opaque_id: e for e in entries}
 current = st.query_params.get(PAIR_PARAM)
 if current not in by_id:
     current = next((e.opaque_id for e in entries if not e.adjudicated), entries[0].opaque_id)
 ids = list(by_id)
-chosen = st.selectbox(
+chosen = pair_col.selectbox(
     "Pair", ids, index=ids.index(current), key=f"adj_pair_{study}_{current}",
     format_func=lambda oid: f"Pair {by_id[oid].pair_number}: {by_id[oid].reason}"
     + (" (done)" if by_id[oid].adjudicated else ""))
@@ -172,34 +191,53 @@ if chosen != current:
 st.query_params[PAIR_PARAM] = current
 
 view = state.call(adjudication.get_item, db, actor, study_name=study, opaque_id=current)
-st.subheader(f"Pair {view.pair_number}")
-if view.reason:
-    st.caption(f"In the queue: {view.reason}")
-saved = st.session_state.get(SAVED_KEY)
-if saved and saved[0] == view.opaque_id:
-    if saved[1].startswith("Consensus saved"):
-        st.success(saved[1])
-    else:
-        st.warning(saved[1])
-if view.consensus is not None:
-    st.caption(f"Stored consensus by {view.consensus.adjudicator}, version {view.version}"
-               + (f", {view.consensus.updated_at:%Y-%m-%d %H:%M} UTC"
-                  if view.consensus.updated_at else "") + ".")
+stored = "" if view.consensus is None else (
+    f" Stored consensus by {view.consensus.adjudicator}, version {view.version}"
+    + (f", {view.consensus.updated_at:%Y-%m-%d %H:%M} UTC" if view.consensus.updated_at
+       else "") + ".")
+st.caption(queue_line + stored)
 
-left, right = st.columns([1, 1.25], gap="medium")
-with left:
-    viewer_panel(db, actor, view.images, pair_key=view.opaque_id)
-with right:
+
+def _adjudication_column() -> None:
+    """Beside the film (and in its full screen): the queue, the raters' counts, the
+    consensus, Previous/Next, then the reports."""
+    if actor.is_admin:
+        _rule_settings(actor, study)
+    # Folded: the Pair list above names each pair's reason too.
+    with st.expander(f"Queue: {len(entries)} pair(s)", expanded=False):
+        st.dataframe([{"Pair": e.pair_number, "Reason": e.reason,
+                       "Done": "✓" if e.adjudicated else ""} for e in entries],
+                     hide_index=True, width="stretch", key="adj_queue")
+    if view.reason:
+        st.caption(f"Pair {view.pair_number} is in the queue: {view.reason}")
+    _raters_table(view)
+    saved = st.session_state.get(SAVED_KEY)
+    if saved and saved[0] == view.opaque_id:
+        if saved[1].startswith("Consensus saved"):
+            st.success(saved[1])
+        else:
+            st.warning(saved[1])
+    _consensus_form(actor, study, view)
+    prev_col, next_col = st.columns(2)
+    with prev_col:
+        if view.prev_opaque_id and st.button("Previous in queue", key="adj_prev"):
+            _go(view.prev_opaque_id)
+            st.rerun()
+    with next_col:
+        if view.next_opaque_id and st.button("Next in queue", key="adj_next", type="primary"):
+            _go(view.next_opaque_id)
+            st.rerun()
     reports.report_pair(view.reference_text, view.candidate_text)
-_raters_table(view)
-_consensus_form(actor, study, view)
 
-prev_col, next_col = st.columns(2)
-with prev_col:
-    if view.prev_opaque_id and st.button("Previous in queue", key="adj_prev"):
-        _go(view.prev_opaque_id)
-        st.rerun()
-with next_col:
-    if view.next_opaque_id and st.button("Next in queue", key="adj_next", type="primary"):
-        _go(view.next_opaque_id)
-        st.rerun()
+
+if view.images:
+    # The film is the dominant pane, as on the rating screen; the split is the adjudicator's.
+    with st.container(key=SPLIT_KEY):
+        left, right = st.columns(FILM_SPLIT, gap="small")
+    with left:
+        viewer_panel(db, actor, view.images, pair_key=view.opaque_id,
+                     split_owner=split_tag(actor))
+    with right:
+        _adjudication_column()
+else:
+    _adjudication_column()

@@ -1,12 +1,19 @@
-"""Admin: give a study's pairs to raters (k raters per pair, seeded and reproducible)."""
+"""Admin: give a study's pairs to raters (k raters per pair, seeded and reproducible); in a
+preference (pairwise) study, create its comparisons and give each to k raters instead."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from radconcord.backend.services.accounts import auth
+from radconcord.backend.services.annotation import pairwise
 from radconcord.backend.services.quality import calibration
-from radconcord.backend.services.study_admin import assignment, studies, study_settings
+from radconcord.backend.services.study_admin import (
+    assignment,
+    progress,
+    studies,
+    study_settings,
+)
 from radconcord.webapp import state
 
 actor = state.require_actor()
@@ -14,9 +21,10 @@ state.require_admin_page(actor)
 db = state.get_db()
 
 st.title("Assign raters")
-st.caption("Each pair gets k raters, balanced across raters; every rater gets their own "
-           "seeded order. Re-running never moves existing assignments, it only adds missing "
-           "ones (new pairs, new raters, a larger k).")
+st.caption("Each pair (in a preference study: each comparison) gets k raters, balanced "
+           "across raters; every rater gets their own seeded order. Re-running never moves "
+           "existing assignments, it only adds missing ones (new pairs, new raters, a "
+           "larger k).")
 
 study_names = [s.name for s in state.call(studies.list_studies, db, actor)]
 raters = [u.username for u in state.call(auth.list_users, db, actor)
@@ -28,15 +36,76 @@ if not raters:
     st.info("No active rater accounts yet.")
     st.stop()
 
-with st.form("assign"):
-    study_name = st.selectbox("Study", study_names, key="assign_study")
-    chosen = st.multiselect("Raters", raters, default=raters, key="assign_raters")
-    c1, c2 = st.columns(2)
-    k = c1.number_input("Raters per pair (k)", min_value=1, max_value=max(1, len(raters)),
-                        value=1, step=1, key="assign_k")
-    seed = c2.number_input("Seed", min_value=0, value=0, step=1, key="assign_seed",
-                           help="Recorded on the study; the same seed gives the same orders.")
-    submitted = st.form_submit_button("Assign", type="primary")
+# Outside the form: the page shows what the chosen study's mode asks for (pairs to rate,
+# or comparisons to create and judge) as soon as the study is chosen.
+study_name = st.selectbox("Study", study_names, key="assign_study")
+mode = state.call(study_settings.study_settings, db, actor, study_name).annotation_mode
+st.caption(f"Mode: **{study_settings.mode_label(mode)}**. "
+           f"{study_settings.mode_summary(mode)}")
+
+
+def _comparisons_panel(name: str) -> None:
+    """A preference study: create its comparisons, then give each to k raters (the
+    services of ``python -m backend pairwise make`` and ``pairwise assign``)."""
+    for level, message in st.session_state.pop("pairwise_flash", []):
+        getattr(st, level)(message)
+    prog = state.call(progress.study_progress, db, actor, study_name=name)
+    st.markdown(f"**{len(prog.comparisons)} comparisons** (two candidates of one reference "
+                f"each), {prog.n_assignments} judgements given to {len(prog.raters)} "
+                f"rater(s), {prog.n_completed} done.")
+    with st.form("pairwise_make"):
+        st.caption("1. Create a comparison for every two candidates of each reference. "
+                   "Which candidate is shown as A is a seeded draw; comparisons that exist "
+                   "are kept, so creating again adds only what is missing.")
+        make_seed = st.number_input("Seed of the A/B sides", min_value=0, value=0, step=1,
+                                    key="pairwise_make_seed")
+        make = st.form_submit_button("Create comparisons", type="primary")
+    if make:
+        made = state.call(pairwise.make_comparisons, db, actor, name, seed=int(make_seed))
+        st.session_state["pairwise_flash"] = [(
+            "success", f"{made.study_name}: {made.created} new comparisons ({made.total} in "
+                       f"all, {made.references} references with 2+ candidates, "
+                       f"seed={made.seed}).")]
+        st.rerun()
+    with st.form("pairwise_assign"):
+        st.caption("2. Give each comparison to k raters, balanced across raters; each rater "
+                   "gets their own seeded order. Assigning again only adds what is missing.")
+        chosen_pw = st.multiselect("Raters", raters, default=raters, key="pairwise_raters")
+        p1, p2 = st.columns(2)
+        k_pw = p1.number_input("Raters per comparison (k)", min_value=1,
+                               max_value=max(1, len(raters)), value=1, step=1,
+                               key="pairwise_k")
+        seed_pw = p2.number_input("Seed", min_value=0, value=0, step=1, key="pairwise_seed",
+                                  help="Recorded on the study; the same seed gives the same "
+                                       "orders.")
+        give = st.form_submit_button("Assign comparisons", type="primary",
+                                     disabled=not prog.comparisons)
+    if give:
+        done = state.call(pairwise.assign_judgements, db, actor, name, list(chosen_pw),
+                          int(k_pw), int(seed_pw))
+        st.session_state["pairwise_flash"] = [(
+            "success", f"{done.created} new judgements in {done.study_name} "
+                       f"({done.n_comparisons} comparisons, k={done.raters_per_comparison}, "
+                       f"seed={done.seed}): "
+                       + ", ".join(f"{u} {n}" for u, n in done.per_rater.items()) + ".")]
+        st.rerun()
+    if not prog.comparisons:
+        st.caption("Create the comparisons first: then they can be assigned.")
+
+
+if mode == study_settings.PAIRWISE:
+    _comparisons_panel(study_name)
+    submitted = False
+else:
+    with st.form("assign"):
+        chosen = st.multiselect("Raters", raters, default=raters, key="assign_raters")
+        c1, c2 = st.columns(2)
+        k = c1.number_input("Raters per pair (k)", min_value=1,
+                            max_value=max(1, len(raters)), value=1, step=1, key="assign_k")
+        seed = c2.number_input("Seed", min_value=0, value=0, step=1, key="assign_seed",
+                               help="Recorded on the study; the same seed gives the same "
+                                    "orders.")
+        submitted = st.form_submit_button("Assign", type="primary")
 
 if submitted:
     summary = state.call(assignment.assign_raters, db, actor, study_name=study_name,

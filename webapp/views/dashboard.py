@@ -37,15 +37,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+from radconcord.backend.analysis import reliability
 from radconcord.backend.errors import ServiceError
 from radconcord.backend.figures import correlation as figures
 from radconcord.backend.services import jobs
 from radconcord.backend.services.annotation import activity
 from radconcord.backend.services.evaluation import correlation, explore, refit, reports, simulation
-from radconcord.backend.services.study_admin import progress, studies
+from radconcord.backend.services.study_admin import demo_ratings, progress, studies
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
 from radconcord.webapp import state
@@ -83,14 +85,14 @@ db = state.get_db()
 @st.cache_data(show_spinner="Bootstrapping correlations...", max_entries=32)
 def _correlation(version: str, actor: Actor, study: str, significant: bool, resamples: int,
                  seed: int, unit: str, correction: str, counts: str,
-                 _db: Database) -> correlation.StudyCorrelation:
+                 _db: Database, fully_rated: bool = False) -> correlation.StudyCorrelation:
     # ``version`` changes whenever a rating, completion or score changes: it is the cache key
     # that makes an unchanged refresh free. The actor is part of the key so a result computed
     # for one account is never handed to another without the service's role check.
     return correlation.study_correlation(_db, actor, study_name=study,
                                       significant_only=significant, resamples=resamples,
                                       seed=seed, unit=unit, correction=correction,
-                                      counts=counts)
+                                      counts=counts, fully_rated_only=fully_rated)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -147,6 +149,8 @@ counts = u3.radio(
     help="Raw: each pair's value is the mean of its raters' counts. Adjudicated: pairs with "
          "an adjudicator's consensus use it instead (the others keep the raters' mean). "
          "Agreement between raters always uses their own counts.")
+if (ratings_note := state.call(demo_ratings.ratings_note, db, actor, study_name=study)):
+    st.warning(ratings_note, icon=":material/science:")  # "demo ratings (constructed)"
 
 
 def _counts_used(corr: correlation.StudyCorrelation) -> str:
@@ -162,6 +166,35 @@ def _pct_of_ceiling(corr: correlation.StudyCorrelation, key: str) -> float | Non
     entry = corr.result.metrics.get(key)
     share = entry.pct_of_ceiling if entry is not None else None
     return None if share is None else 100.0 * share
+
+
+def _judged(value: float | None, n: int) -> str:
+    """A pair-level statistic as the page shows it: the number, "n too small" below
+    :data:`reliability.MIN_PAIRS`, or "n/a (no variance)" when undefined."""
+    return reliability.judge(value, n).text()
+
+
+def _grey_judged(frame: Any) -> Any:  # noqa: ANN401 - a pandas Styler
+    """Grey the cells that read "n too small" or "n/a (...)" instead of a number."""
+    words = (reliability.N_TOO_SMALL, reliability.NO_VARIANCE, reliability.NO_DATA)
+    return frame.style.map(lambda v: "color: #9e9e9e; font-style: italic"
+                           if isinstance(v, str) and v in words else "")
+
+
+def _coverage_caption(corr: correlation.StudyCorrelation) -> None:
+    """How many rated pairs have fewer raters than planned, and whether they were left out."""
+    cov = corr.result.coverage or {}
+    under = int(cov.get("n_pairs_under_rated") or 0)
+    rated = corr.result.n_pairs + int(cov.get("n_pairs_left_out") or 0)
+    if cov.get("fully_rated_only"):
+        st.caption(f"Fully rated pairs only: {under} of {rated} rated pairs have fewer "
+                   f"raters than planned and are left out; n = {corr.result.n_pairs} pairs.")
+    elif under:
+        st.caption(f"{under} of {rated} rated pairs have fewer raters than planned (their "
+                   "value is the mean of the raters who rated them). Tick **Fully rated pairs "
+                   "only** to leave them out.")
+    else:
+        st.caption(f"Every one of the {rated} rated pairs has as many raters as planned.")
 
 
 def _tau_table(corr: correlation.StudyCorrelation) -> None:
@@ -181,18 +214,36 @@ def _tau_table(corr: correlation.StudyCorrelation) -> None:
         }
         for m in corr.metrics
     ]
-    shown = [{**r, "Kendall tau-b": tables.num(r["Kendall tau-b"]),
-              "% of ceiling": tables.pct(r["% of ceiling"]),
-              "Spearman": tables.num(r["Spearman"])} for r in rows]
+    # Below the documented minimum n a tau is "n too small" (greyed) and its interval blank;
+    # an undefined one reads "n/a (no variance)" (reliability.py).
+    shown = []
+    for r in rows:
+        ok = reliability.judge(r["Kendall tau-b"], r["n"]).shown
+        shown.append({
+            **r, "Kendall tau-b": _judged(r["Kendall tau-b"], r["n"]),
+            "tau 95% CI": r["tau 95% CI"] if ok else "",
+            "% of ceiling": tables.pct(r["% of ceiling"]) if ok else "",
+            "Spearman": _judged(r["Spearman"], r["n"]),
+            "rho 95% CI": r["rho 95% CI"] if reliability.judge(r["Spearman"], r["n"]).shown
+            else ""})
     st.dataframe(
-        shown, hide_index=True, width="stretch", key="dash_tau_table",
+        _grey_judged(pd.DataFrame(shown)), hide_index=True, width="stretch",
+        key="dash_tau_table",
         column_config={
+            "n": st.column_config.NumberColumn(
+                help=f"Pairs behind the tau. Below {reliability.MIN_PAIRS} a tau is shown as "
+                     f"'{reliability.N_TOO_SMALL}': it would need |tau| of about 0.5 to "
+                     "differ from 0 at all."),
             "% of ceiling": st.column_config.TextColumn(
                 help="|tau-b| as a share of the human ceiling (blank with fewer than 3 "
                      "raters)"),
             "Signature": st.column_config.TextColumn(width="large"),
         },
     )
+    st.caption(f"n: pairs behind each statistic. A statistic from fewer than "
+               f"{reliability.MIN_PAIRS} pairs reads '{reliability.N_TOO_SMALL}' (greyed), an "
+               f"undefined one '{reliability.NO_VARIANCE}'.")
+    _coverage_caption(corr)
     csv_download(rows, file_name=f"{corr.result.study}-correlations.csv",
                  key="dash_tau_download", label="Download correlations (CSV)")
     imported = [m for m in corr.metrics if m.imported]
@@ -271,7 +322,7 @@ def _scatter(table: explore.PairTable, study_name: str) -> None:
         st.session_state["explorer_pair"] = pair_id
         st.session_state["explorer_key"] = key
         try:
-            st.switch_page(EXPLORER, query_params={"study": study_name, "pair": str(pair_id)})
+            state.switch_page(EXPLORER, query_params={"study": study_name, "pair": str(pair_id)})
         except StreamlitAPIException:
             # The page runs outside the router (no registered explorer page).
             st.info(f"Selected pair {number}: open it in the Disagreements page.")
@@ -342,9 +393,13 @@ def panels() -> None:
     _pair_download(table)
 
     corr: correlation.StudyCorrelation | None = None
+    fully_rated = st.checkbox(
+        "Fully rated pairs only", key="dash_fully_rated",
+        help="Leave out the pairs rated by fewer raters than planned (the service computes "
+             "every statistic on the rest).")
     try:
         corr = _correlation(version.token, actor, study, significant, resamples, seed, unit,
-                            correction, counts, database)
+                            correction, counts, database, fully_rated)
     except ServiceError as exc:
         if version.n_scores:
             st.warning(f"No correlations yet: {exc}")
@@ -362,14 +417,23 @@ def panels() -> None:
         reviewer_panels.ceiling_summary(corr.result)
         _tau_table(corr)
         keys = [m.key for m in corr.metrics]
-        st.plotly_chart(
-            figures.forest_plot(figures.forest_rows(corr.result, keys),
-                                ceiling=corr.result.ceiling),
-            key="dash_forest", width="stretch",
-        )
+        # The forest plot draws only the taus from enough pairs (the table names the rest).
+        drawn = [k for k in keys
+                 if reliability.judge(corr.result.metrics[k].kendall_tau_b,
+                                      corr.result.metrics[k].n).shown]
+        if drawn:
+            st.plotly_chart(
+                figures.forest_plot(figures.forest_rows(corr.result, drawn),
+                                    ceiling=corr.result.ceiling),
+                key="dash_forest", width="stretch",
+            )
+        left_out = [k for k in keys if k not in drawn]
+        if left_out:
+            st.caption(f"Not drawn ({reliability.N_TOO_SMALL} or {reliability.NO_VARIANCE}, "
+                       f"see the table): {', '.join(left_out)}.")
         reviewer_panels.ceiling_raters(corr.result)
         st.subheader("Is metric A better than metric B?")
-        reviewer_panels.paired_tests_panel(corr.result, keys)
+        reviewer_panels.paired_tests_panel(corr.result, drawn)
         st.subheader("Systems ranked by the metrics and by the radiologists")
         reviewer_panels.systems_panel(corr.result, keys)
 
@@ -392,11 +456,21 @@ def panels() -> None:
                            database)
     rows = [
         {"scope": r.scope, "alpha_interval": r.alpha_interval, "icc2_1": r.icc2_1,
-         "icc2_k": r.icc2_k, "pairable": r.n_pairs_pairable}
+         "icc2_k": r.icc2_k, "pairable": r.n_pairs_pairable,
+         "icc2_1_ci95": r.icc2_1_ci95, "icc2_k_ci95": r.icc2_k_ci95,
+         "icc_n_pairs": r.icc_n_pairs, "icc_k": r.icc_k}
         for r in agreement.rows
     ]
-    if any(r["alpha_interval"] is not None or r["icc2_1"] is not None for r in rows):
-        st.plotly_chart(plots.agreement_bars(rows), key="dash_agreement", width="stretch")
+    if any(r["pairable"] for r in rows):
+        st.plotly_chart(plots.agreement_bars(rows, min_n=reliability.MIN_PAIRS),
+                        key="dash_agreement", width="stretch")
+        st.caption(
+            "Bars: ICC(2,1) and ICC(2,k) with 95% bootstrap intervals over the pairs of the "
+            "largest block every one of its raters rated (n = those pairs, k = its raters), "
+            "and Krippendorff's alpha over every pair with two or more raters (n = those "
+            f"pairs). Fewer than {reliability.MIN_PAIRS} pairs: '{reliability.N_TOO_SMALL}'; "
+            f"no variance (e.g. no rater counted an error of the category): "
+            f"'{reliability.NO_VARIANCE}'.")
     else:
         st.caption("Agreement needs pairs rated by at least two raters.")
     st.caption(f"Raters: {', '.join(agreement.raters) or 'none yet'}. Agreement between "
@@ -408,7 +482,12 @@ def panels() -> None:
 
     if corr is not None:
         st.subheader("Reproduction: ours next to the published values")
-        _reproduction(corr)
+        if corr.published_applies:
+            _reproduction(corr)
+        else:
+            st.caption("Not shown: the published values were measured on ReXVal, and this "
+                       "study is not a ReXVal import, so 'ours - published' would compare two "
+                       "datasets, not two metrics. Import ReXVal to reproduce them.")
 
     st.subheader("Adaptive rating: simulated CI width against ratings")
     _simulation(database)

@@ -46,6 +46,7 @@ from radconcord.backend.services.transfer import imports, radpref
 from radconcord.webapp import state
 from radconcord.webapp.components import job_ref
 from radconcord.webapp.components.job_panel import job_panel
+from radconcord.webapp.components.score_now import score_now
 from radconcord.webapp.components.uploads import call_with_uploads
 from radconcord.webapp.components.warning_list import show_warnings
 
@@ -54,6 +55,8 @@ state.require_admin_page(actor)
 db = state.get_db()
 
 JOB_KEY = "import_job"
+#: The study the last import of this session created: the page offers to score it.
+IMPORTED_KEY = "import_created_study"
 
 
 def _save(upload: st.runtime.uploaded_file_manager.UploadedFile, folder: Path) -> Path:
@@ -68,10 +71,11 @@ def _show(summary: imports.ImportSummary | dict[str, Any]) -> None:
         f"{data['n_cases']} cases ({data['n_cases_reused']} reused), {data['n_images']} images"
         + (f", {data['n_raters']} raters and {data['n_ratings']} ratings" if data["n_raters"]
            else "")
-        + ". Next: **Assign raters**."
+        + ". Next: **Score now** (below) and **Assign raters**."
     )
     for warning in data["warnings"]:
         st.warning(warning)
+    st.session_state[IMPORTED_KEY] = data["study_name"]
 
 
 LAYOUTS = {
@@ -257,7 +261,7 @@ def _show_radpref(summary: radpref.RadPrefImportSummary) -> None:
             st.markdown(f"**Dry run** for study **{summary.study_name}**: nothing was written.")
         else:
             st.success(f"Created study **{summary.study_name}** (pairwise, 1-5 ratings). "
-                       "Next: the **Dashboard** or **Export**.")
+                       "Next: **Score now** (below), then the **Dashboard** or **Export**.")
         c1, c2, c3, c4 = st.columns(4)
         c1.metric("Cases", summary.n_cases)
         c2.metric("Raters", len(summary.raters))
@@ -304,9 +308,11 @@ with radpref_tab:
                     [(u.name, u.getvalue()) for u in user_files])
             except InvalidInput as exc:
                 state.stop_with_error(exc)
-            _show_radpref(state.call(radpref.import_radpref, db, actor, data=data,
-                                     study_name=radpref_name.strip(),
-                                     dry_run=bool(radpref_dry)))
+            result = state.call(radpref.import_radpref, db, actor, data=data,
+                                study_name=radpref_name.strip(), dry_run=bool(radpref_dry))
+            if not result.dry_run:
+                st.session_state[IMPORTED_KEY] = result.study_name
+            _show_radpref(result)
 
 
 
@@ -393,3 +399,10 @@ if job_id is not None:
     finished = job_panel(job_id, key="import")
     if finished is not None and finished.status == "done" and finished.kind == imports.KIND:
         _show(finished.result or {})
+
+# A new study has no metric scores: offer them at once (the worker scores; the panel
+# follows the job), for the last study this session imported while it still exists.
+imported = st.session_state.get(IMPORTED_KEY)
+if imported and imported in score_studies:
+    st.subheader(f"Next: score {imported}")
+    score_now(db, actor, imported, key="import_score_now")

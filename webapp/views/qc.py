@@ -17,11 +17,12 @@ import pandas as pd
 import streamlit as st
 
 from radconcord.backend.analysis import judge_monitoring as jm
+from radconcord.backend.analysis import monitoring as mon
 from radconcord.backend.analysis.intra_rater import SCOPES
 from radconcord.backend.analysis.monitoring import FAST_SECONDS, OUTLIER_Z, SLOW_IQR, STRAIGHT_RUN
 from radconcord.backend.services.annotation import flags
 from radconcord.backend.services.quality import calibration, qc
-from radconcord.backend.services.study_admin import studies
+from radconcord.backend.services.study_admin import demo_ratings, studies
 from radconcord.webapp import state
 from radconcord.webapp.components import qc_plots, tables
 from radconcord.webapp.components.csv_download import csv_download
@@ -57,6 +58,8 @@ if not study_names:
     st.stop()
 top = st.columns([3, 1.4, 1.4])
 study = top[0].selectbox("Study", study_names, key="qcp_study")
+if (ratings_note := state.call(demo_ratings.ratings_note, db, actor, study_name=study)):
+    st.warning(ratings_note, icon=":material/science:")  # "demo ratings (constructed)"
 straight_run = int(top[1].number_input(
     "Flag all-zero runs of", min_value=2, max_value=500, value=STRAIGHT_RUN, step=1,
     key="qcp_straight_run", help="consecutive done pairs with no error at all (pairwise: "
@@ -84,6 +87,18 @@ else:
         "Spearman's rho of the rater's totals with the other raters' mean on shared pairs. "
         f"Raters are flagged for {monitoring.straight_run} or more consecutive all-zero pairs, "
         f"or a robust z beyond {monitoring.outlier_z:g} against the other raters.")
+    fl = monitoring.floors
+    st.caption(
+        "Absolute floors (study settings, flag a rater on their own): at least "
+        f"{fl.min_seconds:g} s of time on task per pair ({fl.min_seconds_film:g} s when the "
+        f"pair has a film; {mon.FLOOR_PAIRS} pairs under it flag), at most "
+        f"{fl.max_per_hour:g} pairs per hour over {mon.PACE_WINDOW} consecutive pairs. "
+        + (f"Training items: {monitoring.training_items}; each rater's agreement with the "
+           "expert is measured on the ones they did." if monitoring.training_items else
+           "No training items: no agreement with an expert to measure."))
+    if monitoring.between_rater_note:
+        st.info(monitoring.between_rater_note[0].upper() + monitoring.between_rater_note[1:]
+                + ".", icon=":material/group:")
     frame = pd.DataFrame([{
         "Rater": r.rater,
         "Done": f"{r.done} / {r.assigned}",
@@ -98,6 +113,10 @@ else:
         "Zero run": str(r.zero_run),
         "Spearman": tables.num(r.spearman, 2),
         "Mean |diff|": tables.num(r.abs_diff, 2),
+        "Under floor": str(len(r.below_floor_pairs)) if r.timed_pairs else "",
+        "Max pace/h": "" if math.isnan(r.max_pace_per_hour) else
+        (">3600" if math.isinf(r.max_pace_per_hour) else f"{r.max_pace_per_hour:.0f}"),
+        "Expert": f"{r.expert_within} / {r.expert_items}" if r.expert_items else "",
         "Flags": str(len(r.flags)) if r.flags else "",
     } for r in monitoring.raters])
     st.dataframe(_highlight(frame, [bool(r.flags) for r in monitoring.raters]),

@@ -18,6 +18,17 @@ done-state are untouched), and after ``break_reminder_minutes`` of continuous ra
 polite reminder takes the progress line's place (dismissing it snoozes it for another
 period; the line redraws itself every minute). None of it covers the grid or Mark done, or
 adds a row above them.
+
+A screen that does not move (issue 24): the count grid is the first thing of the right-hand
+column, under a header of fixed height, so its top edge stays put from pair to pair whatever
+the length of the reports (they follow under it) and whether the pair has a film. The
+all-zero question takes the place of Mark done (the question in the progress line's place,
+its two answers in the button's): nothing is pushed down the moment Ctrl+Enter is pressed.
+The first grid cell has the focus when a pair opens (``grid/count_grid.js``), and V moves
+between the film viewer and the grid: a pair takes its counts and Ctrl+Enter, no Tab.
+The film is the dominant pane: more than half the window's width and the full height under
+the header; the rater drags the split between film and reports (remembered in the browser,
+per rater) and the viewer's full screen keeps the grid in a panel beside the film.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import streamlit as st
 
 from radconcord.backend import clock
 from radconcord.backend.errors import ServiceError
+from radconcord.backend.services.accounts import sessions
 from radconcord.backend.services.annotation import assignment_writes, flags, pace, rating
 from radconcord.backend.types import Actor
 from radconcord.webapp import state
@@ -48,6 +60,15 @@ MY_STUDIES_PAGE = "views/my_studies.py"
 BREAK_KEY = "rc_break"  # the break reminder's container (styled compact)
 PROGRESS_REFRESH_S = 60  # the progress line (time left, break reminder) redraws itself
 SNOOZE_KEY = "rate_break_snooze"  # (stretch start, minutes) when the reminder was dismissed
+ZERO_KEY = "rc_zero_question"  # the all-zero question, in the progress line's place
+PROGRESS_LINE_PX = 35  # the height of the progress line (text and bar) under the title
+SPLIT_KEY = "rc_split"  # the film | reports columns (viewer.js moves their split)
+FILM_SPLIT = [1.2, 1]  # film : reports and grid, until the rater drags the split
+
+
+def state_tag(actor: Actor) -> str:
+    """An opaque per-rater name for what the browser remembers (the split): no user name."""
+    return sessions.account_tag(actor, "film-split")
 
 
 def _clock(moment: dt.datetime) -> str:
@@ -136,7 +157,7 @@ def _end_screen(actor: Actor, view: rating.RaterPairView) -> None:
         if studies.button("My studies", key="end_my_studies", icon=":material/list:",
                           width="stretch"):
             st.session_state.pop(END_KEY, None)
-            st.switch_page(MY_STUDIES_PAGE)
+            state.switch_page(MY_STUDIES_PAGE)
 
 
 def _report_pair(view: rating.RaterPairView, *, tall: bool = False) -> None:
@@ -227,9 +248,14 @@ actor = state.require_actor()
 db = state.get_db()
 # Less blank space above the header than the other pages: at 1280x800 the film, both
 # reports of ~120 words and the whole grid share one screen (a style only: no layout room).
-st.html("<style>[data-testid='stMainBlockContainer'] {padding-top: 1.5rem;}"
+st.html("<style>[data-testid='stMainBlockContainer'] {padding: 1rem 1rem 1rem 1rem;}"
         f".st-key-{BREAK_KEY} p {{font-size: 0.8rem; line-height: 1.25; margin: 0;}}"
-        f".st-key-{BREAK_KEY} button {{min-height: 1.5rem; padding: 0 0.25rem;}}</style>")
+        f".st-key-{BREAK_KEY} button {{min-height: 1.5rem; padding: 0 0.25rem;}}"
+        # The question line as tall as the progress line it replaces (its text and bar).
+        f".st-key-{ZERO_KEY} {{min-height: {PROGRESS_LINE_PX}px !important;"
+        " justify-content: center;}}"
+        f".st-key-{ZERO_KEY} p {{font-size: 0.85rem; line-height: 1.3; margin: 0;"
+        " white-space: nowrap; overflow: hidden; text-overflow: ellipsis;}</style>")
 
 opaque_id = st.query_params.get(PAIR_PARAM)
 if not opaque_id:
@@ -259,13 +285,21 @@ confirming = st.session_state.get(CONFIRM_KEY) == view.opaque_id
 flash = st.session_state.pop(FLASH_KEY, None)
 # "Mark done" sits in the header beside Previous/Next so it is on screen whatever the
 # length of the reports and the height of the window.
-head = st.columns([2.3, 0.9, 0.75, 0.95, 0.95, 1.4], vertical_alignment="center")
+# While the all-zero question is open its two answers take Mark done's place, a little wider.
+head = st.columns([2.0, 0.9, 0.75, 0.95, 0.95, 1.7] if confirming
+                  else [2.3, 0.9, 0.75, 0.95, 0.95, 1.4], vertical_alignment="center")
 with head[0]:
     # A training item says so (its expert counts are shown once it is done); a hidden
     # repeat never does.
     badge = " :blue-badge[:material/school: Training item]" if view.training else ""
     st.markdown(f"#### {view.study_name} · Pair {view.index} of {view.total}{badge}")
-    _progress_line(actor, view, flash)
+    if confirming:
+        # The all-zero question in the progress line's place (one line: nothing moves).
+        with st.container(key=ZERO_KEY):
+            st.markdown(":orange-background[:material/help: All twelve counts are zero: "
+                        "no errors at all?]")
+    else:
+        _progress_line(actor, view, flash)
 with head[1]:
     definitions_button()
 with head[2]:
@@ -281,12 +315,24 @@ with head[4]:
         _go_to(view.next_opaque_id)
         st.rerun()
 with head[5]:
-    # While the all-zero question is open, Ctrl+Enter answers it (the grid sends the key to
-    # the confirmation button first); Mark done keeps its shortcut otherwise.
-    if st.button("Mark done", type="primary", icon=":material/done:",
-                 shortcut=None if confirming else "Ctrl+Enter", width="stretch", key="done",
-                 disabled=view.read_only,
-                 help="Save this pair as finished and open the next open pair."):
+    # While the all-zero question is open, its answers take Mark done's place and
+    # Ctrl+Enter answers yes (the grid sends the key to the confirmation button first).
+    if confirming:
+        yes, no = st.columns([3, 1], gap="small")
+        if yes.button("Yes, no errors", key="confirm_zero_yes", type="primary",
+                      shortcut="Ctrl+Enter", width="stretch",
+                      help="All twelve counts are zero: mark the pair done as having no "
+                           "errors at all."):
+            _complete(actor, view, confirm_zero=True)
+            st.rerun()
+        if no.button(":material/undo:", key="confirm_zero_no", width="stretch",
+                     help="No: back to the counts."):
+            st.session_state.pop(CONFIRM_KEY, None)
+            st.rerun()
+    elif st.button("Mark done", type="primary", icon=":material/done:",
+                   shortcut="Ctrl+Enter", width="stretch", key="done",
+                   disabled=view.read_only,
+                   help="Save this pair as finished and open the next open pair."):
         # The grid has stored every change before this click reached the server, and this
         # run read the pair after it: ``view`` is what the rater saw.
         if not any(view.counts.values()):
@@ -306,26 +352,10 @@ if view.training:
 if flash and not flash["ok"]:
     st.warning(flash["text"], icon=":material/sync_problem:")
 
-if confirming:
-    with st.container(border=True):
-        ask, yes, no = st.columns([3, 1.2, 1.2], vertical_alignment="center")
-        ask.warning("All twelve counts are zero: this says the candidate report has no "
-                    "errors at all. Is that right? (**Ctrl+Enter**: yes)")
-        if yes.button("Yes, no errors: mark done", key="confirm_zero_yes", type="primary",
-                      shortcut="Ctrl+Enter", width="stretch"):
-            _complete(actor, view, confirm_zero=True)
-            st.rerun()
-        if no.button("No, go back to the counts", key="confirm_zero_no", width="stretch"):
-            st.session_state.pop(CONFIRM_KEY, None)
-            st.rerun()
 
 
 def _grid() -> None:
-    if view.training and view.completed_at is not None:
-        training_feedback(db, actor, view)
-    if view.annotation_mode == "error_records":
-        # The counts derive from the records: the grid shows them, the records panel edits.
-        error_records_panel(db, actor, view)
+    """The count grid: first in its column, so its top edge is the same on every pair."""
     # A short note in the grid's corner (no row of its own: at 1280x800 the grid shares
     # the column height with both reports).
     derived = view.annotation_mode == "error_records"
@@ -347,19 +377,36 @@ def _grid() -> None:
                read_only=view.read_only or derived, note=note)
 
 
+def _under_grid() -> None:
+    """Under the grid: the expert's counts of a done training item, the records panel."""
+    if view.training and view.completed_at is not None:
+        training_feedback(db, actor, view)
+    if view.annotation_mode == "error_records":
+        # The counts derive from the records: the grid above shows them, the panel edits.
+        error_records_panel(db, actor, view)
+
+
 if view.images:
-    left, right = st.columns([1, 1.25], gap="medium")
+    # The film is the dominant pane; the split is the rater's (viewer.js drags it and keeps
+    # it in this browser for this rater).
+    with st.container(key=SPLIT_KEY):
+        left, right = st.columns(FILM_SPLIT, gap="small")
     with left:
-        viewer_panel(db, actor, view.images, pair_key=view.opaque_id)
+        viewer_panel(db, actor, view.images, pair_key=view.opaque_id,
+                     split_owner=state_tag(actor))
     with right:
-        _report_pair(view)
         _grid()
+        _under_grid()
+        _report_pair(view)
 else:
-    # No image: the reports get the left half (and more height), the grid sits beside them.
-    st.caption(":material/hide_image: No images for this case. The counts are on the report "
-               "texts alone.")
-    left, right = st.columns([1, 1], gap="medium")
+    # No image: the grid at the same place as beside a film, the reports get the left half
+    # (and more height).
+    with st.container(key=SPLIT_KEY):
+        left, right = st.columns([1, 1], gap="small")
     with left:
+        st.caption(":material/hide_image: No images for this case. The counts are on the "
+                   "report texts alone.")
         _report_pair(view, tall=True)
     with right:
         _grid()
+        _under_grid()

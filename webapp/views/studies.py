@@ -13,9 +13,17 @@ from __future__ import annotations
 import streamlit as st
 
 from radconcord.backend.errors import ServiceError
-from radconcord.backend.services.study_admin import progress, studies, study_settings, study_status
+from radconcord.backend.services.study_admin import (
+    getting_started,
+    progress,
+    studies,
+    study_settings,
+    study_status,
+)
 from radconcord.webapp import state
 from radconcord.webapp.components import tables
+from radconcord.webapp.components.getting_started import getting_started_panel
+from radconcord.webapp.components.score_now import score_now
 
 actor = state.require_actor()
 state.require_admin_page(actor)
@@ -25,6 +33,10 @@ FLASH = "studies_flash"
 SETTINGS_ERROR = "studies_settings_error"
 
 st.title("Studies & progress")
+getting_started_panel(state.call(getting_started.getting_started, db, actor,
+                                study_name=st.session_state.get("progress_study")),
+                      score_now=lambda study: score_now(db, actor, study,
+                                                        key="getting_started_score_now"))
 flash = st.session_state.pop(FLASH, None)
 if flash:
     st.success(flash)
@@ -46,11 +58,14 @@ st.dataframe(
         {
             "Study": s.name,
             "Status": s.status,
+            "Mode": study_settings.mode_label(s.annotation_mode),
             "Pairs": s.n_pairs,
             "Cases": s.n_cases,
             "Raters": s.n_raters,
             "Raters per pair": s.raters_per_pair,
-            "Ratings done": f"{s.n_completed} / {s.n_assignments}",
+            # A preference study's raters judge comparisons: its progress is judgements.
+            "Ratings done": f"{s.n_completed} / {s.n_assignments}"
+                            + (" judgements" if s.unit == "comparison" else ""),
             "Sources": ", ".join(f"{k or '(none)'} ({v})" for k, v in s.sources.items()),
         }
         for s in summaries
@@ -58,6 +73,9 @@ st.dataframe(
     hide_index=True,
     width="stretch",
 )
+st.caption(" ".join(
+    f"**{study_settings.mode_label(mode)}**: {study_settings.mode_summary(mode)}"
+    for mode in dict.fromkeys(s.annotation_mode for s in summaries)))
 
 study_name = st.selectbox("Progress of", [s.name for s in summaries], key="progress_study")
 
@@ -91,8 +109,10 @@ def _last_change(current: study_settings.StudySettings, key: str) -> str:
     if change is None:
         return "Never changed."
     when = str(change.get("at", ""))[:19].replace("T", " ")
+    before, after = (study_settings.display_value(key, change.get(side))
+                     for side in ("from", "to"))
     return (f"Last changed {when} UTC by {change.get('by', '?')} "
-            f"(from {change.get('from')!r} to {change.get('to')!r}).")
+            f"(from {before!r} to {after!r}).")
 
 
 def _setting_widget(name: str, spec: study_settings.Setting, value: object) -> None:
@@ -103,8 +123,11 @@ def _setting_widget(name: str, spec: study_settings.Setting, value: object) -> N
         st.toggle(spec.label, value=bool(value), **common)
     elif spec.choices is not None:
         options = list(spec.choices)
+        # Shown by meaning (an annotation mode by its name); the stored value is unchanged.
         st.selectbox(spec.label, options,
-                     index=options.index(value) if value in options else 0, **common)
+                     index=options.index(value) if value in options else 0,
+                     format_func=lambda v, k=spec.key: str(study_settings.display_value(k, v)),
+                     **common)
     elif spec.type is int:
         st.number_input(
             spec.label, value=int(value), step=1,
@@ -121,7 +144,8 @@ def _setting_widget(name: str, spec: study_settings.Setting, value: object) -> N
 
 def _bounds(spec: study_settings.Setting) -> str:
     if spec.choices is not None:
-        return f"One of {', '.join(map(str, spec.choices))}."
+        return "One of " + ", ".join(str(study_settings.display_value(spec.key, c))
+                                     for c in spec.choices) + "."
     if spec.minimum is not None and spec.maximum is not None:
         return f"From {spec.minimum:g} to {spec.maximum:g}."
     if spec.minimum is not None:
@@ -138,7 +162,12 @@ def settings_panel(name: str) -> None:
     current = state.call(study_settings.study_settings, db, actor, name)
     for spec in study_settings.SETTINGS.values():
         _setting_widget(name, spec, current.values[spec.key])
+        if spec.key == "annotation_mode":
+            # What raters do in each mode, in one line each.
+            st.caption("  \n".join(f"**{m.label}**: {m.summary}"
+                                   for m in study_settings.ANNOTATION_MODES.values()))
         default = spec.default if spec.type is not bool else ("on" if spec.default else "off")
+        default = study_settings.display_value(spec.key, default)
         st.caption(" ".join(part for part in (
             f"Default {default}.", _bounds(spec), spec.caveat, _last_change(current, spec.key))
             if part))
@@ -189,15 +218,25 @@ st.page_link("views/qc.py", label="Quality control: rater monitoring, intra-rate
 def progress_panel(name: str) -> None:
     """Live progress of one study (refreshes itself while the page is open)."""
     prog = state.call(progress.study_progress, state.get_db(), actor, study_name=name)
+    pairwise = prog.unit == "comparison"
+    st.caption(f"Mode: **{study_settings.mode_label(prog.annotation_mode)}**. "
+               f"{study_settings.mode_summary(prog.annotation_mode)}")
     c1, c2, c3 = st.columns(3)
     c1.metric("Pairs", prog.n_pairs)
-    c2.metric("Ratings done", f"{prog.n_completed} / {prog.n_assignments}")
-    c3.metric("Pairs fully rated", f"{prog.n_pairs_fully_rated} / {prog.n_pairs}")
+    if pairwise:
+        # A preference study's raters judge comparisons: its progress is their judgements.
+        c2.metric("Judgements done", f"{prog.n_completed} / {prog.n_assignments}")
+        c3.metric("Comparisons fully judged",
+                  f"{prog.n_comparisons_fully_judged} / {len(prog.comparisons)}")
+    else:
+        c2.metric("Ratings done", f"{prog.n_completed} / {prog.n_assignments}")
+        c3.metric("Pairs fully rated", f"{prog.n_pairs_fully_rated} / {prog.n_pairs}")
     st.progress(prog.n_completed / prog.n_assignments if prog.n_assignments else 0.0)
 
     st.subheader("Raters")
     if not prog.raters:
-        st.info("No raters assigned yet: use **Assign raters**.")
+        st.info("No comparisons given to raters yet: use **Assign raters**." if pairwise
+                else "No raters assigned yet: use **Assign raters**.")
     else:
         st.dataframe(
             [
@@ -210,7 +249,8 @@ def progress_panel(name: str) -> None:
                     # Text cells as on the dashboard: a missing value is a blank, never
                     # the grey "None" st.dataframe draws.
                     "Time on task": tables.minutes_seconds(r.active_seconds),
-                    "Median per pair": tables.minutes_seconds(r.median_seconds),
+                    ("Median per comparison" if pairwise else "Median per pair"):
+                        tables.minutes_seconds(r.median_seconds),
                     "Last active": tables.when(r.last_active_at),
                 }
                 for r in prog.raters
@@ -221,6 +261,17 @@ def progress_panel(name: str) -> None:
                 "Progress": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0),
             },
         )
+    if pairwise:
+        with st.expander(f"Comparisons ({len(prog.comparisons)})"):
+            st.dataframe(
+                [
+                    {"Comparison": c.number, "Comparison id": c.opaque_id,
+                     "Sources (A vs B)": c.sources, "Raters": c.assigned, "Done": c.completed}
+                    for c in prog.comparisons
+                ],
+                hide_index=True,
+                width="stretch",
+            )
     with st.expander(f"Pairs ({prog.n_pairs})"):
         st.dataframe(
             [

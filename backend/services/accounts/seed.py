@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from radconcord.backend.services.accounts import auth
 from radconcord.backend.services.accounts.demo_accounts import DEMO_RATERS, DEMO_USERS
-from radconcord.backend.services.study_admin import assignment
+from radconcord.backend.services.study_admin import assignment, demo_ratings
 from radconcord.backend.types import Actor
 from radconcord.db.models import Study, User
 from radconcord.db.session import Database, upgrade
@@ -43,6 +43,8 @@ class SeedResult:
     study_created: bool
     n_pairs: int
     assignments_created: int
+    # Completed assignments of the constructed raters ("demo ratings (constructed)").
+    constructed_assignments: int = 0
 
 
 def import_demo(db: Database, actor: Actor, *, study_name: str = DEMO_STUDY,
@@ -90,10 +92,12 @@ def ensure_database(db: Database) -> str | None:
 
 
 def seed_demo(db: Database) -> SeedResult:
-    """Create the demo accounts and study and assign both raters to every pair.
+    """Create the demo accounts and study, assign both raters to every pair, and add the
+    constructed raters' completed counts ("demo ratings (constructed)", see
+    ``backend/services/study_admin/demo_ratings.py``).
 
     Safe to run again: existing accounts (and their passwords) and an existing demo study are
-    left alone; only missing assignments are added.
+    left alone; only missing assignments are added, and constructed ratings only once.
     """
     system = Actor.system()
     with db.begin() as s:
@@ -128,6 +132,10 @@ def seed_demo(db: Database) -> SeedResult:
         raters_per_pair=len(DEMO_RATERS),
         seed=DEMO_SEED,
     )
+    # After the demo raters' assignment (their screens keep their open pairs): the
+    # constructed raters' completed counts, so the dashboard, QC and the report show numbers
+    # at once, labelled "demo ratings (constructed)" (study_admin/demo_ratings.py).
+    constructed = demo_ratings.add_constructed_ratings(db, system, study_name=DEMO_STUDY)
     log.info("demo seeded: users %s, study created %s", created, not study_exists)
     return SeedResult(
         created_users=tuple(created),
@@ -135,4 +143,5 @@ def seed_demo(db: Database) -> SeedResult:
         study_created=not study_exists,
         n_pairs=summary.n_pairs,
         assignments_created=summary.created,
+        constructed_assignments=constructed,
     )

@@ -133,6 +133,37 @@ def reference_sentences(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def category_refusal(kind: str, category: int) -> str | None:
+    """Why a record of ``kind`` cannot carry ``category``, in the rater's words; None if it can.
+
+    The records panel says the same words when it refuses a save (``panel_data`` hands them
+    to it), e.g. "category 2 is an omission: press O on a reference sentence the candidate
+    leaves out (omission of finding)".
+
+    Args:
+        kind: ``span`` or ``omission``.
+        category: ReXVal category 1-6.
+
+    Returns:
+        The reason, without a final full stop, or None when ``category`` fits ``kind``.
+    """
+    if kind not in KINDS or category not in CATEGORIES or category in KIND_CATEGORIES[kind]:
+        return None
+    label = CATEGORIES[category].lower()
+    if kind == SPAN:  # an omission's category on words of the candidate
+        return (f"category {category} is an omission: press O on a reference sentence the "
+                f"candidate leaves out ({label})")
+    return (f"category {category} marks wrong words of the candidate, not an omission: press "
+            f"O to go back to the candidate's words ({label})")
+
+
+def category_refusals() -> dict[str, dict[int, str]]:
+    """:func:`category_refusal` of every kind and category that do not go together."""
+    return {kind: {c: reason for c in CATEGORIES
+                   if (reason := category_refusal(kind, c)) is not None}
+            for kind in KINDS}
+
+
 # -- validation -----------------------------------------------------------------------------
 
 
@@ -171,13 +202,17 @@ def _validate(kind: object, category: object, significant: object, note: object,
         raise InvalidInput(f"kind: must be 'span' or 'omission', got {kind!r:.40}")
     if not _is_int(category) or int(category) not in CATEGORIES:  # type: ignore[arg-type]
         raise InvalidInput(f"category: must be an integer 1-6, got {category!r:.40}")
-    if int(category) not in KIND_CATEGORIES[kind]:  # type: ignore[arg-type,index]
+    refusal = category_refusal(kind, int(category))  # type: ignore[arg-type]
+    if refusal is not None:
         allowed = " or ".join(map(str, KIND_CATEGORIES[kind]))  # type: ignore[index]
         where = ("an omission marks the reference" if kind == OMISSION
                  else "an error span marks the candidate")
-        raise InvalidInput(f"category: {where}, so its category is {allowed}, got {category}")
+        raise InvalidInput(f"category: {where}, so its category is {allowed}, got {category} "
+                           f"({refusal})")
     if not isinstance(significant, bool):
-        raise InvalidInput(f"significant: must be true or false, got {significant!r:.40}")
+        # No default: an error is stored only with a significance the rater chose for it.
+        raise InvalidInput(f"significant: must be true or false, got {significant!r:.40} "
+                           "(choose: S clinically significant, I insignificant)")
     if not isinstance(note, str):
         raise InvalidInput(f"note: must be text, got {type(note).__name__}")
     if len(note) > MAX_NOTE:
@@ -473,6 +508,8 @@ __all__ = [
     "PairRecords",
     "RecordView",
     "add_record",
+    "category_refusal",
+    "category_refusals",
     "delete_record",
     "export_rows",
     "list_records",

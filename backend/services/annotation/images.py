@@ -296,8 +296,8 @@ class ViewerPixels:
             ``pixel_min``/``pixel_max`` (finite values of the full image), ``windows``
             (header Window Center/Width pairs), ``window_explanations``, ``voi_function``,
             ``voi_lut`` (``{"first_mapped", "bits", "table"}`` or None), ``presets``
-            (``header``/``lung``/``bone`` resolved by ``backend.imaging.window``: ``center``,
-            ``width``, ``function`` and ``lut``: True when the VOI LUT table applies),
+            (``auto``/``header``/``lung``/``bone`` resolved by ``backend.imaging.window``:
+            ``center``, ``width``, ``function`` and ``lut``: True when the VOI LUT table applies),
             ``manual_step`` (a sensible step for the Manual centre/width inputs) and
             ``values`` (what the numbers are: modality values, HU for CT).
         data: The values, row-major, ``rows * cols`` items of ``dtype`` (little-endian).
@@ -375,8 +375,8 @@ def _viewer_cached(abs_path: str, sha256: str, side: int) -> ViewerPixels:
         # Averages are rounded back to the stored integers (half the bytes of float32; a
         # half-value step is far below any window width a viewer shows).
         out = np.clip(np.rint(pixels), lo, hi).astype("<u2" if dtype == "uint16" else "<i2")
-    presets = {name: _window_json(resolve_window(image, name)) for name in ("header", "lung",
-                                                                             "bone")}
+    presets = {name: _window_json(resolve_window(image, name))
+               for name in ("auto", "header", "lung", "bone")}
     lut = image.voi_lut
     header = {
         "rows": int(out.shape[0]),

@@ -3,6 +3,9 @@
 Only in a study whose ``annotation_mode`` setting is ``pairwise`` (the RadPref import sets it;
 otherwise ``python -m backend study-settings --study S --set annotation_mode=pairwise``).
 
+The Assign page (a preference study) and ``python -m backend pairwise make|assign`` both call
+:func:`make_comparisons` and :func:`assign_judgements`.
+
 Comparisons (:func:`make_comparisons`, admin). The study pairs (kind ``study``) are grouped by
 reference: the same case and the same reference text (so two reference rows with one text
 count as one reference). A reference with ``m >= 2`` candidates gets a comparison for *every*

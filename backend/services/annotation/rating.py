@@ -114,6 +114,9 @@ class RaterStudy:
     # they can reach now); 0 when there is no gate or it is open.
     training_total: int = 0
     training_done: int = 0
+    # The study's annotation mode (``counts``, ``error_records`` or ``pairwise``; see
+    # ``study_settings.ANNOTATION_MODES`` for its name on a page).
+    annotation_mode: str = "counts"
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,9 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
             if not gate.open:
                 resume_stmt = resume_stmt.where(Pair.kind == PAIR_TRAINING)
             resume = s.scalar(resume_stmt)
+            # JSON has no equality operator on PostgreSQL: settings are read per study.
+            mode = effective(s.scalar(select(Study.settings).where(Study.id == study_id)))[
+                "annotation_mode"]
             out.append(
                 RaterStudy(
                     name=name,
@@ -298,6 +304,7 @@ def rater_studies(db: Database, actor: Actor) -> list[RaterStudy]:
                     qualification=gate.message(name),
                     training_total=0 if gate.open else gate.training,
                     training_done=0 if gate.open else gate.done,
+                    annotation_mode=mode,
                 )
             )
         return out

@@ -97,6 +97,9 @@ class StudyCorrelation:
     report: dict[str, Any]
     counts: str = "raw"
     n_adjudicated: int = 0
+    #: Whether the published values (ReXVal) compare like with like: the study was imported
+    #: from ReXVal (``Study.provenance["kind"] == "rexval"``), the dataset the papers used.
+    published_applies: bool = False
 
     @cached_property
     def result(self) -> CorrelationReport:
@@ -117,6 +120,9 @@ class AgreementRow:
         icc_k: Raters in the block.
         icc_n_pairs: Pairs in the block.
         n_pairs_pairable: Pairs with at least two raters.
+        icc2_1_ci95: Percentile bootstrap interval of ICC(2,1) over the block's pairs
+            (``(None, None)`` without one).
+        icc2_k_ci95: The same for ICC(2,k).
     """
 
     scope: str
@@ -127,6 +133,8 @@ class AgreementRow:
     icc_k: int | None
     icc_n_pairs: int | None
     n_pairs_pairable: int
+    icc2_1_ci95: tuple[float | None, float | None] = (None, None)
+    icc2_k_ci95: tuple[float | None, float | None] = (None, None)
 
 
 @dataclass(frozen=True)
@@ -226,6 +234,7 @@ def study_correlation(
     unit: str | None = None,
     correction: str = "holm",
     counts: str = "raw",
+    fully_rated_only: bool = False,
 ) -> StudyCorrelation:
     """Correlations of every scored metric with the study's radiologists (admin only).
 
@@ -245,6 +254,8 @@ def study_correlation(
             ``"rater_pair"``); ``None`` takes ``cluster``.
         correction: ``"holm"`` or ``"bh"`` over the pairwise matrix.
         counts: ``"raw"`` or ``"adjudicated"`` (see the module docstring).
+        fully_rated_only: Only the pairs rated by as many raters as planned (the report's
+            ``coverage`` counts the others).
 
     Raises:
         PermissionDenied: for a non-admin.
@@ -257,7 +268,7 @@ def study_correlation(
         study_report, db=db, study_name=study_name, metrics=metrics,
         options=CorrelationOptions(significant_only=significant_only, bootstrap=resamples,
                                    seed=seed, cluster=cluster, unit=unit,
-                                   correction=correction),
+                                   correction=correction, fully_rated_only=fully_rated_only),
         counts=counts,
     )
     rows = [
@@ -283,7 +294,21 @@ def study_correlation(
         study=report.study, target=report.target, n_pairs=report.n_pairs,
         seed=report.seed, resamples=report.resamples, metrics=tuple(rows), report=report.to_json(),
         counts=report.counts, n_adjudicated=report.n_adjudicated,
+        published_applies=published_applies(db, study_name),
     )
+
+
+def published_applies(db: Database, study_name: str) -> bool:
+    """Whether the study is the dataset the published values were measured on: imported
+    from ReXVal (``Study.provenance["kind"] == "rexval"``). A demo or an own study is not,
+    and comparing its tau with a paper's would compare two datasets, not two metrics."""
+    from sqlalchemy import select
+
+    from radconcord.db.models import Study
+
+    with db.read() as s:
+        provenance = s.scalar(select(Study.provenance).where(Study.name == study_name))
+    return isinstance(provenance, dict) and provenance.get("kind") == "rexval"
 
 
 def study_report(
@@ -378,8 +403,9 @@ def _check_counts(counts: str) -> None:
         raise InvalidInput(f"counts must be one of {', '.join(COUNTS_MODES)}, got {counts!r}")
 
 
-def _agreement(db: Database, study_name: str, target: str) -> dict[str, Any]:
-    from radconcord.backend.analysis.agreement import agreement_summary
+def _agreement(db: Database, study_name: str, target: str, *, resamples: int = 1000,
+               seed: int = 0) -> dict[str, Any]:
+    from radconcord.backend.analysis.agreement import agreement_summary, icc_interval
     from radconcord.backend.analysis.data import N_CATEGORIES
     from radconcord.backend.analysis.stats import to_json_safe
     from radconcord.backend.services.evaluation.study_data import load_ratings
@@ -387,10 +413,15 @@ def _agreement(db: Database, study_name: str, target: str) -> dict[str, Any]:
     def compute(study_name: str) -> dict[str, Any]:
         # Adjudicated loading only to count the adjudicated pairs: rater_errors stay raw.
         ratings = load_ratings(db, study_name, counts="adjudicated")
-        out = {"total": agreement_summary(ratings.rater_errors(target))}
+        scopes = {"total": ratings.rater_errors(target)}
         for c in range(1, N_CATEGORIES + 1):
-            out[str(c)] = agreement_summary(ratings.rater_errors(target, c))
+            scopes[str(c)] = ratings.rater_errors(target, c)
+        out = {scope: agreement_summary(errors) for scope, errors in scopes.items()}
+        # The ICC bars' intervals: the block's pairs resampled (seed 0, 1000 resamples).
+        intervals = {scope: icc_interval(errors, resamples=resamples, seed=seed)
+                     for scope, errors in scopes.items()}
         return {"raters": list(ratings.raters), "rows": to_json_safe(out),
+                "intervals": to_json_safe(intervals),
                 "n_adjudicated": ratings.n_adjudicated}
 
     return _run(compute, study_name=study_name)
@@ -429,6 +460,8 @@ def study_agreement(
             icc_k=v["icc_k"],
             icc_n_pairs=v["icc_n_pairs"],
             n_pairs_pairable=v["n_pairs_pairable"],
+            icc2_1_ci95=tuple(data["intervals"][scope]["icc2_1_ci95"]),
+            icc2_k_ci95=tuple(data["intervals"][scope]["icc2_k_ci95"]),
         )
         for scope, v in data["rows"].items()
     )

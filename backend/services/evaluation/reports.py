@@ -31,7 +31,7 @@ from typing import Any
 from radconcord.backend import clock, config
 from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.services.evaluation import correlation
-from radconcord.backend.services.study_admin import studies
+from radconcord.backend.services.study_admin import demo_ratings, studies
 from radconcord.backend.types import Actor
 from radconcord.backend.util import publish_dir
 from radconcord.db.session import Database
@@ -199,6 +199,8 @@ def render_report(
             "created_at": summary.created_at.isoformat() if summary.created_at else None,
             "sources": dict(summary.sources),
             "kind": provenance.get("kind"),
+            # "demo ratings (constructed)" (the seeded demo study), shown on top of the design.
+            "ratings_note": demo_ratings.note_of(provenance),
             "assignment": provenance.get("assignment"),
         },
         "agreement": {

@@ -219,6 +219,12 @@ def load_ratings(db: Database, study_name: str, counts: str = "raw") -> StudyRat
         if (r.rater_id, r.pair_id) in counted:
             rater_counts[rater_index[r.rater_id], pair_index[r.pair_id], r.category - 1,
                          int(bool(r.significant))] = float(r.count)
+    # Raters planned per pair: its assignments (done or not); a pair rated without an
+    # assignment (imported ratings) plans at least the raters it has.
+    planned = np.zeros(len(pairs), dtype=np.int64)
+    for a in assignments:
+        planned[pair_index[a.pair_id]] += 1
+    planned = np.maximum(planned, np.isfinite(rater_counts[:, :, 0, 0]).sum(axis=0))
     consensus = None
     if counts == "adjudicated":
         consensus = np.full((len(pairs), N_CATEGORIES, 2), np.nan)
@@ -240,6 +246,7 @@ def load_ratings(db: Database, study_name: str, counts: str = "raw") -> StudyRat
         counts=rater_counts,
         counts_mode=counts,
         consensus=consensus,
+        planned=planned,
     )
 
 

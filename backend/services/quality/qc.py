@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from radconcord.backend import clock
@@ -47,14 +47,19 @@ from radconcord.backend.analysis import judge_monitoring as jm
 from radconcord.backend.analysis import monitoring as mon
 from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.services.annotation.activity import clipped_seconds
+from radconcord.backend.services.quality.qualification import expert_total, training_results
 from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.study_admin.demo_ratings import constructed_raters
+from radconcord.backend.services.study_admin.study_settings import effective
 from radconcord.backend.services.transfer.radpref import DETAILS_KEY as RADPREF_DETAILS
 from radconcord.backend.types import Actor
 from radconcord.db.models import (
     PAIR_REPEAT,
     PAIR_STUDY,
+    PAIR_TRAINING,
     Assignment,
     Comparison,
+    Image,
     Judgement,
     Pair,
     Rating,
@@ -79,12 +84,20 @@ class StudyMonitoring:
         straight_run: Zero-run length flagged as straight-lining.
         outlier_z: ``|robust z|`` flagged across raters.
         raters: One entry per rater with study assignments, by username.
+        floors: The absolute floors in force (the study's ``qc_*`` settings).
+        between_rater_note: Why between-rater flags are off (fewer than 3 raters with done
+            pairs), ``""`` when they are on.
+        training_items: Training items (expert counts) in the study; with any, each rater's
+            agreement with the expert is measured on the ones they did.
     """
 
     study: str
     straight_run: int
     outlier_z: float
     raters: tuple[mon.RaterMonitoring, ...]
+    floors: mon.Floors = mon.Floors()
+    between_rater_note: str = ""
+    training_items: int = 0
 
     @property
     def flagged(self) -> tuple[str, ...]:
@@ -190,6 +203,26 @@ def monitoring(db: Database, actor: Actor, study_name: str, *,
         ).all()
         grids = _grids(s, study.id, {pid for _, _, pid, _, done, _ in rows if done is not None})
         name = study.name
+        constructed = constructed_raters(study.provenance)
+        settings = effective(study.settings)
+        floors = mon.Floors(min_seconds=settings["qc_min_seconds_per_pair"],
+                            min_seconds_film=settings["qc_min_seconds_per_film_pair"],
+                            max_per_hour=settings["qc_max_pairs_per_hour"])
+        max_error = float(settings["qualification_max_error"])
+        # Pairs that show a film: their case has an image (the higher time floor).
+        with_film = set(s.scalars(
+            select(Pair.id).join(Image, Image.case_id == Pair.case_id)
+            .where(Pair.study_id == study.id)))
+        training: dict[str, list[mon.ExpertItem]] = {}
+        user_ids = {username: user_id for user_id, username, *_ in rows}
+        for username, user_id in user_ids.items():
+            items = [mon.ExpertItem(rater_total=float(total), expert_total=float(exp))
+                     for _, done, total, expert in training_results(s, user_id, study.id)
+                     if done is not None and (exp := expert_total(expert)) is not None]
+            training[username] = items
+        n_training = int(s.scalar(
+            select(func.count(Pair.id)).where(Pair.study_id == study.id,
+                                              Pair.kind == PAIR_TRAINING)) or 0)
     work: dict[str, dict[str, Any]] = {}
     for user_id, username, pair_id, position, completed_at, seconds in rows:
         entry = work.setdefault(username, {"done": [], "assigned": 0, "time": 0.0})
@@ -199,12 +232,18 @@ def monitoring(db: Database, actor: Actor, study_name: str, *,
             entry["done"].append(mon.DoneItem(
                 pair=int(position) + 1, completed_at=clock.as_utc(completed_at),
                 seconds=float(seconds or 0.0),
-                total=float(grids[(user_id, pair_id)].sum())))
+                total=float(grids[(user_id, pair_id)].sum()),
+                has_film=pair_id in with_film))
     inputs = [mon.RaterInput(rater=u, done=e["done"], assigned=e["assigned"],
-                             time_seconds=e["time"]) for u, e in work.items()]
+                             time_seconds=e["time"], training=training.get(u, ()),
+                             timed=u not in constructed)
+              for u, e in work.items()]
+    raters = mon.monitor(inputs, straight_run=straight_run, outlier_z=outlier_z,
+                         floors=floors, expert_max_error=max_error)
     return StudyMonitoring(study=name, straight_run=straight_run, outlier_z=float(outlier_z),
-                           raters=mon.monitor(inputs, straight_run=straight_run,
-                                              outlier_z=outlier_z))
+                           raters=raters, floors=floors,
+                           between_rater_note=mon.between_rater_note(raters),
+                           training_items=n_training)
 
 
 def intra_rater(db: Database, actor: Actor, study_name: str) -> StudyIntraRater:
@@ -316,7 +355,8 @@ def monitoring_rows(db: Database, actor: Actor, study_name: str, *,
     q1_seconds, q3_seconds, iqr_seconds, slow_limit_seconds, slow_pairs, fast_pairs,
     time_seconds, done_per_hour, drift_n, drift_first, drift_last, drift, drift_note,
     zero_run, zero_run_pairs, straight_lining, shared_pairs, spearman, abs_diff,
-    agreement_note, z_time_per_pair, z_agreement, z_abs_diff, z_drift, flags``. Pair lists are
+    agreement_note, z_time_per_pair, z_agreement, z_abs_diff, z_drift, below_floor_pairs,
+    max_pace_per_hour, expert_items, expert_within, expert_abs_diff, flags``. Pair lists are
     1-based numbers separated by spaces; ``flags`` are joined by ``"; "``; an undefined value
     is ``None``. A ``z_*`` column holds the robust z only where it flagged the rater.
 
@@ -348,6 +388,10 @@ def monitoring_rows(db: Database, actor: Actor, study_name: str, *,
             "abs_diff": _num(r.abs_diff), "agreement_note": r.agreement_note,
             "z_time_per_pair": z.get("time_per_pair"), "z_agreement": z.get("agreement"),
             "z_abs_diff": z.get("abs_diff"), "z_drift": z.get("drift"),
+            "below_floor_pairs": _pairs(r.below_floor_pairs),
+            "max_pace_per_hour": _num(r.max_pace_per_hour),
+            "expert_items": r.expert_items, "expert_within": r.expert_within,
+            "expert_abs_diff": _num(r.expert_abs_diff),
             "flags": "; ".join(r.flags),
         })
     return rows

@@ -35,9 +35,20 @@ from radconcord.backend import clock, config
 from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.services.annotation.rating import RaterStudy, rater_studies
 from radconcord.backend.services.repo import get_study
+from radconcord.backend.services.study_admin.study_settings import PAIRWISE, effective
 from radconcord.backend.services.study_admin.study_status import ARCHIVED
 from radconcord.backend.types import Actor
-from radconcord.db.models import PAIR_STUDY, STUDY_STAGING, Assignment, Job, Pair, Rating, Study
+from radconcord.db.models import (
+    PAIR_STUDY,
+    STUDY_STAGING,
+    Assignment,
+    Comparison,
+    Job,
+    Judgement,
+    Pair,
+    Rating,
+    Study,
+)
 from radconcord.db.session import Database
 
 logger = logging.getLogger(__name__)
@@ -68,6 +79,15 @@ class StudySummary:
     created_at: dt.datetime | None
     sources: dict[str, int] = field(default_factory=dict)  # candidate source -> pairs
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: The ``annotation_mode`` setting in force. In ``pairwise`` mode the work is judging
+    #: comparisons, so ``n_raters``, ``n_assignments`` and ``n_completed`` count the raters'
+    #: judgements (given, done) instead of pair assignments.
+    annotation_mode: str = "counts"
+
+    @property
+    def unit(self) -> str:
+        """What ``n_assignments`` counts: ``comparison`` (pairwise mode) or ``pair``."""
+        return "comparison" if self.annotation_mode == PAIRWISE else "pair"
 
 
 def _summary(s: Session, study: Study) -> StudySummary:
@@ -76,13 +96,26 @@ def _summary(s: Session, study: Study) -> StudySummary:
             Pair.study_id == study.id, Pair.kind == PAIR_STUDY
         )
     ).one()
-    n_raters, n_assign, n_done = s.execute(
-        select(
-            func.count(func.distinct(Assignment.rater_id)),
-            func.count(Assignment.id),
-            func.count(Assignment.completed_at),
-        ).where(Assignment.study_id == study.id)
-    ).one()
+    mode = effective(study.settings)["annotation_mode"]
+    if mode == PAIRWISE:
+        # A judgement is the rater's assignment to a comparison and their answer in one.
+        n_raters, n_assign, n_done = s.execute(
+            select(
+                func.count(func.distinct(Judgement.rater_id)),
+                func.count(Judgement.id),
+                func.count(Judgement.completed_at),
+            )
+            .join(Comparison, Comparison.id == Judgement.comparison_id)
+            .where(Comparison.study_id == study.id)
+        ).one()
+    else:
+        n_raters, n_assign, n_done = s.execute(
+            select(
+                func.count(func.distinct(Assignment.rater_id)),
+                func.count(Assignment.id),
+                func.count(Assignment.completed_at),
+            ).where(Assignment.study_id == study.id)
+        ).one()
     sources = dict(
         s.execute(
             select(Pair.source, func.count(Pair.id))
@@ -106,6 +139,7 @@ def _summary(s: Session, study: Study) -> StudySummary:
         created_at=clock.as_utc(study.created_at),
         sources={str(k): int(v) for k, v in sources.items()},
         provenance=copy.deepcopy(study.provenance or {}),
+        annotation_mode=mode,
     )
 
 

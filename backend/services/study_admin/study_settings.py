@@ -17,7 +17,10 @@ in the order the changes were made. Known keys:
     erroneous span of the candidate or an omitted reference sentence; the counts are derived
     from the records), ``pairwise`` (two candidates of one reference side by side: which is
     better, with tie, and a 1-5 rating of each). Fixed once a rater has answered anything
-    in the study: the answers of one mode do not carry over to another.
+    in the study: the answers of one mode do not carry over to another. Pages name a mode
+    by :data:`ANNOTATION_MODES` ("Error counts (ReXVal)", "Error records (spans)",
+    "Preference (A vs B, 1-5)", each with one line on what raters do); the stored values
+    never change.
 
 ``repeat_share`` (float in [0, 0.5], default 0)
     Share of each rater's study pairs shown to them a second time (hidden, later in their
@@ -37,6 +40,18 @@ default 1)
 
 ``break_reminder_minutes`` (int >= 0, default 50)
     Remind the rater to take a break after this many minutes of continuous rating (0: off).
+
+``qc_min_seconds_per_pair`` (float >= 0, default 10), ``qc_min_seconds_per_film_pair``
+(float >= 0, default 20) and ``qc_max_pairs_per_hour`` (float >= 0, default 180)
+    Absolute floors of quality control (:mod:`backend.analysis.monitoring`), which flag a
+    rater however many other raters there are: a done pair under the minimum time on task
+    (the higher one when the pair has a film) is implausibly fast, and so is a pace above the
+    maximum over any 5 consecutive completions (by their completion times, so a script that
+    sends no time on task is caught too). Defaults: reading a reference and a candidate report
+    and answering 12 cells takes well over 10 s (20 s when a film is to be looked at too), and
+    180 pairs per hour is 20 s a pair sustained; a fast, honest radiologist stays inside both,
+    while the scripted raters of issue 24 (3.7 s a pair, 320 and 948 pairs per hour) do not.
+    0 turns a floor off.
 
 A new key is one more :class:`Setting` in :data:`SETTINGS`; unknown keys are refused.
 """
@@ -58,8 +73,68 @@ from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Comparison, ErrorRecord, Judgement, Pair, Rating
 from radconcord.db.session import Database
 
+#: The ``annotation_mode`` values, as stored.
+COUNTS = "counts"
+ERROR_RECORDS = "error_records"
+PAIRWISE = "pairwise"
+
 #: Key of the change log inside ``Study.settings``.
 HISTORY_KEY = "history"
+
+
+@dataclass(frozen=True)
+class AnnotationMode:
+    """One value of the ``annotation_mode`` setting, as a person reads it.
+
+    Attributes:
+        value: What is stored (``Study.settings``, exports, the command line): never changes.
+        label: Its name on every page.
+        summary: One line saying what raters do in this mode.
+    """
+
+    value: str
+    label: str
+    summary: str
+
+
+#: The annotation modes, in the order pages offer them: the one place their names and
+#: one-line descriptions are written (the settings, Studies, Assign and My studies pages
+#: read them from here).
+ANNOTATION_MODES: dict[str, AnnotationMode] = {
+    m.value: m for m in (
+        AnnotationMode(
+            "counts", "Error counts (ReXVal)",
+            "Raters count the candidate's errors in the 6 ReXVal categories, clinically "
+            "significant or not, on the count grid."),
+        AnnotationMode(
+            "error_records", "Error records (spans)",
+            "Raters mark each wrong span of the candidate (or an omitted reference sentence) "
+            "with its category; the counts are derived from the records."),
+        AnnotationMode(
+            "pairwise", "Preference (A vs B, 1-5)",
+            "Raters see two candidates of one reference side by side, pick the better one "
+            "(or a tie) and rate each from 1 to 5."),
+    )
+}
+
+
+def mode_label(value: str) -> str:
+    """The name of an annotation mode on a page (an unknown value is shown as stored)."""
+    mode = ANNOTATION_MODES.get(value)
+    return mode.label if mode is not None else str(value)
+
+
+def mode_summary(value: str) -> str:
+    """One line saying what raters do in an annotation mode (empty for an unknown value)."""
+    mode = ANNOTATION_MODES.get(value)
+    return mode.summary if mode is not None else ""
+
+
+def display_value(key: str, value: object) -> object:
+    """A setting's value as a page shows it: an annotation mode by its label, else as is."""
+    if key == "annotation_mode" and isinstance(value, str):
+        return mode_label(value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -122,8 +197,8 @@ SETTINGS: dict[str, Setting] = {
             key="annotation_mode",
             type=str,
             default="counts",
-            choices=("counts", "error_records", "pairwise"),
-            label="How raters answer: count grid, per-error records, or pairwise",
+            choices=tuple(ANNOTATION_MODES),
+            label="Annotation mode: how raters answer",
             caveat="Choose before rating starts; recorded with the study.",
         ),
         Setting(
@@ -169,6 +244,27 @@ SETTINGS: dict[str, Setting] = {
             default=50,
             minimum=0,
             label="Remind the rater to take a break after this many minutes (0: off)",
+        ),
+        Setting(
+            key="qc_min_seconds_per_pair",
+            type=float,
+            default=10.0,
+            minimum=0.0,
+            label="QC: fewest plausible seconds per pair, report text only (0: off)",
+        ),
+        Setting(
+            key="qc_min_seconds_per_film_pair",
+            type=float,
+            default=20.0,
+            minimum=0.0,
+            label="QC: fewest plausible seconds per pair with a film (0: off)",
+        ),
+        Setting(
+            key="qc_max_pairs_per_hour",
+            type=float,
+            default=180.0,
+            minimum=0.0,
+            label="QC: most plausible pairs per hour, over 5 consecutive pairs (0: off)",
         ),
     )
 }

@@ -121,7 +121,7 @@ from radconcord.backend.services.evaluation.study_data import (
     study_imports,
 )
 from radconcord.backend.services.repo import get_study
-from radconcord.backend.services.study_admin import study_settings
+from radconcord.backend.services.study_admin import demo_ratings, study_settings
 from radconcord.backend.services.study_admin.assignment import study_strategy
 from radconcord.backend.types import CATEGORIES, Actor
 from radconcord.backend.util import MANIFEST, SafeCsvWriter, free_output_dir, publish_dir
@@ -875,6 +875,8 @@ def export_study(
             "exported_at": clock.utcnow().isoformat(),
             "exported_by": actor.username,
             "format": fmt,
+            # "demo ratings (constructed)" where the study holds them (seeded demo), else null.
+            "ratings_note": demo_ratings.note_of(info["provenance"]),
             "study": info,
             # The profile the stored images went through (they are exported as stored).
             "deidentification": DEID_PROFILE,

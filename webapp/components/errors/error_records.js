@@ -16,23 +16,47 @@
 //   Left/Right move the word cursor (word to word, past punctuation), Shift+Left/Right
 //   extend the selection, Home/End; a span saved starts and ends on words;
 //   1-6 pick the category (a span of the candidate is 1, 3, 4 or 5; an omission 2 or 6, as
-//   the service's KIND_CATEGORIES), S toggles "clinically significant", Enter saves the error,
+//   the service's KIND_CATEGORIES), S marks it clinically significant and I insignificant,
+//   Enter saves the error,
 //   Delete (or Backspace) removes the record under the cursor (or the focused list entry),
 //   O switches to omissions: Up/Down (or Left/Right) pick a sentence of the reference, Enter
 //   saves it; O or Escape goes back to the candidate's words. Escape clears the selection.
 // The mouse works too: press and drag over words, Shift+click extends, click a sentence.
+//
+// Significance is a state of its own, shown on two buttons: null (not chosen), true or false.
+// Every error starts with none chosen and is saved only with one; S and I set it (a toggle
+// turned a stale choice upside down), and every save, stored or refused, clears it, so the
+// choice made for one error never carries over to the next. A refused save says why on the
+// panel's own line (`.rc-er-why`), in the service's words for a category that does not fit.
 //
 // `Marker` (selection, choices and the payloads it saves) touches no DOM:
 // tests/unit/test_error_records_js.py runs it in node. `Panel` draws it.
 
 export const CATEGORY_KEYS = ["1", "2", "3", "4", "5", "6"];
 export const HINT_SPAN = "Arrows move, Shift+arrows select · 1, 3, 4 or 5 category · "
-  + "S significance · Enter save · Del remove · O omission (2 or 6)";
+  + "S significant / I insignificant · Enter save · Del remove · O omission (2 or 6)";
 export const HINT_OMISSION = "Up/Down pick the reference sentence the candidate leaves out · "
-  + "2 or 6 category · S · Enter save · O back";
+  + "2 or 6 category · S / I significance · Enter save · O back";
+export const CHOOSE_SIGNIFICANCE = "choose the significance: S clinically significant, "
+  + "I insignificant";
+export const KIND_CATEGORIES = { span: [1, 3, 4, 5], omission: [2, 6] };
 const STALE_TEXT = "Not saved: changed in another window, reloaded. Check and save again.";
 
 const instances = new WeakMap();
+
+// Why `category` does not fit `mode` ("span" or "omission"), or null when it does. `refusals`
+// are the service's words (panel_data); the fallback says the same rule.
+export function categoryRefusal(mode, category, refusals = {}) {
+  const kind = mode === "omission" ? "omission" : "span";
+  if (category === null || KIND_CATEGORIES[kind].includes(category)) return null;
+  const given = (refusals[kind] || {})[String(category)];
+  if (given) return given;
+  return kind === "span"
+    ? `category ${category} is an omission: press O on a reference sentence the candidate `
+      + "leaves out"
+    : `category ${category} marks wrong words of the candidate, not an omission: press O to `
+      + "go back to the candidate's words";
+}
 
 // Words (letters and digits, with inner dots, hyphens, apostrophes and slashes: "1.5",
 // "T11-T12", "don't") and single punctuation marks, with their offsets in `text`.
@@ -104,7 +128,7 @@ export async function postJson(url, body) {
 // The selection, the choices and the saves of one pair; no DOM.
 export class Marker {
   constructor({ pair, url, version, candidate, sentences, records, readOnly = false,
-                post = postJson, onChange = () => {}, onSaved = () => {} }) {
+                refusals = {}, post = postJson, onChange = () => {}, onSaved = () => {} }) {
     this.pair = pair;
     this.url = url;
     this.version = version;
@@ -112,6 +136,7 @@ export class Marker {
     this.sentences = sentences || [];
     this.records = records || [];
     this.readOnly = readOnly;
+    this.refusals = refusals || {};
     this.post = post;
     this.onChange = onChange;
     this.onSaved = onSaved;
@@ -121,7 +146,7 @@ export class Marker {
     this.sentence = this.sentences.length ? 0 : -1;
     this.sentencePicked = false;
     this.category = null;
-    this.significant = false;
+    this.significant = null; // null: not chosen yet; true / false once S / I is pressed
     this.note = "";
     this.busy = false;
     this.status = { kind: "idle", text: "" };
@@ -129,6 +154,13 @@ export class Marker {
 
   changed() {
     this.onChange(this);
+  }
+
+  // A new choice answers the last refusal: its reason gives way to what is chosen now.
+  settle() {
+    if (this.status.kind === "refused" || this.status.kind === "hint") {
+      this.status = { kind: "idle", text: "" };
+    }
   }
 
   // The selected token range [lo, hi], or null.
@@ -144,6 +176,7 @@ export class Marker {
       if (!this.sentences.length) return;
       this.sentence = Math.max(0, Math.min(this.sentences.length - 1, index));
       this.sentencePicked = true;
+      this.settle();
       this.changed();
       return;
     }
@@ -155,6 +188,7 @@ export class Marker {
       this.anchor = next;
     }
     this.cursor = next;
+    this.settle();
     this.changed();
   }
 
@@ -180,6 +214,7 @@ export class Marker {
   clearSelection() {
     this.anchor = null;
     this.sentencePicked = false;
+    this.settle();
     this.changed();
   }
 
@@ -193,39 +228,49 @@ export class Marker {
 
   pickCategory(category) {
     this.category = category;
+    // Said at once: a category this mode cannot carry is refused on Enter anyway.
+    const why = categoryRefusal(this.mode, category, this.refusals);
+    if (why) this.status = { kind: "hint", text: `${why}.` };
+    else this.settle();
     this.changed();
   }
 
-  toggleSignificant() {
-    this.significant = !this.significant;
+  // S sets true, I sets false: pressing S twice still means significant.
+  setSignificant(significant) {
+    this.significant = Boolean(significant);
+    this.settle();
     this.changed();
   }
 
   // The record to send for the current selection, or a reason why there is none.
   payload() {
-    if (this.category === null) return { error: "Pick a category first (keys 1-6)." };
-    // The service's rule (backend/services/error_records.py KIND_CATEGORIES), said at once.
-    if (this.mode === "omission" && ![2, 6].includes(this.category)) {
-      return { error: "An omission is category 2 (finding) or 6 (comparison)." };
-    }
-    if (this.mode !== "omission" && [2, 6].includes(this.category)) {
-      return { error: "Categories 2 and 6 are omissions: press O to mark the reference "
-                      + "sentence the candidate leaves out." };
-    }
+    if (this.category === null) return { error: "pick a category first (keys 1-6)" };
+    // The service's rule (backend/services/annotation/error_records.py KIND_CATEGORIES) and
+    // its words, said before a round trip.
+    const why = categoryRefusal(this.mode, this.category, this.refusals);
+    if (why) return { error: why };
+    const body = this.selectionPayload();
+    if (body.error) return body;
+    if (this.significant === null) return { error: CHOOSE_SIGNIFICANCE };
+    return body;
+  }
+
+  // The record's kind, offsets and choices for the current selection, or why there is none.
+  selectionPayload() {
     const base = { pair: this.pair, version: this.version, category: this.category,
                    significant: this.significant, note: this.note.trim() };
     if (this.mode === "omission") {
       const s = this.sentencePicked ? this.sentences[this.sentence] : null;
-      if (!s) return { error: "Pick the omitted sentence of the reference first (Up/Down)." };
+      if (!s) return { error: "pick the omitted sentence of the reference first (Up/Down)" };
       return { ...base, kind: "omission", reference_start: s.start, reference_end: s.end };
     }
     const r = this.range();
-    if (!r) return { error: "Select the erroneous words first (arrows, Shift+arrows)." };
+    if (!r) return { error: "select the erroneous words first (arrows, Shift+arrows)" };
     // Punctuation at either edge (a drag or Home/End over ", ") stays out of the span.
     let [lo, hi] = r;
     while (lo <= hi && !isWord(this.tokens[lo])) lo += 1;
     while (hi >= lo && !isWord(this.tokens[hi])) hi -= 1;
-    if (lo > hi) return { error: "Select words, not only punctuation." };
+    if (lo > hi) return { error: "select words, not only punctuation" };
     return { ...base, kind: "span", candidate_start: this.tokens[lo].start,
              candidate_end: this.tokens[hi].end };
   }
@@ -279,6 +324,8 @@ export class Marker {
       this.onSaved(answer);
       return true;
     }
+    // A refused save: the significance chosen for it goes (see the top of this file).
+    if (path === "add") this.significant = null;
     if (status === 409) {
       this.adopt(answer);
       this.setStatus("stale", STALE_TEXT);
@@ -289,7 +336,8 @@ export class Marker {
       this.setStatus("error", "Not saved: the server can't be reached. Try again.");
     } else {
       const why = (answer && answer.message) || `the server answered ${status}`;
-      this.setStatus("error", why.startsWith("Not saved") ? why : `Not saved: ${why}`);
+      this.setStatus(status === 400 ? "refused" : "error",
+                     why.startsWith("Not saved") ? why : `Not saved: ${why}`);
     }
     return false;
   }
@@ -298,16 +346,20 @@ export class Marker {
     if (this.readOnly || this.busy) return false;
     const body = this.payload();
     if (body.error) {
-      this.setStatus("hint", body.error);
+      // A refused save clears the significance too: the next Enter needs a fresh S or I.
+      const chosen = this.significant !== null && body.error !== CHOOSE_SIGNIFICANCE;
+      this.significant = null;
+      this.setStatus("refused", `Not saved: ${body.error}.`
+        + (chosen ? " Significance cleared: press S or I again." : ""));
       return false;
     }
     const ok = await this.send("add", body);
     if (ok) {
-      // A fresh start for the next error: the category is chosen again on purpose.
+      // A fresh start for the next error: category and significance are chosen again.
       this.anchor = null;
       this.sentencePicked = false;
       this.category = null;
-      this.significant = false;
+      this.significant = null;
       this.note = "";
       this.changed();
     }
@@ -335,7 +387,9 @@ export class Marker {
     } else if (CATEGORY_KEYS.includes(key)) {
       this.pickCategory(Number(key));
     } else if (lower === "s" && !shiftKey) {
-      this.toggleSignificant();
+      this.setSignificant(true);
+    } else if (lower === "i" && !shiftKey) {
+      this.setSignificant(false);
     } else if (lower === "o" && !shiftKey) {
       this.setMode(this.mode === "omission" ? "span" : "omission");
     } else if (key === "Escape") {
@@ -379,6 +433,7 @@ class Panel {
     this.marker = new Marker({
       pair: data.pair, url: data.url, version: data.version, candidate: data.candidate,
       sentences: data.sentences, records: data.records, readOnly: data.read_only,
+      refusals: data.refusals,
       onChange: () => this.render(),
       onSaved: (answer) => this.setTriggerValue("saved",
         { version: answer.version, at: answer.saved_at }),
@@ -472,9 +527,20 @@ class Panel {
       controls.append(b);
       return b;
     });
-    this.sigButton = el("button", "rc-er-sig");
-    this.sigButton.type = "button";
-    this.sigButton.addEventListener("click", () => { m.toggleSignificant(); this.box.focus(); });
+    // Significance: two buttons, one pressed once chosen; none pressed (and the group
+    // framed in amber, data-state "unset") until S or I is pressed for this error.
+    this.sigGroup = el("span", "rc-er-sigs");
+    this.sigGroup.setAttribute("role", "group");
+    this.sigGroup.setAttribute("aria-label", "Clinical significance");
+    this.sigButtons = [[true, "Significant (S)", "Clinically significant (S)"],
+      [false, "Insignificant (I)", "Clinically insignificant (I)"]].map(([value, text, title]) => {
+      const b = el("button", `rc-er-sig ${value ? "rc-er-sig-yes" : "rc-er-sig-no"}`, text);
+      b.type = "button";
+      b.title = title;
+      b.addEventListener("click", () => { m.setSignificant(value); this.box.focus(); });
+      this.sigGroup.append(b);
+      return b;
+    });
     this.noteInput = el("input", "rc-er-note");
     this.noteInput.type = "text";
     this.noteInput.maxLength = 2000;
@@ -495,8 +561,12 @@ class Panel {
     this.saveButton.addEventListener("click", () => {
       m.save().then(() => this.box.focus());
     });
-    controls.append(this.sigButton, this.noteInput, this.saveButton, this.modeButton);
+    controls.append(this.sigGroup, this.noteInput, this.saveButton, this.modeButton);
     this.controls = controls;
+
+    // Why the last save was refused (or a hint), in words, until the next choice.
+    this.why = el("div", "rc-er-why");
+    this.why.setAttribute("role", "alert");
 
     // What the next save will store, and the state of the last one, on one line.
     const line = el("div", "rc-er-line");
@@ -507,7 +577,7 @@ class Panel {
     this.state.setAttribute("role", "status");
     this.state.setAttribute("aria-live", "polite");
     line.append(this.summary, this.state);
-    root.append(this.box, controls, line, this.list);
+    root.append(this.box, controls, this.why, line, this.list);
     this.root = root;
     this.parent.appendChild(root);
   }
@@ -517,7 +587,7 @@ class Panel {
     const omission = m.mode === "omission";
     this.root.classList.toggle("rc-er-readonly", m.readOnly);
     this.root.classList.toggle("rc-er-omission", omission);
-    this.modeButton.textContent = omission ? "Wrong words (O)" : "Omission (O)";
+    this.modeButton.textContent = omission ? "Words (O)" : "Omission (O)";
     this.modeButton.title = omission ? "Back to marking words of the candidate"
       : "Mark a sentence of the reference that the candidate leaves out";
     this.modeButton.setAttribute("aria-pressed", omission ? "true" : "false");
@@ -563,10 +633,14 @@ class Panel {
     this.catButtons.forEach((b, i) => {
       b.setAttribute("aria-pressed", m.category === i + 1 ? "true" : "false");
     });
-    this.sigButton.textContent = m.significant ? "Significant (S)" : "Insignificant (S)";
-    this.sigButton.title = "Clinically significant or not (S toggles)";
-    this.sigButton.setAttribute("aria-pressed", m.significant ? "true" : "false");
-    this.sigButton.classList.toggle("rc-er-on", m.significant);
+    const sigState = m.significant === null ? "unset"
+      : (m.significant ? "significant" : "insignificant");
+    this.sigGroup.dataset.state = sigState;
+    this.sigButtons.forEach((b, i) => {
+      const on = m.significant === (i === 0);
+      b.setAttribute("aria-pressed", on ? "true" : "false");
+      b.classList.toggle("rc-er-on", on);
+    });
     if (this.noteInput.value !== m.note) this.noteInput.value = m.note;
     this.saveButton.disabled = m.busy;
 
@@ -577,7 +651,8 @@ class Panel {
     if (!omission && range) {
       what = `“${this.candidate.slice(m.tokens[range[0]].start, m.tokens[range[1]].end)}”`;
     }
-    const significance = m.significant ? "clinically significant" : "clinically insignificant";
+    const significance = m.significant === null ? "significance not chosen (S or I)"
+      : (m.significant ? "clinically significant" : "clinically insignificant");
     if (m.readOnly) this.summary.textContent = "Study closed: read only";
     else if (what) this.summary.textContent = `${what} → ${chosen}, ${significance}`;
     else this.summary.textContent = omission ? HINT_OMISSION : HINT_SPAN;
@@ -613,8 +688,15 @@ class Panel {
       }
       this.list.append(item);
     }
-    this.state.textContent = m.busy ? "Saving…" : m.status.text;
-    this.state.dataset.kind = m.busy ? "busy" : m.status.kind;
+    // The short state on the summary's line; the reason of a refusal on a line of its own.
+    const kind = m.busy ? "busy" : m.status.kind;
+    const long = ["refused", "hint", "error", "stale"].includes(kind);
+    this.state.textContent = m.busy ? "Saving…"
+      : (long ? (kind === "hint" ? "" : "Not saved") : m.status.text);
+    this.state.dataset.kind = kind;
+    this.why.textContent = long ? m.status.text : "";
+    this.why.dataset.kind = kind;
+    this.why.hidden = !long;
   }
 
   destroy() {

@@ -26,12 +26,46 @@
 
 export const STORE_PREFIX = "radconcord.grid.unsaved:";
 const DONE_SELECTORS = [".st-key-confirm_zero_yes button", ".st-key-done button"];
+// The page's Next / Previous buttons (their N / P shortcuts), by key.
+const NAV_KEYS = {
+  n: ".st-key-next button", N: ".st-key-next button",
+  p: ".st-key-prev button", P: ".st-key-prev button",
+};
 export const RETRY_FIRST_MS = 1000;
 export const RETRY_MAX_MS = 30000;
 const MAX_COUNT = 99;
 const MESSAGE_KINDS = ["stale", "busy", "login", "error"];
 // The window event of webapp/state.py SESSION_EVENT.
 export const SESSION_EVENT = "radconcord:session";
+// Key V moves the focus between the film viewer and the grid (viewer.js sends FOCUS_GRID,
+// the grid sends FOCUS_VIEWER): no Tab through the viewer's toolbar.
+export const FOCUS_GRID = "radconcord:focus-grid";
+export const FOCUS_VIEWER = "radconcord:focus-viewer";
+// Where a new pair's grid may take the focus from: nothing, a button (Mark done, Next), the
+// film viewer, or the previous pair's grid. Never from a text field (a flag note, the
+// records panel) the rater is typing in.
+// The focus is on nothing that takes keys: the page, or a plain block the rater clicked (a
+// report, say; Streamlit's containers may carry a tabindex).
+export function focusIsNowhere(active) {
+  if (!active || active === document.body || active === document.documentElement) return true;
+  if (["INPUT", "TEXTAREA", "SELECT", "BUTTON", "A", "IFRAME"].includes(active.tagName)) {
+    return false;
+  }
+  if (active.isContentEditable || active.shadowRoot) return false;
+  if (active.classList && (active.classList.contains("rcv-root")
+      || active.classList.contains("rc-er-box"))) return false;
+  const role = active.getAttribute && active.getAttribute("role");
+  return !role || ["main", "region", "group", "presentation", "none"].includes(role);
+}
+
+export function mayTakeFocus(active) {
+  if (focusIsNowhere(active)) return true;
+  if (!active || active === document.body || active === document.documentElement) return true;
+  if (active.tagName === "BUTTON") return true;
+  if (active.classList && active.classList.contains("rcv-root")) return true;
+  // Another grid (a shadow host whose root holds .rc-grid): the previous pair's.
+  return Boolean(active.shadowRoot && active.shadowRoot.querySelector(".rc-grid"));
+}
 
 const instances = new WeakMap();
 
@@ -384,6 +418,40 @@ class Grid {
     // Sent by the page's cookie script (webapp/state.py SESSION_EVENT) once a login has set
     // the new cookie: a kept change refused with 401 just before it is sent again.
     window.addEventListener(SESSION_EVENT, this.onSession);
+    this.onFocusGrid = () => this.focusCell();
+    window.addEventListener(FOCUS_GRID, this.onFocusGrid);
+    this.lastCell = null;
+    // A new pair: the first cell has the focus, so the rater types counts at once (no Tab).
+    // Streamlit may still be drawing (the previous pair's grid is on screen until then):
+    // try again a few times while the focus is nowhere in particular.
+    if (!this.saver.readOnly) {
+      for (const ms of [0, 60, 250, 600, 1200]) setTimeout(() => this.autoFocus(), ms);
+    }
+  }
+
+  // The grid of the pair in the address bar (a stale grid of the previous pair is not).
+  current() {
+    if (!this.root || !this.root.isConnected) return false;
+    const wanted = new URL(window.location.href).searchParams.get("pair");
+    return !wanted || wanted === this.pair;
+  }
+
+  autoFocus() {
+    if (this.autoFocused || !this.current() || this.saver.readOnly) return;
+    const active = document.activeElement;
+    if (this.parent.activeElement) {
+      this.autoFocused = true; // the rater is in this grid already
+      return;
+    }
+    if (!mayTakeFocus(active)) return;
+    this.focusCell();
+    if (this.parent.activeElement) this.autoFocused = true;
+  }
+
+  focusCell() {
+    if (!this.current() || !this.inputs || !this.inputs.length) return;
+    const input = this.lastCell || this.inputs[0][0];
+    input.focus({ preventScroll: true });
   }
 
   onSession() {
@@ -472,6 +540,7 @@ class Grid {
         minus.addEventListener("click", () => this.saver.change(key, this.saver.value(key) - 1));
         plus.addEventListener("click", () => this.saver.change(key, this.saver.value(key) + 1));
         input.addEventListener("focus", () => {
+          this.lastCell = input;
           input.select();
           this.labels.forEach((l, i) => l.classList.toggle("rc-active", i === r));
         });
@@ -558,6 +627,20 @@ class Grid {
     };
     if (event.ctrlKey || event.metaKey || event.altKey) return; // Ctrl+Enter: window handler
     const saver = this.saver;
+    if (event.key === "v" || event.key === "V") {
+      // To the film viewer (V there comes back here).
+      event.preventDefault();
+      window.dispatchEvent(new CustomEvent(FOCUS_VIEWER));
+      return;
+    }
+    const nav = NAV_KEYS[event.key];
+    if (nav) {
+      // The page's N / P shortcuts do not fire while a cell has the focus, and a new pair's
+      // first cell always has it: the grid passes them on, once its counts are stored.
+      event.preventDefault();
+      this.navigate(nav);
+      return;
+    }
     switch (event.key) {
       case "ArrowUp": event.preventDefault(); move(-1, 0); return;
       case "ArrowDown": event.preventDefault(); move(1, 0); return;
@@ -593,6 +676,15 @@ class Grid {
     return null;
   }
 
+  /** Click the page's Next or Previous button (``selector``) once the counts are saved. */
+  navigate(selector) {
+    this.saver.settle().then((ok) => {
+      if (!ok) return; // the status line already says why the counts are not saved
+      const button = document.querySelector(selector);
+      if (button && !button.disabled) button.click();
+    });
+  }
+
   markDone() {
     const saver = this.saver;
     saver.settle().then((ok) => {
@@ -626,6 +718,10 @@ class Grid {
 
   onWindowKey(event) {
     if (!this.root || !this.root.isConnected) return;
+    if (!(event.ctrlKey || event.metaKey || event.altKey)) {
+      this.keyWithoutFocus(event);
+      return;
+    }
     if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey)) return;
     // The page's own Ctrl+Enter shortcut would not wait for a save in flight (and does not
     // fire while a grid cell has the focus): the grid handles the key everywhere.
@@ -634,7 +730,34 @@ class Grid {
     this.markDone();
   }
 
+  // The focus is nowhere (the rater clicked a report, say): a digit, +/- or an arrow goes to
+  // the grid's last cell (the first on a new pair) as if it had the focus.
+  keyWithoutFocus(event) {
+    if (!focusIsNowhere(document.activeElement)) return;
+    if (this.saver.readOnly || !this.current() || !this.inputs) return;
+    const digit = /^[0-9]$/.test(event.key);
+    const other = ["+", "=", "-", "_", "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight"];
+    if (!digit && !other.includes(event.key)) return;
+    event.preventDefault();
+    event.stopImmediatePropagation();
+    this.focusCell();
+    const input = this.lastCell || this.inputs[0][0];
+    const key = input.dataset.cell;
+    if (digit) {
+      this.saver.change(key, Number(event.key));
+      const end = input.value.length;
+      input.setSelectionRange(end, end); // a second digit makes "12"
+    } else if (event.key.startsWith("Arrow")) {
+      // Moving from the cell the rater last left: the focus is enough.
+    } else {
+      const up = event.key === "+" || event.key === "=";
+      this.saver.change(key, this.saver.value(key) + (up ? 1 : -1));
+      input.select();
+    }
+  }
+
   destroy() {
+    window.removeEventListener(FOCUS_GRID, this.onFocusGrid);
     document.removeEventListener("click", this.onDocumentClick, true);
     window.removeEventListener("keydown", this.onWindowKey, true);
     window.removeEventListener(SESSION_EVENT, this.onSession);

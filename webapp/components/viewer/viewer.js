@@ -12,8 +12,16 @@
 // page's shortcuts (N, P, Ctrl+Enter) pass through untouched.
 
 const VIEWERS = new WeakMap();
-const PRESET_LABELS = [["header", "Header"], ["lung", "Lung"], ["bone", "Bone"], ["manual", "Manual"]];
+const PRESET_LABELS = [["auto", "Auto"], ["header", "Header"], ["lung", "Lung"], ["bone", "Bone"],
+  ["manual", "Manual"]];
+// The window event that moves the focus between the film and the count grid (key V in
+// either; the grid listens for FOCUS_GRID, the viewer for FOCUS_VIEWER).
+const FOCUS_GRID = "radconcord:focus-grid";
+const FOCUS_VIEWER = "radconcord:focus-viewer";
 const PREFS_KEY = "rc-viewer-prefs";
+const SPLIT_PREFIX = "rc-film-split:"; // + the rater's opaque tag: the film column's share
+const SPLIT_MIN = 30; // percent of the row
+const SPLIT_MAX = 85;
 const MIN_ZOOM = 0.5;
 const MAX_ZOOM = 32;
 // Drag sensitivity for W/L: a drag across 512 CSS pixels spans the image's value range.
@@ -32,6 +40,12 @@ function loadPrefs() {
   } catch (_err) {
     return {};
   }
+}
+
+/** W/L as shown on the film: whole numbers (an 8-bit centre of 127.5 reads 128). */
+function fmtWindow(v) {
+  if (v === null || v === undefined || !Number.isFinite(v)) return "-";
+  return String(Math.round(v));
 }
 
 function fmtNumber(v) {
@@ -76,7 +90,7 @@ class Pane {
     this.src = document.createElement("canvas"); // the windowed film at data resolution
     this.img = null; // {header, values}
     this.win = null; // {center, width, function}
-    this.preset = "header";
+    this.preset = "auto";
     this.zoom = 1;
     this.panX = 0;
     this.panY = 0;
@@ -363,7 +377,9 @@ class Pane {
     this.root.dataset.zoom = this.zoom.toFixed(4);
     this.root.dataset.dataSide = String(this.dataSide());
     this.root.dataset.fullSide = String(this.fullSide());
-    this.zoomText.textContent = `${(this.zoom * 100).toFixed(0)}%` +
+    // 100% = one image pixel per screen (device) pixel, not "fits the pane".
+    this.root.dataset.pixelScale = (this.scale() * dpr).toFixed(4);
+    this.zoomText.textContent = `${Math.round(this.scale() * dpr * 100)}%` +
       (this.dataSide() >= this.fullSide() ? " · full res" : "");
   }
 
@@ -371,7 +387,7 @@ class Pane {
     if (!this.img) return;
     const w = this.win;
     this.wlText.textContent = w.function === "LUT" ? "VOI LUT"
-      : `W ${fmtNumber(w.width)} · C ${fmtNumber(w.center)}`;
+      : `W ${fmtWindow(w.width)} · C ${fmtWindow(w.center)}`;
     this.root.dataset.center = String(w.center);
     this.root.dataset.width = String(w.width);
     this.root.dataset.preset = this.preset;
@@ -404,6 +420,13 @@ class Pane {
     this.draw();
   }
 
+  /** One image pixel per screen pixel, around the pane's centre. */
+  actualSize() {
+    if (!this.img) return;
+    const dpr = window.devicePixelRatio || 1;
+    this.zoomAt(this.cssW / 2, this.cssH / 2, 1 / (this.scale() * dpr));
+  }
+
   resetView() {
     this.zoom = 1;
     this.panX = 0;
@@ -423,8 +446,8 @@ class Viewer {
     this.parent = parent;
     this.destroyed = false;
     const prefs = loadPrefs();
-    this.preset = PRESET_LABELS.some(([k]) => k === prefs.preset) ? prefs.preset : "header";
-    if (this.preset === "manual") this.preset = "header";
+    this.preset = PRESET_LABELS.some(([k]) => k === prefs.preset) ? prefs.preset : "auto";
+    if (this.preset === "manual") this.preset = "auto";
     this.invert = Boolean(prefs.invert);
     this.sync = prefs.sync !== false;
     this.dragMode = prefs.dragMode === "wl" ? "wl" : "pan";
@@ -465,6 +488,8 @@ class Viewer {
       b.dataset.preset = key;
       b.setAttribute("role", "radio");
       b.title = {
+        auto: "The header window when it suits the film, else one from the film's own " +
+          "histogram inside the body",
         header: "The window stored in the image header (PNG/JPEG: as stored)",
         lung: "Spread the grey levels over the lungs",
         bone: "Spread the grey levels over bone and the mediastinum",
@@ -499,7 +524,12 @@ class Viewer {
     full.title = "Show the images on the whole screen (Esc to leave)";
     full.addEventListener("click", () => this.toggleFullscreen());
     this.fullBtn = full;
-    bar.append(presets, this.invertBtn, this.syncBtn, this.modeBtn, reset, full);
+    this.panelBtn = this.toggle("Panel", "Full screen: show or hide the grid and reports " +
+      "beside the film (H)", () => this.togglePanel());
+    this.panelBtn.classList.add("rcv-on");
+    this.panelBtn.setAttribute("aria-pressed", "true");
+    this.panelBtn.hidden = true; // only in full screen with a split
+    bar.append(presets, this.invertBtn, this.syncBtn, this.modeBtn, reset, full, this.panelBtn);
 
     const manual = el("div", "rcv-manual");
     this.centerInput = this.numberInput("Center");
@@ -511,7 +541,8 @@ class Viewer {
     this.panesBox = el("div", "rcv-panes");
     this.help = el("div", "rcv-help",
       "Wheel/pinch zoom · drag pan · right- or Shift+drag: window (\u2194 width, " +
-      "\u2195 level) · double-click or 0: fit · +/- zoom · arrows pan · I invert");
+      "\u2195 level) · double-click or 0: fit · 1: 100% · +/- zoom · arrows pan · I invert · " +
+      "V: to the count grid");
     root.append(bar, manual, this.panesBox, this.help);
     this.parent.append(root);
     this.bindEvents();
@@ -540,6 +571,10 @@ class Viewer {
   // ----- data from Python -----
 
   update(data) {
+    this.splitOwner = (data && data.split_owner) || null;
+    // The column exists once Streamlit has drawn it: set the split up now and after.
+    this.setupSplit();
+    setTimeout(() => this.setupSplit(), 0);
     const images = (data && data.images) || [];
     const signature = JSON.stringify(images.map((i) => [i.image_id, i.url]));
     const pairKey = data ? data.pair_key : null;
@@ -552,7 +587,7 @@ class Viewer {
     for (const p of this.panes) p.destroy();
     this.panesBox.replaceChildren();
     // A new case: zoom, pan and any manual window start afresh; the preset choice stays.
-    if (this.preset === "manual") this.preset = "header";
+    if (this.preset === "manual") this.preset = "auto";
     this.panes = images.map((item, i) => new Pane(this, item, i));
     for (const p of this.panes) {
       p.preset = this.preset;
@@ -582,11 +617,12 @@ class Viewer {
 
   layout() {
     if (this.destroyed || !this.panes.length) return;
-    const full = document.fullscreenElement === this.root;
+    const fs = document.fullscreenElement;
+    const full = Boolean(fs && fs.contains(this.root));
     const boxWidth = this.panesBox.clientWidth || this.root.clientWidth;
     let height;
     if (full) {
-      height = window.innerHeight - this.panesBox.getBoundingClientRect().top - this.help.offsetHeight - 4;
+      height = window.innerHeight - this.panesBox.getBoundingClientRect().top - this.help.offsetHeight - 12;
     } else {
       // The whole film at first sight: the panes end where the window ends (the page's top,
       // not the scroll position, so a scrolled page keeps the same size).
@@ -607,12 +643,124 @@ class Viewer {
     }
   }
 
+  /** What full screen shows: with a split, the film AND the grid's column (the grid stays
+   * reachable, in a side panel that P collapses); else the viewer alone. */
+  fullTarget() {
+    return this.splitRow() ? this.splitRow().closest("[class*='st-key-']") || this.root
+      : this.root;
+  }
+
   toggleFullscreen() {
-    if (document.fullscreenElement === this.root) {
+    if (document.fullscreenElement) {
       document.exitFullscreen();
-    } else if (this.root.requestFullscreen) {
-      this.root.requestFullscreen().catch(() => {});
+    } else {
+      const target = this.fullTarget();
+      if (target.requestFullscreen) target.requestFullscreen().catch(() => {});
     }
+  }
+
+  // ----- the split between the film and the next column (the grid and reports) -----
+
+  splitRow() {
+    if (!this.splitOwner) return null;
+    const col = this.root.closest('[data-testid="stColumn"]');
+    const row = col ? col.parentElement : null;
+    return row && row.querySelectorAll(':scope > [data-testid="stColumn"]').length === 2
+      ? row : null;
+  }
+
+  splitKey() {
+    return `${SPLIT_PREFIX}${this.splitOwner}`;
+  }
+
+  savedSplit() {
+    try {
+      const v = parseFloat(window.localStorage.getItem(this.splitKey()));
+      return Number.isFinite(v) ? Math.max(SPLIT_MIN, Math.min(SPLIT_MAX, v)) : null;
+    } catch (_err) {
+      return null;
+    }
+  }
+
+  /** Give the film column `pct` percent of the row (the other column the rest). */
+  applySplit(pct) {
+    const row = this.splitRow();
+    if (!row) return;
+    const [film, other] = row.querySelectorAll(':scope > [data-testid="stColumn"]');
+    const hidden = this.panelHidden && Boolean(document.fullscreenElement);
+    other.style.display = hidden ? "none" : "";
+    const basis = hidden ? "100%" : `calc(${pct}% - 0.5rem)`;
+    Object.assign(film.style, { flex: `0 0 ${basis}`, width: basis, maxWidth: basis });
+    Object.assign(other.style, { flex: "1 1 0", width: "auto", minWidth: "0" });
+    this.root.dataset.split = String(pct);
+  }
+
+  setupSplit() {
+    if (!this.splitOwner || this.splitHandle) {
+      if (this.splitOwner && this.split) this.applySplit(this.split);
+      return;
+    }
+    const handle = el("div", "rcv-split");
+    handle.setAttribute("role", "separator");
+    handle.setAttribute("aria-orientation", "vertical");
+    handle.setAttribute("aria-label", "Drag to share the width between the film and the reports");
+    handle.title = "Drag: more film or more report";
+    this.root.append(handle);
+    this.splitHandle = handle;
+    this.split = this.savedSplit();
+    if (this.split) this.applySplit(this.split);
+    handle.addEventListener("pointerdown", (ev) => {
+      const row = this.splitRow();
+      if (!row || ev.button !== 0) return;
+      ev.preventDefault();
+      ev.stopPropagation();
+      handle.setPointerCapture(ev.pointerId);
+      const move = (e) => {
+        const box = row.getBoundingClientRect();
+        const pct = ((e.clientX - box.left) / box.width) * 100;
+        this.split = Math.max(SPLIT_MIN, Math.min(SPLIT_MAX, Math.round(pct * 10) / 10));
+        this.applySplit(this.split);
+      };
+      const up = () => {
+        handle.removeEventListener("pointermove", move);
+        handle.removeEventListener("pointerup", up);
+        handle.removeEventListener("pointercancel", up);
+        try {
+          window.localStorage.setItem(this.splitKey(), String(this.split));
+        } catch (_err) {
+          /* private mode: the split lasts for this page */
+        }
+        this.layout();
+      };
+      handle.addEventListener("pointermove", move);
+      handle.addEventListener("pointerup", up);
+      handle.addEventListener("pointercancel", up);
+    });
+  }
+
+  togglePanel() {
+    const pct = this.currentSplit(); // measured before the panel goes
+    this.panelHidden = !this.panelHidden;
+    this.panelBtn.classList.toggle("rcv-on", !this.panelHidden);
+    this.panelBtn.setAttribute("aria-pressed", String(!this.panelHidden));
+    this.applySplit(pct);
+    this.layout();
+  }
+
+  /** The film column's share: the dragged one, else the page's own, measured once while
+   * the panel is there (with the panel hidden the film column is the whole row, and a share
+   * measured then brought the panel back under the film, not beside it). */
+  currentSplit() {
+    if (this.split) return this.split;
+    if (!this.layoutSplit) this.layoutSplit = this.defaultSplit();
+    return this.layoutSplit;
+  }
+
+  defaultSplit() {
+    const row = this.splitRow();
+    const col = this.root.closest('[data-testid="stColumn"]');
+    if (!row || !col) return 55;
+    return Math.round((col.getBoundingClientRect().width / row.getBoundingClientRect().width) * 1000) / 10;
   }
 
   // ----- toolbar -----
@@ -719,10 +867,17 @@ class Viewer {
     box.addEventListener("pointerup", (ev) => this.pointerUp(ev));
     box.addEventListener("pointercancel", (ev) => this.pointerUp(ev));
     this.root.addEventListener("keydown", (ev) => this.keyDown(ev));
+    this.onFocusViewer = () => this.root.focus({ preventScroll: true });
+    window.addEventListener(FOCUS_VIEWER, this.onFocusViewer);
     this.onResize = () => this.layout();
     window.addEventListener("resize", this.onResize);
     this.onFullscreen = () => {
-      this.fullBtn.classList.toggle("rcv-on", document.fullscreenElement === this.root);
+      const fs = document.fullscreenElement;
+      const on = Boolean(fs && fs.contains(this.root));
+      this.fullBtn.classList.toggle("rcv-on", on);
+      this.panelBtn.hidden = !(on && this.splitRow());
+      this.root.dataset.fullscreen = String(on);
+      if (this.splitRow()) this.applySplit(this.currentSplit());
       this.layout();
     };
     document.addEventListener("fullscreenchange", this.onFullscreen);
@@ -812,9 +967,19 @@ class Viewer {
     if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
     if (ev.target && ev.target.tagName === "INPUT") return;
     const pane = this.active;
-    if (ev.key === "0") {
+    if (ev.key === "v" || ev.key === "V") {
+      // To the count grid (and back with V there): no Tab through the toolbar.
+      ev.preventDefault();
+      window.dispatchEvent(new CustomEvent(FOCUS_GRID));
+    } else if (ev.key === "0") {
       ev.preventDefault();
       this.resetViews();
+    } else if ((ev.key === "h" || ev.key === "H") && !this.panelBtn.hidden) {
+      ev.preventDefault();
+      this.togglePanel();
+    } else if (ev.key === "1" && pane && pane.img) {
+      ev.preventDefault();
+      pane.actualSize();
     } else if (ev.key === "i" || ev.key === "I") {
       ev.preventDefault();
       this.invertBtn.click();
@@ -834,6 +999,7 @@ class Viewer {
     this.destroyed = true;
     for (const p of this.panes) p.destroy();
     window.removeEventListener("resize", this.onResize);
+    window.removeEventListener(FOCUS_VIEWER, this.onFocusViewer);
     document.removeEventListener("fullscreenchange", this.onFullscreen);
     if (this.observer) this.observer.disconnect();
     this.root.remove();
