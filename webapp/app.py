@@ -158,7 +158,11 @@ def main() -> None:
         # Less blank space above the page title under the top navigation bar; the container
         # of the session cookie script takes no room.
         "<style>[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;}"
-        f" .st-key-{state.COOKIE_CONTAINER} {{display: none;}}</style>",
+        f" .st-key-{state.COOKIE_CONTAINER} {{display: none;}}"
+        # Its layout wrapper too: a hidden item still takes a flex gap (16 px) above the page
+        # while it holds a cookie request (the first page after a login), moving the grid.
+        f" [data-testid='stLayoutWrapper']:has(> .st-key-{state.COOKIE_CONTAINER})"
+        " {display: none;}</style>",
         unsafe_allow_html=True,
     )
     state.draw_cookie_script()
