@@ -148,8 +148,9 @@ def test_panel_tables_flatten_the_sections():
                        "Significant": True, "Williams p": 0.01}
     assert [r["Significant"] for r in rows] == [True, False, False]
     assert reviewer_panels.system_rows(SYSTEMS, ["rougeL", "bleu4"]) == [
-        {"Metric": "bleu4", "System-level Kendall tau": 1.0,
-         "Metric's order (best first)": "gen-b > gen-a"}]
+        # A ranking without the CI and n (an older correlate output) shows them blank.
+        {"Metric": "bleu4", "System-level Kendall tau": 1.0, "tau 95% CI": "",
+         "Systems (n)": None, "Metric's order (best first)": "gen-b > gen-a"}]
     assert reviewer_panels.randomization_rows(SYSTEMS, ["bleu4"]) == [
         {"Source A": "gen-a", "Source B": "gen-b", "Measure": "radiologists' errors",
          "Mean A - B": 1.5, "p": 0.03, "Pairs": 4, "Unmatched": 1},
