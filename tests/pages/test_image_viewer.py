@@ -49,7 +49,7 @@ def test_the_viewer_gets_the_films_frontal_first_and_their_pixel_routes():
     assert data == {"pair_key": "pair-abc", "images": [
         {"image_id": 11, "caption": "PA (DICOM)", "url": "/_rc/api/images/11/pixels"},
         {"image_id": 12, "caption": "LATERAL (PNG)", "url": "/_rc/api/images/12/pixels"},
-    ]}
+    ], "split_owner": None}  # no film/reports split unless the page asks for one (issue 24)
     # A rater never sees the burned-in note, even where the header says so.
     assert not at.warning
 
