@@ -142,6 +142,13 @@ def _raters(report: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
     return out
 
 
+def _judged(value: Any, n: Any, digits: int = 3) -> str:  # noqa: ANN401 - JSON values
+    """A statistic from ``n`` pairs as the dashboard shows it: the number, or "n too small"
+    / "n/a (no variance)" greyed (``analysis.reliability``)."""
+    j = judge(value, n)
+    return num(j.value, digits) if j.shown else f'<span class="muted">{esc(j.text())}</span>'
+
+
 def _ceiling(report: Mapping[str, Any]) -> str:
     ceiling = report.get("ceiling")
     if not ceiling:
@@ -162,10 +169,15 @@ def _ceiling(report: Mapping[str, Any]) -> str:
     out += kv_table(items)
     per_rater = ceiling.get("per_rater") or {}
     spear = ceiling.get("per_rater_spearman") or {}
+    # Each rater's n is the pairs they share with the others' mean (older output: the study's).
+    shared = ceiling.get("n_shared_pairs") or {}
     if per_rater:
+        rows = []
+        for k, v in per_rater.items():
+            n = shared.get(k, report.get("n_pairs"))
+            rows.append((esc(k), num(n), _judged(v, n), _judged(spear.get(k), n)))
         out += "<h3>Per rater</h3>" + table(
-            ("Rater", "tau-b vs others", "Spearman vs others"),
-            [(esc(k), num(v), num(spear.get(k))) for k, v in per_rater.items()])
+            ("Rater", "n", "tau-b vs others", "Spearman vs others"), rows)
     per_cat = ceiling.get("per_category") or {}
     if per_cat:
         names = {k: v.get("name", "") for k, v in (report.get("per_category") or {}).items()}
@@ -298,12 +310,17 @@ def _systems(report: Mapping[str, Any], figures: Mapping[str, str]) -> str:
         a, _, b = pair.partition("|")
         for k, v in (per_key or {}).items():
             p = v.get("p")
-            rrows.append((esc(a), esc(b), esc(k), num(v.get("diff")), p_value(p),
+            # A test from fewer than MIN_PAIRS matched pairs is "n too small", not a p.
+            ok = judge(p, v.get("n_pairs")).shown
+            rrows.append((esc(a), esc(b), esc(k),
+                          num(v.get("diff")) if ok else _judged(v.get("diff"), v.get("n_pairs")),
+                          p_value(p) if ok else _judged(p, v.get("n_pairs")),
                           num(v.get("n_pairs"))))
-            classes.append("sig" if isinstance(p, (int, float)) and p < ALPHA else "")
+            classes.append("sig" if ok and isinstance(p, (int, float)) and p < ALPHA else "")
     out += (f"<h3>Paired approximate randomization tests</h3><p class=\"note\">"
             f"{num(sy.get('permutations'))} permutations on pairs with the same reference;"
-            f" highlighted: p &lt; {ALPHA} (uncorrected). Corpus-level metrics:"
+            f" highlighted: p &lt; {ALPHA} (uncorrected); a test from fewer than"
+            f" {MIN_PAIRS} pairs reads \"n too small\". Corpus-level metrics:"
             f" {esc(str(sy.get('corpus_level') or 'not stated').rstrip('.'))}.</p>")
     out += table(("Source A", "Source B", "Metric", "Mean diff (A - B)", "p", "Pairs"),
                   rrows, classes)
@@ -350,9 +367,14 @@ def _settings(report: Mapping[str, Any], study: Mapping[str, Any]) -> str:
     out += _imported(items)
     refit = report.get("radcliq_refit") or {}
     if refit.get("available"):
+        taus, sizes = refit.get("cv_fold_kendall_tau_b") or [], refit.get("cv_fold_n") or []
+        folds = (", ".join(f"{_judged(tau, size)} (n={num(size)})"
+                           for tau, size in zip(taus, sizes, strict=False))
+                 if len(sizes) == len(taus) and taus else "")
         out += (f"<p>RadCliQ refit on this study: cross-validated Kendall tau-b"
-                f" {num(refit.get('cv_kendall_tau_b'))} ({esc(refit.get('cv_scheme'))},"
-                f" n={num(refit.get('n'))}).</p>")
+                f" {_judged(refit.get('cv_kendall_tau_b'), refit.get('n'))}"
+                f" ({esc(refit.get('cv_scheme'))}, n={num(refit.get('n'))})"
+                + (f"; per fold tau-b: {folds}" if folds else "") + ".</p>")
     elif refit:
         out += absent(f"RadCliQ refit: not available ({refit.get('reason', 'no reason given')}).")
     published = [e for e in (report.get("published") or {}).get("entries") or []

@@ -10,7 +10,9 @@ CR (RG1_UNCR):
   adjudicator (another adjudicator on the same browser starts from the default);
 - full screen keeps the adjudication grid (the raters' counts and the consensus counts)
   reachable beside the film, in a panel that collapses (Panel / H) and comes back; the
-  consensus is typed and saved in full screen.
+  consensus is typed and saved in full screen;
+- at 1280x800 the consensus form is below the fold: scrolled to it, the film column stays
+  stuck under the header, the whole viewer inside the window.
 
 Numbers are printed (``pytest -s``); screenshots go to ``$RADCONCORD_SHOTS`` (default
 /tmp/shots24f).
@@ -268,5 +270,57 @@ def test_full_screen_keeps_the_adjudication_grid_reachable(server, browser, film
         finally:
             db.dispose()
         assert stored is not None and stored.counts[(1, True)] == 2
+    finally:
+        context.close()
+
+
+def _inside(box: dict, w: int, h: int, top: float = 0.0) -> bool:
+    return (box["x"] >= -1 and box["x"] + box["width"] <= w + 1
+            and box["y"] >= top - 1 and box["y"] + box["height"] <= h + 1)
+
+
+def test_the_film_stays_in_view_while_the_consensus_form_is(server, browser, film_pair):
+    """At 1280x800 the consensus form is below the fold; scrolling to it must not scroll the
+    film away: the film column sticks under the header, fully inside the window."""
+    url, _ = server
+    w, h = SIZES[0]
+    context, page = _judge(browser, url, (w, h), film_pair)
+    try:
+        form = page.get_by_test_id("stForm").filter(has_text="Consensus counts")
+        save = page.get_by_role("button", name="Save consensus")
+        # The reason for this test: the form's foot starts below the fold at this size.
+        assert save.bounding_box()["y"] > h, save.bounding_box()
+        header = page.get_by_test_id("stHeader").bounding_box()
+        header_bottom = header["y"] + header["height"] if header else 0.0
+        for target, name in ((form, "form"), (save, "save")):
+            target.scroll_into_view_if_needed()
+            page.wait_for_function(
+                "([sel, h]) => { const r = document.querySelector(sel)"
+                ".getBoundingClientRect(); return r.top >= 0 && r.top < h; }",
+                arg=["[data-testid='stFormSubmitButton'] button" if name == "save"
+                     else "[data-testid='stForm']", h])
+            film = page.locator(".rcv-root").bounding_box()
+            pane = page.locator(".rcv-pane").first.bounding_box()
+            target_box = target.bounding_box()
+            scrolled = page.evaluate(
+                "() => Math.max(window.scrollY, ...[...document.querySelectorAll("
+                "'[data-testid=stMain], [data-testid=stAppViewContainer], section')]"
+                ".map(e => e.scrollTop))")
+            _shot(page, f"adjudicate_consensus_{name}_in_view_{w}x{h}")
+            print(f"\n{name} in view (page scrolled {scrolled:.0f} px): {name} at y "
+                  f"{target_box['y']:.0f}; film {film['width']:.0f}x{film['height']:.0f} "
+                  f"at y {film['y']:.0f} (header ends at {header_bottom:.0f})")
+            assert scrolled > 0  # the page did scroll to reach it
+            assert target_box["y"] < h and target_box["y"] + min(target_box["height"], 40) > 0
+            # The whole viewer (toolbar, film, help line) is inside the window, under the
+            # header, not scrolled away or hidden behind it.
+            assert _inside(film, w, h, top=header_bottom), (film, header_bottom)
+            assert _inside(pane, w, h, top=header_bottom), (pane, header_bottom)
+        # Typing the consensus with the film in view still saves it.
+        page.get_by_label(CONSENSUS_CELL, exact=True).fill("2")
+        page.get_by_label("Note (required when the consensus is none of the raters' counts)"
+                          ).fill("two false findings, seen on the film")
+        save.click()
+        expect(page.get_by_text("Consensus saved", exact=False)).to_be_visible()
     finally:
         context.close()

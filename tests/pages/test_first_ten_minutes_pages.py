@@ -29,7 +29,12 @@ from radconcord.backend.services.annotation import rating
 from radconcord.backend.services.evaluation import correlation, reports
 from radconcord.backend.services.quality import qc
 from radconcord.backend.services.scores import score_now as score_service
-from radconcord.backend.services.study_admin import demo_ratings, progress, studies
+from radconcord.backend.services.study_admin import (
+    demo_ratings,
+    getting_started,
+    progress,
+    studies,
+)
 from radconcord.backend.services.transfer import exports
 from radconcord.backend.types import Actor
 from radconcord.db.models import Case, Pair, Rating, Report, User
@@ -219,14 +224,59 @@ def test_the_admin_lands_on_a_getting_started_panel(demo, make_app, all_text):
 
 
 def test_the_panel_says_what_is_missing(study_env, make_app, all_text):
-    """An imported, assigned, unrated, unscored study: rate and score are to do."""
+    """An imported, assigned, unrated, unscored study: rate and score are to do, and the
+    admin's next step is Score (rating is the raters' work, not an action of the admin)."""
     at = make_app(study_env.admin)  # the router: the admin lands on Studies & progress
     assert not at.exception
     text = all_text(at)
-    assert "Next: **Raters rate**" in text
+    assert "Next: **Score metrics**" in text
+    assert "Next: **Raters rate**" not in text
     assert "correlations need 2 rated pairs" in text
     assert "No metric values yet" in text
     assert "**waiting**: Waiting for metric values and 2 rated pairs." in text
+
+
+def _complete_first_pair(env, rater: Actor) -> None:
+    (item, *_) = rating.rater_queue(env.db, rater, study_name=env.study)
+    rating.complete_pair(env.db, rater, opaque_id=item.opaque_id, confirm_zero=True)
+
+
+def test_with_ratings_in_progress_and_no_scores_next_is_score(study_env, make_app, all_text):
+    """Ratings in progress (one pair done by one rater), not scored: Next is Score, which
+    the admin can do now, and not "Raters rate", which only the raters can move."""
+    _complete_first_pair(study_env, study_env.rater)
+    guide = getting_started.getting_started(study_env.db, study_env.admin)
+    rate = {s.key: s for s in guide.steps}["rate"]
+    assert rate.state != "done" and not rate.actionable
+    assert rate.waiting_for == "raters: 0 of 3 pairs fully rated"  # 1 of 2 raters done
+    assert guide.next_step is not None and guide.next_step.key == "score"
+    assert guide.waiting is None
+
+    at = make_app(study_env.admin)
+    assert not at.exception
+    text = all_text(at)
+    assert "Next: **Score metrics**. No metric values yet" in text
+    assert "**to do**: 1 of 6 assignments done" in text
+
+
+def test_when_only_raters_can_move_the_panel_says_what_it_waits_for(study_env, make_app,
+                                                                    all_text):
+    """Scored, one pair fully rated (below the 2 a correlation needs): no step is the
+    admin's to act on, so Next says what the study waits for instead of naming a step."""
+    _score(study_env.db)
+    _complete_first_pair(study_env, study_env.rater)
+    first = rating.rater_queue(study_env.db, study_env.rater, study_name=study_env.study)[0]
+    # The other rater completes the same pair (a pair's opaque id is the same for every
+    # rater), so it is fully rated.
+    rating.complete_pair(study_env.db, study_env.other_rater, opaque_id=first.opaque_id,
+                         confirm_zero=True)
+    guide = getting_started.getting_started(study_env.db, study_env.admin)
+    assert guide.next_step is None
+    assert guide.waiting == "Waiting for raters: 1 of 3 pairs fully rated."
+
+    at = make_app(study_env.admin)
+    assert not at.exception
+    assert "Next: Waiting for raters: 1 of 3 pairs fully rated." in all_text(at)
 
 
 def test_qc_does_not_call_the_constructed_raters_bots(demo):

@@ -68,8 +68,13 @@ def getting_started_panel(guide: GettingStarted, *,
         head, hide = st.columns([6, 1])
         next_step = guide.next_step
         head.subheader("Getting started" + (f": {guide.study}" if guide.study else ""))
-        head.caption("Next: " + (f"**{next_step.title}**. {next_step.detail}" if next_step
-                                 else "all steps are done."))
+        if next_step is not None:
+            head.caption(f"Next: **{next_step.title}**. {next_step.detail}")
+        elif guide.waiting:
+            # Nothing is the admin's to do: say what the study waits on, not a rater's step.
+            head.caption(f"Next: {guide.waiting}")
+        else:
+            head.caption("Next: all steps are done.")
         hide.button("Hide", key="getting_started_hide", on_click=_dismiss,
                     icon=":material/close:",
                     help="Hide this panel; the sidebar's Help menu brings it back.")

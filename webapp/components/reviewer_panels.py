@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from radconcord.backend.analysis import reliability
@@ -77,15 +78,29 @@ def ceiling_raters(report: CorrelationReport) -> None:
     ceiling = report.ceiling
     if not ceiling or not ceiling.get("per_rater"):
         return
+    st.dataframe(tables.grey_judged(pd.DataFrame(ceiling_rater_rows(report))),
+                 hide_index=True, width="stretch", key="dash_ceiling_raters",
+                 column_config={"n": st.column_config.NumberColumn(
+                     help="Pairs this rater shares with the others' mean. Below "
+                          f"{reliability.MIN_PAIRS} the value reads "
+                          f"'{reliability.N_TOO_SMALL}'.")})
+
+
+def ceiling_rater_rows(report: CorrelationReport) -> list[dict[str, Any]]:
+    """Each rater's leave-one-out tau and rho as table cells, judged by the pairs that rater
+    shares with the others' mean (one rater may have rated far fewer pairs than the study
+    has, so the study's n would not do)."""
+    ceiling = report.ceiling or {}
     spearman = ceiling.get("per_rater_spearman") or {}
-    rows = [
-        {"Rater": name, "tau-b vs the other raters' mean": tau,
-         "Spearman": spearman.get(name)}
-        for name, tau in ceiling["per_rater"].items()
-    ]
-    st.dataframe(rows, hide_index=True, width="stretch", key="dash_ceiling_raters",
-                 column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                for c in ("tau-b vs the other raters' mean", "Spearman")})
+    # An older correlate output has no per-rater n: the study's pairs are the upper bound.
+    shared = ceiling.get("n_shared_pairs") or {}
+    rows = []
+    for name, tau in (ceiling.get("per_rater") or {}).items():
+        n = shared.get(name, report.n_pairs)
+        rows.append({"Rater": name, "n": n,
+                     "tau-b vs the other raters' mean": tables.judged(tau, n),
+                     "Spearman": tables.judged(spearman.get(name), n)})
+    return rows
 
 
 def paired_test_rows(pairwise: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -224,9 +239,15 @@ def systems_panel(report: CorrelationReport, keys: Sequence[str]) -> None:
     tests = randomization_rows(systems, keys)
     st.markdown(f"**Paired approximate randomization tests** ({systems.get('permutations')} "
                 "permutations, on pairs of the two sources with the same reference)")
-    st.dataframe(tests, hide_index=True, width="stretch", key="dash_randomization",
-                 column_config={"Mean A - B": st.column_config.NumberColumn(format="%.4f"),
-                                "p": st.column_config.NumberColumn(format="%.4f")})
+    if tests:
+        # A test from fewer than MIN_PAIRS matched pairs reads "n too small" (greyed) with
+        # its n, as every pair-level statistic of the dashboard does; the CSV keeps numbers.
+        shown = [{**r, "Mean A - B": tables.judged(r["Mean A - B"], r["Pairs"], digits=4),
+                  "p": tables.judged(r["p"], r["Pairs"], digits=4)} for r in tests]
+        st.dataframe(tables.grey_judged(pd.DataFrame(shown)), hide_index=True,
+                     width="stretch", key="dash_randomization")
+        st.caption(f"Pairs: matched pairs behind each test; fewer than "
+                   f"{reliability.MIN_PAIRS} read '{reliability.N_TOO_SMALL}'.")
     if systems.get("corpus_level"):
         st.caption(f"Corpus-level metrics: {systems['corpus_level']}")
     csv_download(tests, file_name=f"{report.study}-system-tests.csv",

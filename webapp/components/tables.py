@@ -12,6 +12,11 @@ import datetime as dt
 import math
 from typing import Any
 
+from radconcord.backend.analysis import reliability
+
+#: The look of a cell that holds words instead of a number ("n too small", "n/a (...)").
+GREY = "color: #9e9e9e; font-style: italic"
+
 
 def num(value: float | None, digits: int = 3) -> str:
     """``value`` with ``digits`` decimals; ``""`` for ``None``, NaN or infinity."""
@@ -49,3 +54,17 @@ def minutes_seconds(seconds: float | None) -> str:
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def judged(value: float | None, n: int | None, min_n: int = reliability.MIN_PAIRS,
+           digits: int = 3) -> str:
+    """A statistic from ``n`` units as a table cell: the number, or "n too small" below
+    ``min_n``, or "n/a (no variance)" when undefined (``backend/analysis/reliability.py``)."""
+    return reliability.judge(value, n, min_n).text(digits)
+
+
+def grey_judged(frame: Any) -> Any:  # noqa: ANN401 - a pandas DataFrame in, a Styler out
+    """Grey the cells of ``frame`` that read "n too small" or "n/a (...)" instead of a
+    number, so words are not read as values."""
+    words = (reliability.N_TOO_SMALL, reliability.NO_VARIANCE, reliability.NO_DATA)
+    return frame.style.map(lambda v: GREY if isinstance(v, str) and v in words else "")

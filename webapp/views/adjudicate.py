@@ -150,6 +150,13 @@ db = state.get_db()
 # take the window's height under the title and the two pickers.
 st.html("<style>[data-testid='stMainBlockContainer'] {padding: 1rem 1rem 1rem 1rem;}"
         "</style>")
+# The consensus form sits below the fold at 1280x800: the film column sticks under the
+# app's header (3.75rem) while the adjudication column scrolls past it, so the film stays in
+# full view while the consensus is typed. flex-start: a stretched column is as tall as the
+# row and could not stick; its height is the viewer's, which viewer.js fits to the window.
+st.html(f"<style>.st-key-{SPLIT_KEY} [data-testid='stHorizontalBlock'] > "
+        "[data-testid='stColumn']:first-child {position: sticky; top: 3.75rem; "
+        "align-self: flex-start; max-height: calc(100vh - 3.75rem); z-index: 1;}</style>")
 names = state.call(adjudication.adjudicated_studies, db, actor)
 if not names:
     st.title("Adjudicate")

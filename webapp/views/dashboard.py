@@ -174,13 +174,6 @@ def _judged(value: float | None, n: int) -> str:
     return reliability.judge(value, n).text()
 
 
-def _grey_judged(frame: Any) -> Any:  # noqa: ANN401 - a pandas Styler
-    """Grey the cells that read "n too small" or "n/a (...)" instead of a number."""
-    words = (reliability.N_TOO_SMALL, reliability.NO_VARIANCE, reliability.NO_DATA)
-    return frame.style.map(lambda v: "color: #9e9e9e; font-style: italic"
-                           if isinstance(v, str) and v in words else "")
-
-
 def _coverage_caption(corr: correlation.StudyCorrelation) -> None:
     """How many rated pairs have fewer raters than planned, and whether they were left out."""
     cov = corr.result.coverage or {}
@@ -227,7 +220,7 @@ def _tau_table(corr: correlation.StudyCorrelation) -> None:
             "rho 95% CI": r["rho 95% CI"] if reliability.judge(r["Spearman"], r["n"]).shown
             else ""})
     st.dataframe(
-        _grey_judged(pd.DataFrame(shown)), hide_index=True, width="stretch",
+        tables.grey_judged(pd.DataFrame(shown)), hide_index=True, width="stretch",
         key="dash_tau_table",
         column_config={
             "n": st.column_config.NumberColumn(
@@ -539,24 +532,45 @@ def _refit_result(result: dict[str, Any]) -> None:
     if not fit.get("available"):
         st.info(f"No refit: {fit.get('reason', 'its inputs are missing')}.")
         return
+    # The dashboard's rule for every statistic (reliability.py): below the minimum n the
+    # number would mislead, so it reads "n too small" with its n; undefined, "no variance".
+    n = fit.get("n")
     r1, r2, r3, r4 = st.columns(4)
-    r1.metric("CV Kendall tau-b", _fmt(fit.get("cv_kendall_tau_b")))
-    r2.metric("CV R²", _fmt(fit.get("cv_r2")))
-    r3.metric("In-sample R²", _fmt(fit.get("r2")))
-    r4.metric("Pairs", fit.get("n"))
+    r1.metric("CV Kendall tau-b", tables.judged(fit.get("cv_kendall_tau_b"), n))
+    r2.metric("CV R²", tables.judged(fit.get("cv_r2"), n))
+    r3.metric("In-sample R²", tables.judged(fit.get("r2"), n))
+    r4.metric("Pairs", n)
     inputs = result.get("inputs") or {}
     rows = [
         {"Input": key, "Coefficient": tables.num(fit["coef"][key], 4),
          "Scaler mean": tables.num(fit["scaler_mean"][key], 4),
          "Scaler scale": tables.num(fit["scaler_scale"][key], 4),
-         "Input's own tau-b": tables.num((inputs.get(key) or {}).get("kendall_tau_b"), 4)}
+         "Input's own tau-b": tables.judged((inputs.get(key) or {}).get("kendall_tau_b"),
+                                            (inputs.get(key) or {}).get("n"), digits=4),
+         "n": (inputs.get(key) or {}).get("n")}
         for key in fit["columns"]
     ]
-    st.dataframe(rows, hide_index=True, width="stretch", key="dash_refit_table")
-    folds = ", ".join(_fmt(t) for t in fit.get("cv_fold_kendall_tau_b") or [])
+    st.dataframe(tables.grey_judged(pd.DataFrame(rows)), hide_index=True, width="stretch",
+                 key="dash_refit_table")
     st.caption(f"Intercept {_fmt(fit.get('intercept'), 4)}; {fit.get('cv_scheme')} "
-               f"cross-validation (per fold tau-b: {folds}). The refit predicts error counts, "
-               "so a positive tau means agreement with the radiologists.")
+               f"cross-validation (per fold tau-b: {_fold_taus(fit)}). The refit predicts "
+               "error counts, so a positive tau means agreement with the radiologists.")
+
+
+def _fold_taus(fit: dict[str, Any]) -> str:
+    """Each fold's tau with its n; a fold of fewer than MIN_PAIRS pairs (5 folds of 16 pairs
+    hold 3 or 4) reads "n too small" in grey instead of a number."""
+    taus = fit.get("cv_fold_kendall_tau_b") or []
+    sizes = fit.get("cv_fold_n")
+    if sizes is None or len(sizes) != len(taus):
+        # An older result without fold sizes: the numbers as they were stored.
+        return ", ".join(_fmt(t) for t in taus)
+    out = []
+    for tau, size in zip(taus, sizes, strict=True):
+        judged = reliability.judge(tau, size)
+        out.append(f"{judged.text()} (n={size})" if judged.shown
+                   else f":gray[*{judged.text()}* (n={size})]")
+    return ", ".join(out)
 
 
 st.subheader("Simulate adaptive rating")

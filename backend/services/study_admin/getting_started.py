@@ -4,6 +4,12 @@
 use), the state of each step (``done``, ``in_progress``, ``waiting`` on an earlier step, or
 ``todo``), what is missing in words, and which page does it (the router's ``url_path``). The
 admin's landing page draws it with ``webapp/components/getting_started.py``.
+
+"Next" is the first step the admin can act on now, not the first step not done: while
+raters are still rating, the admin can already score or read the dashboard, and a "Next:
+Raters rate" would hide that. A step that only waits on others (raters rating, a live worker
+running the scoring job) says what it waits for in ``waiting_for``; when only such steps are
+left, the panel says what it waits for instead of naming an action.
 """
 
 from __future__ import annotations
@@ -34,6 +40,15 @@ class Step:
     state: str  # done | in_progress | waiting | todo
     detail: str
     page: str  # the router's url_path of the page that does it
+    #: What the step waits on when only others can move it (raters rating, a worker
+    #: scoring), e.g. ``"raters: 5 of 24 pairs fully rated"``; ``None`` when the admin can
+    #: act on it (or it is done, or it waits on an earlier step).
+    waiting_for: str | None = None
+
+    @property
+    def actionable(self) -> bool:
+        """Whether the admin can do something about this step now."""
+        return self.state not in (DONE, WAITING) and self.waiting_for is None
 
 
 @dataclass(frozen=True)
@@ -45,8 +60,20 @@ class GettingStarted:
 
     @property
     def next_step(self) -> Step | None:
-        """The first step not done, if any."""
-        return next((s for s in self.steps if s.state != DONE), None)
+        """The first step the admin can act on now, if any (see the module docstring)."""
+        return next((s for s in self.steps if s.actionable), None)
+
+    @property
+    def waiting(self) -> str | None:
+        """What the study waits for when no step is the admin's to act on, else ``None``.
+
+        For example ``"Waiting for raters: 5 of 24 pairs fully rated."``; ``None`` when there
+        is a next step or every step is done.
+        """
+        if self.next_step is not None:
+            return None
+        waits = [s.waiting_for for s in self.steps if s.state != DONE and s.waiting_for]
+        return ("Waiting for " + "; ".join(waits) + ".") if waits else None
 
 
 def _pick(db: Database, study_name: str | None) -> str | None:
@@ -97,6 +124,14 @@ def getting_started(db: Database, actor: Actor, *,
         rated_pairs = s.scalar(select(func.count(func.distinct(Assignment.pair_id))).where(
             Assignment.study_id == study.id, Assignment.pair_id.in_(study_pairs),
             Assignment.completed_at.is_not(None))) or 0
+        # Fully rated: every rater assigned to the pair is done (what "waiting for raters"
+        # counts down; a pair with one of two raters done is still waiting).
+        open_pairs = (select(Assignment.pair_id).where(
+            Assignment.study_id == study.id,
+            Assignment.completed_at.is_(None))).scalar_subquery()
+        fully_rated = s.scalar(select(func.count(func.distinct(Assignment.pair_id))).where(
+            Assignment.study_id == study.id, Assignment.pair_id.in_(study_pairs),
+            Assignment.pair_id.not_in(open_pairs))) or 0
     scores = score_now.score_state(db, actor, name)
 
     steps = [Step("import", "Import a study", DONE,
@@ -117,14 +152,17 @@ def getting_started(db: Database, actor: Actor, *,
         rate = Step("rate", "Raters rate", WAITING, "Waiting for assignments.", "studies")
     elif n_done == n_assign:
         rate = Step("rate", "Raters rate", DONE, f"All {n_assign} assignments done.", "studies")
-    elif rated_pairs >= MIN_RATED_PAIRS:
-        rate = Step("rate", "Raters rate", IN_PROGRESS,
-                    f"{n_done} of {n_assign} assignments done; {rated_pairs} pairs rated "
-                    "(enough for correlations).", "studies")
     else:
-        rate = Step("rate", "Raters rate", TODO,
-                    f"{n_done} of {n_assign} assignments done: correlations need "
-                    f"{MIN_RATED_PAIRS} rated pairs.", "studies")
+        # Only the raters can move this step: it is never the admin's "Next".
+        raters = f"raters: {fully_rated} of {n_pairs} pairs fully rated"
+        if rated_pairs >= MIN_RATED_PAIRS:
+            rate = Step("rate", "Raters rate", IN_PROGRESS,
+                        f"{n_done} of {n_assign} assignments done; {rated_pairs} pairs rated "
+                        "(enough for correlations).", "studies", waiting_for=raters)
+        else:
+            rate = Step("rate", "Raters rate", TODO,
+                        f"{n_done} of {n_assign} assignments done: correlations need "
+                        f"{MIN_RATED_PAIRS} rated pairs.", "studies", waiting_for=raters)
     steps.append(rate)
 
     if scores.scored and scores.pending is None:
@@ -134,9 +172,13 @@ def getting_started(db: Database, actor: Actor, *,
     elif scores.pending is not None:
         worker = ("" if not scores.pending_unserved
                   else " No worker is alive to take it: start one (scripts/run-app.sh does).")
+        # A live worker will finish the job without the admin; with none alive the admin
+        # must start one, so the step is theirs again.
         score = Step("score", "Score metrics", IN_PROGRESS,
                      f"Scoring job #{scores.pending.id} is {scores.pending.status}."
-                     + worker, "dashboard")
+                     + worker, "dashboard",
+                     waiting_for=None if scores.pending_unserved
+                     else f"the scoring job: #{scores.pending.id} is {scores.pending.status}")
     else:
         score = Step("score", "Score metrics", TODO,
                      "No metric values yet: press \"Score now\" on the dashboard.",
