@@ -339,3 +339,267 @@ def png_chunk_types(data: bytes) -> list[bytes]:
         pos += 12 + length
     return types
 
+
+
+# --- Volumes (issue 25): a series, a multi-frame file and a NIfTI file with planted text ----
+
+CT_IMAGE_STORAGE = "1.2.840.10008.5.1.4.1.1.2"
+ENHANCED_CT_IMAGE_STORAGE = "1.2.840.10008.5.1.4.1.1.2.1"
+
+
+def volume_pixels(index: int, rows: int = 12, cols: int = 10) -> np.ndarray:
+    """Stored values of slice ``index`` of the corpus volumes (unsigned, 12 bits)."""
+    return (np.add.outer(np.arange(rows) * 7, np.arange(cols) * 3) + 40 * index + 900
+            ).astype(np.uint16)
+
+
+def ct_slice(position: tuple[float, float, float], pixels: np.ndarray, *,
+             study_uid: str, series_uid: str, frame_uid: str,
+             orientation: tuple[float, ...] = (1, 0, 0, 0, 1, 0),
+             spacing: tuple[float, float] = (0.75, 0.5), slope: float = 1.0,
+             intercept: float = -1024.0) -> Dataset:
+    """A minimal single-frame CT slice (Explicit VR Little Endian) at ``position``."""
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = pydicom.uid.ExplicitVRLittleEndian
+    ds.SOPClassUID = CT_IMAGE_STORAGE
+    ds.SOPInstanceUID = generate_uid()
+    ds.StudyInstanceUID = study_uid
+    ds.SeriesInstanceUID = series_uid
+    ds.FrameOfReferenceUID = frame_uid
+    ds.Modality = "CT"
+    ds.ImagePositionPatient = [f"{v:.4f}" for v in position]
+    ds.ImageOrientationPatient = [f"{v:.6f}" for v in orientation]
+    ds.PixelSpacing = [str(v) for v in spacing]
+    ds.SliceThickness = "2.5"
+    ds.RescaleSlope = str(slope)
+    ds.RescaleIntercept = str(intercept)
+    ds.RescaleType = "HU"
+    ds.WindowCenter, ds.WindowWidth = "40", "400"
+    ds.SamplesPerPixel = 1
+    ds.PhotometricInterpretation = "MONOCHROME2"
+    ds.Rows, ds.Columns = pixels.shape
+    signed = pixels.dtype.kind == "i"
+    ds.BitsAllocated = 16
+    ds.BitsStored = 16 if signed or pixels.max(initial=0) > 4095 else 12
+    ds.HighBit = ds.BitsStored - 1
+    ds.PixelRepresentation = 1 if signed else 0
+    ds.PixelData = pixels.astype("<i2" if signed else "<u2").tobytes()
+    return ds
+
+
+@dataclass
+class HostileSeries:
+    """A CT series whose every slice hides an identifier somewhere else.
+
+    Attributes:
+        folder: The series folder.
+        files: The slice files, in slice order (their names carry identifiers too).
+        planted: For each slice file, where its identifier sits.
+        positions: The slices' z positions in mm, in slice order.
+    """
+
+    folder: Path
+    files: list[Path] = field(default_factory=list)
+    planted: dict[str, str] = field(default_factory=dict)
+    positions: list[float] = field(default_factory=list)
+
+
+def _plant_in_slice(ds: Dataset, index: int) -> str:
+    """Put an identifier into ``ds`` in the ``index``-th way; returns where."""
+    ways = (
+        ("PatientName", lambda: setattr(ds, "PatientName", PATIENT_NAME)),
+        ("private (0019,1010)", lambda: (ds.add_new(0x00190010, "LO", f"{FAMILY} CT"),
+                                         ds.add_new(0x00191010, "LO", PATIENT_ID))),
+        ("OtherPatientIDsSequence > PatientID", lambda: setattr(
+            ds, "OtherPatientIDsSequence", Sequence([_other_id()]))),
+        ("InstitutionName", lambda: setattr(ds, "InstitutionName", f"{FAMILY} clinic")),
+        ("PatientTelephoneNumbers", lambda: setattr(ds, "PatientTelephoneNumbers", PHONE)),
+        ("ImageComments", lambda: setattr(ds, "ImageComments", f"{GIVEN} slice")),
+        ("AccessionNumber", lambda: setattr(ds, "AccessionNumber", PATIENT_ID)),
+        ("SeriesDescription", lambda: setattr(ds, "SeriesDescription", f"chest {FAMILY}")),
+        ("private SQ (0021,1001)", lambda: (ds.add_new(0x00210010, "LO", "ACME"),
+                                            ds.add_new(0x00211001, "SQ", Sequence([_named()])))),
+        ("ReferencedImageSequence > PatientName", lambda: setattr(
+            ds, "ReferencedImageSequence", Sequence([_named()]))),
+        ("file meta SourceApplicationEntityTitle", lambda: setattr(
+            ds.file_meta, "SourceApplicationEntityTitle", FAMILY[:16])),
+        ("preamble", lambda: setattr(ds, "preamble",
+                                     f"{PATIENT_NAME} {PHONE}".encode().ljust(128, b"\x00"))),
+    )
+    where, plant = ways[index % len(ways)]
+    plant()
+    return where
+
+
+def _other_id() -> Dataset:
+    item = Dataset()
+    item.PatientID = PATIENT_ID
+    item.TypeOfPatientID = "TEXT"
+    return item
+
+
+def _named() -> Dataset:
+    item = Dataset()
+    item.PatientName = PATIENT_NAME
+    item.add_new(0x00290010, "LO", "NESTED")
+    item.add_new(0x00291001, "LO", PHONE)
+    return item
+
+
+def build_hostile_series(folder: Path, slices: int = 12) -> HostileSeries:
+    """A 12-slice CT series with an identifier in a different place in each slice.
+
+    The file names hold the patient's name and are in the reverse of the slice order, so a
+    reader that sorts by name gets the volume upside down.
+
+    Args:
+        folder: The series folder (created).
+        slices: Number of slices (each way of hiding is used once per 12 slices).
+
+    Returns:
+        The files and where each identifier was planted.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    series = HostileSeries(folder=folder)
+    study, uid, frame = generate_uid(), generate_uid(), generate_uid()
+    for k in range(slices):
+        z = -100.0 + 2.5 * k
+        ds = ct_slice((-60.0, -80.0, z), volume_pixels(k), study_uid=study, series_uid=uid,
+                      frame_uid=frame)
+        ds.InstanceNumber = slices - k
+        where = _plant_in_slice(ds, k)
+        path = folder / f"{FAMILY}_{slices - k:03d}.dcm"
+        with dicom_config.disable_value_validation():
+            ds.save_as(path, enforce_file_format=True)
+        series.files.append(path)
+        series.planted[path.name] = where
+        series.positions.append(z)
+    return series
+
+
+def build_hostile_multiframe(path: Path, frames: int = 5) -> Path:
+    """An enhanced CT file with identifiers at the top level, in per-frame items and private.
+
+    Frames are stored in a shuffled order of their positions, with one rescale per frame.
+
+    Args:
+        path: The file to write.
+        frames: Number of frames.
+
+    Returns:
+        ``path``.
+    """
+    order = list(np.random.default_rng(5).permutation(frames))
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = pydicom.uid.ExplicitVRLittleEndian
+    ds.file_meta.SourceApplicationEntityTitle = FAMILY[:16]
+    ds.SOPClassUID = ENHANCED_CT_IMAGE_STORAGE
+    ds.SOPInstanceUID = generate_uid()
+    ds.StudyInstanceUID = generate_uid()
+    ds.SeriesInstanceUID = generate_uid()
+    ds.FrameOfReferenceUID = generate_uid()
+    ds.PatientName = PATIENT_NAME
+    ds.PatientID = PATIENT_ID
+    ds.InstitutionName = f"{FAMILY} clinic"
+    ds.Modality = "CT"
+    ds.add_new(0x00090010, "LO", f"{FAMILY} CORP")
+    ds.add_new(0x00091001, "LO", PHONE)
+    shared = Dataset()
+    orientation = Dataset()
+    orientation.ImageOrientationPatient = ["1", "0", "0", "0", "1", "0"]
+    measures = Dataset()
+    measures.PixelSpacing = ["0.75", "0.5"]
+    measures.SliceThickness = "3"
+    shared.PlaneOrientationSequence = Sequence([orientation])
+    shared.PixelMeasuresSequence = Sequence([measures])
+    ds.SharedFunctionalGroupsSequence = Sequence([shared])
+    per_frame = []
+    pixels = []
+    for slot in order:
+        item = Dataset()
+        position = Dataset()
+        position.ImagePositionPatient = ["-60", "-80", f"{-50 + 3.0 * slot:.1f}"]
+        item.PlanePositionSequence = Sequence([position])
+        transform = Dataset()
+        transform.RescaleSlope = "1"
+        transform.RescaleIntercept = str(-1024 - int(slot))
+        transform.RescaleType = "HU"
+        item.PixelValueTransformationSequence = Sequence([transform])
+        content = Dataset()
+        content.FrameComments = f"frame of {PATIENT_NAME}"
+        item.FrameContentSequence = Sequence([content])
+        item.add_new(0x00110010, "LO", "ACME")
+        item.add_new(0x00111001, "LO", PATIENT_ID)
+        per_frame.append(item)
+        pixels.append(volume_pixels(int(slot)))
+    ds.PerFrameFunctionalGroupsSequence = Sequence(per_frame)
+    ds.NumberOfFrames = frames
+    ds.SamplesPerPixel = 1
+    ds.PhotometricInterpretation = "MONOCHROME2"
+    ds.Rows, ds.Columns = pixels[0].shape
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 12, 11, 0
+    ds.PixelData = np.stack(pixels).astype("<u2").tobytes()
+    ds.preamble = f"{PATIENT_NAME}".encode().ljust(128, b"\x00")
+    with dicom_config.disable_value_validation():
+        ds.save_as(path, enforce_file_format=True)
+    return path
+
+
+def hostile_nifti_volume() -> tuple[np.ndarray, np.ndarray]:
+    """The data (x, y, z int16) and RAS affine of :func:`build_hostile_nifti`'s file."""
+    data = np.stack([volume_pixels(k, rows=10, cols=12).T.astype(np.int16)
+                     for k in range(7)], axis=-1)
+    affine = np.array([[-0.7, 0, 0, 90.0], [0, 0.8, 0, -120.0], [0, 0, 2.0, -40.0],
+                       [0, 0, 0, 1.0]])
+    return data, affine
+
+
+def build_hostile_nifti(path: Path) -> Path:
+    """A NIfTI volume with identifiers in every header text field, an extension and a trailer.
+
+    ``descrip``, ``aux_file``, ``intent_name``, ``db_name`` and ``data_type`` hold planted
+    text, a comment extension holds the name and phone number, the raw values are
+    :func:`hostile_nifti_volume`'s with ``scl_slope``/``scl_inter`` 1/-1024, and bytes after
+    the voxel data hold the patient ID. Written ``.nii.gz`` when
+    ``path`` ends so (the gzip header then stores the planted file name).
+
+    Args:
+        path: ``*.nii`` or ``*.nii.gz``; its name should carry an identifier.
+
+    Returns:
+        ``path``.
+    """
+    import gzip as gzip_module
+
+    import nibabel as nib
+
+    data, affine = hostile_nifti_volume()
+    img = nib.Nifti1Image(data, affine)
+    hdr = img.header
+    hdr.set_xyzt_units("mm")
+    hdr["descrip"] = f"{PATIENT_NAME} {PHONE}".encode()[:79]
+    hdr["aux_file"] = PATIENT_ID.encode()
+    hdr["intent_name"] = FAMILY.encode()
+    hdr["db_name"] = f"{GIVEN} db".encode()
+    hdr["data_type"] = FAMILY.encode()[:9]
+    hdr.extensions.append(nib.nifti1.Nifti1Extension(
+        "comment", f"patient {PATIENT_NAME} tel {PHONE}".encode()))
+    raw_path = path.with_name(path.name[:-3]) if path.name.endswith(".gz") else path
+    nib.save(img, raw_path)
+    # nibabel chooses its own scaling on saving; the raw values are written unscaled and
+    # scl_slope/scl_inter patched in afterwards (same header size, so the data stays put).
+    with open(raw_path, "r+b") as fh:
+        # The header as stored: a loaded image's header has its scaling reset to NaN.
+        hdr = nib.Nifti1Header.from_fileobj(fh)
+        hdr["scl_slope"], hdr["scl_inter"] = 1.0, -1024.0
+        fh.seek(0)
+        hdr.write_to(fh)
+    with open(raw_path, "ab") as fh:
+        fh.write(f"trailer {PATIENT_ID}".encode())
+    if raw_path != path:
+        with open(raw_path, "rb") as src, gzip_module.open(path, "wb") as out:
+            out.write(src.read())
+        raw_path.unlink()
+    return path
