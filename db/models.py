@@ -139,7 +139,10 @@ class Image(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     case_id: Mapped[int] = mapped_column(ForeignKey("cases.id", ondelete="CASCADE"), index=True)
     path: Mapped[str] = mapped_column(String(512))
-    format: Mapped[str] = mapped_column(String(16))  # dicom | png | jpeg
+    format: Mapped[str] = mapped_column(String(16))  # dicom | png | jpeg | volume
+    # "film": one 2-D image file; "volume": a CT/MR volume stored by
+    # backend.imaging.volume_store (path is its folder; meta["volume"] has shape and spacing).
+    kind: Mapped[str] = mapped_column(String(16), default="film", server_default="film")
     view: Mapped[str | None] = mapped_column(String(32), default=None)  # PA, AP, LATERAL, ...
     sha256: Mapped[str] = mapped_column(String(64))
     width: Mapped[int | None] = mapped_column(Integer, default=None)

@@ -46,6 +46,13 @@ from pathlib import Path
 from typing import Any
 
 from radconcord.backend.errors import InvalidInput
+from radconcord.backend.imaging.volume import (
+    NIFTI_SUFFIXES,
+    VolumeError,
+    classify_entry,
+    is_nifti_name,
+    may_hold_series,
+)
 from radconcord.backend.scoring.pairs_reader import (
     MAX_FILE_BYTES,
     MAX_LABEL_CHARS,
@@ -282,9 +289,12 @@ def unusable_lookup_id(case_id: str) -> str | None:
 def images_in_folder(base: Path, case_id: str) -> list[ImageInput]:
     """Images of ``case_id`` found by name in an images folder.
 
-    A case's images are every image file in ``base/<case_id>/`` (DICOM, PNG, JPEG; sorted by
-    name, nested folders included), else the files ``base/<case_id>.<ext>`` and
-    ``base/<case_id>_*.<ext>``. Files without one of those suffixes are ignored. Glob
+    A case's images are every image file in ``base/<case_id>/`` (DICOM, PNG, JPEG, NIfTI;
+    sorted by name, nested folders included), else the files ``base/<case_id>.<ext>`` and
+    ``base/<case_id>_*.<ext>``. Files without one of those suffixes are ignored. A folder in
+    the case folder (or the case folder itself) holding the slices of a DICOM series is one
+    image, a volume: the folder is returned instead of its files (see
+    :func:`_series_folders`; an ambiguous folder is refused with the reason). Glob
     characters in the id (``*``, ``?``, ``[``) match themselves only.
 
     Raises:
@@ -301,17 +311,54 @@ def images_in_folder(base: Path, case_id: str) -> list[ImageInput]:
     if folder.is_dir():
         if not folder.resolve().is_relative_to(root):
             raise ValueError(f"its folder {case_id!r} resolves outside the images folder")
-        found = [p for p in sorted(folder.rglob("*")) if p.is_file()
-                 and p.suffix.lower() in IMAGE_SUFFIXES]
+        series = _series_folders(folder)
+        found = sorted([*series, *(
+            p for p in folder.rglob("*") if p.is_file()
+            and (p.suffix.lower() in IMAGE_SUFFIXES or is_nifti_name(p))
+            and not any(p.is_relative_to(s) for s in series))])
     if not found:
         found = [p for p in sorted(base.glob(f"{glob.escape(case_id)}*")) if p.is_file()
-                 and p.suffix.lower() in IMAGE_SUFFIXES
-                 and (p.stem == case_id or p.stem.startswith(f"{case_id}_"))]
+                 and (p.suffix.lower() in IMAGE_SUFFIXES or is_nifti_name(p))
+                 and (_stem(p) == case_id or _stem(p).startswith(f"{case_id}_"))]
     for p in found:
         if not p.resolve().is_relative_to(root):
             raise ValueError(f"image {str(p.relative_to(base))!r} resolves outside the images "
                              "folder")
     return [ImageInput(path=p.resolve()) for p in found]
+
+
+def _stem(path: Path) -> str:
+    """The name without its image suffix (``c1.nii.gz`` -> ``c1``)."""
+    name = path.name
+    for suffix in NIFTI_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def _series_folders(folder: Path) -> list[Path]:
+    """The folders in a case folder (itself included) that hold a DICOM series.
+
+    A folder whose own files look like slices of a series
+    (:func:`backend.imaging.volume.may_hold_series`) is classified with
+    :func:`backend.imaging.volume.classify_entry`, which refuses an ambiguous folder (two
+    series, a series beside films, a subfolder) with the reason; other folders keep their
+    files as 2-D films.
+
+    Raises:
+        ValueError: An ambiguous folder, with the reason (it names the folder).
+    """
+    out = []
+    for d in [folder, *sorted(p for p in folder.rglob("*") if p.is_dir())]:
+        if not may_hold_series(d):
+            continue
+        try:
+            kind = classify_entry(d)
+        except VolumeError as exc:
+            raise ValueError(str(exc)) from None
+        if kind == "series":
+            out.append(d)
+    return out
 
 
 def parse_cases(path: str | Path, *, images_dir: str | Path | None = None,
@@ -376,7 +423,7 @@ def read_cases(path: str | Path, *, images_dir: str | Path | None = None,
         reference = _report(path, row.where, "reference", row.fields["reference"])
         candidates = _candidates(path, row, layout)
         lost: list[str] | None = [] if collect_missing else None
-        images = record_images(path, row, base, missing=lost)
+        images = record_images(path, row, base, missing=lost, folders=True)
         missing.extend((row.where, p) for p in lost or ())
         if lost:
             named_images.add(case_id)  # it names images (missing ones): no lookup by id

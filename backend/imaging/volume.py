@@ -791,6 +791,45 @@ def classify_entry(path: str | Path) -> str:
     return "multiframe" if _dicom_file(path).frames > 1 else "film"
 
 
+def may_hold_series(folder: str | Path) -> bool:
+    """Whether a folder's own files look like a DICOM series, from header facts only.
+
+    True when, among the files directly in ``folder`` (hidden ones skipped), two
+    single-frame DICOM files carry Image Position and Image Orientation (Patient) and share a
+    Series Instance UID (a multi-frame file is a volume on its own, see
+    :func:`classify_entry`). Unreadable and non-DICOM
+    files are passed over, never refused: this only says whether :func:`classify_entry`
+    (which refuses what it cannot place) should look at the folder. A folder of 2-D films
+    (PNG, JPEG, DICOM without a slice position) says False, so it keeps behaving as films.
+
+    Args:
+        folder: The folder.
+
+    Returns:
+        Whether the folder should be classified as a possible series.
+    """
+    folder = Path(folder)
+    try:
+        children = sorted(p for p in folder.iterdir()
+                          if p.is_file() and not p.name.startswith(".")
+                          and p.name not in IGNORED_NAMES)
+    except OSError:
+        return False
+    seen: Counter[str] = Counter()
+    for path in children[:MAX_SLICES + 1]:
+        if is_nifti_name(path) or sniff_format(path) != "dicom":
+            continue
+        try:
+            f = _dicom_file(path)
+        except VolumeError:
+            continue
+        if f.frames == 1 and f.has_geometry:
+            seen[f.series_uid] += 1
+            if seen[f.series_uid] >= 2:
+                return True
+    return False
+
+
 def _series_source(folder: Path, files: list[_DicomFile]) -> VolumeSource:
     slices = [_single_slice(f) for f in files]
     sops = Counter(f.sop_uid for f in files if f.sop_uid)

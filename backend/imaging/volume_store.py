@@ -292,6 +292,56 @@ class VolumeStore:
         i = self._index(x, 2, "column")
         return float(self.data[k, j, i])
 
+    def write_nifti(self, dest: str | os.PathLike[str]) -> Path:
+        """Write the values as a NIfTI-1 file (``.nii``, or gzip ``.nii.gz``), slice by slice.
+
+        The file holds the stored values (HU for CT) with ``scl_slope`` 1 and ``scl_inter`` 0,
+        the voxel sizes in mm and the affine (converted to RAS) as sform and qform (code 1,
+        scanner), and no text: what :func:`backend.imaging.volume.open_volume` reads back to
+        the same values, spacing and affine (an export that imports again). It is written
+        under a temporary name and renamed into place; a gzip header carries no file name.
+
+        Args:
+            dest: The file to write (``*.nii`` or ``*.nii.gz``).
+
+        Returns:
+            ``dest`` as a path.
+        """
+        import gzip
+
+        import nibabel as nib
+
+        dest = Path(dest)
+        slices, rows, cols = self.shape
+        dtype = np.dtype("<i2") if self.dtype.kind == "i" else np.dtype("<f4")
+        header = nib.Nifti1Header()
+        header.set_data_shape((cols, rows, slices))
+        header.set_data_dtype(dtype)
+        z, y, x = self.spacing
+        header.set_zooms((x, y, z))
+        header.set_xyzt_units("mm")
+        ras = np.diag([-1.0, -1.0, 1.0, 1.0]) @ self.affine
+        header.set_sform(ras, code=1)
+        header.set_qform(ras, code=1)
+        header.set_slope_inter(1.0, 0.0)
+        header["vox_offset"] = header.single_vox_offset
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        try:
+            with open(tmp, "wb") as raw:
+                out: Any = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+                            if dest.name.lower().endswith(".gz") else raw)
+                header.write_to(out)
+                # NIfTI's (i, j, k) with i fastest is the store's C order: slice after slice.
+                for k in range(slices):
+                    out.write(np.ascontiguousarray(self.data[k], dtype=dtype).tobytes())
+                if out is not raw:
+                    out.close()
+            os.replace(tmp, dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return dest
+
     def position_mm(self, z: int, y: int, x: int) -> tuple[float, float, float]:
         """The LPS position in mm of the voxel at slice ``z``, row ``y``, column ``x``."""
         point = self.affine @ np.asarray([x, y, z, 1.0])

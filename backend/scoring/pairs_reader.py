@@ -382,7 +382,7 @@ def check_label(path: str | os.PathLike[str], where: str, field: str,
 
 
 def resolve_image_path(path: str | os.PathLike[str], where: str, field: str, raw: str,
-                       base: Path) -> Path:
+                       base: Path, *, folders: bool = False) -> Path:
     """Resolve an image path inside ``base``; refuse anything that escapes it.
 
     ``resolve()`` follows links, so a link inside ``base`` that points outside it is refused.
@@ -393,9 +393,10 @@ def resolve_image_path(path: str | os.PathLike[str], where: str, field: str, raw
         field: The field naming the image, for the message.
         raw: The path as written in the file (relative to ``base``, or absolute).
         base: The folder images must lie in.
+        folders: Accept an existing folder too (a volume's series folder).
 
     Returns:
-        The absolute, resolved path of an existing file.
+        The absolute, resolved path of an existing file (or folder, with ``folders``).
 
     Raises:
         InvalidInput: The path escapes ``base`` or the file does not exist.
@@ -405,13 +406,15 @@ def resolve_image_path(path: str | os.PathLike[str], where: str, field: str, raw
     if not candidate.is_relative_to(base):
         raise field_error(path, where, field,
                           f"{raw!r} lies outside the allowed folder {base}")
+    if folders and candidate.is_dir():
+        return candidate  # a volume's folder (a DICOM series); the importer classifies it
     if not candidate.is_file():
         raise field_error(path, where, field, f"no such file {raw!r}")
     return candidate
 
 
 def record_images(path: str | os.PathLike[str], record: Record, base: Path, *,
-                  missing: list[str] | None = None) -> list[ImageInput]:
+                  missing: list[str] | None = None, folders: bool = False) -> list[ImageInput]:
     """The images a record names in ``images`` (or ``image``), resolved inside ``base``.
 
     The value is paths separated by ``;`` (a CSV cell or a JSON string) or a JSON list whose
@@ -424,6 +427,7 @@ def record_images(path: str | os.PathLike[str], record: Record, base: Path, *,
         missing: When given, a path that stays inside ``base`` but names no file is appended
             to it (as written in the file) and left out, instead of refused: a dry run lists
             every missing image at once. A path escaping ``base`` is always refused.
+        folders: Accept a folder too (a case import: a DICOM series folder is one volume).
 
     Raises:
         InvalidInput: A value of another type, a non-text item, or a path outside ``base``
@@ -456,9 +460,11 @@ def record_images(path: str | os.PathLike[str], record: Record, base: Path, *,
             continue
         if missing is not None:
             candidate = (root / p).resolve()
-            if candidate.is_relative_to(root) and not candidate.is_file():
+            if candidate.is_relative_to(root) and not candidate.is_file() and not (
+                    folders and candidate.is_dir()):
                 missing.append(p)
                 continue
-        out.append(ImageInput(path=resolve_image_path(path, record.where, field, p, base),
+        out.append(ImageInput(path=resolve_image_path(path, record.where, field, p, base,
+                                                      folders=folders),
                               view=view))
     return out

@@ -68,3 +68,17 @@ def test_no_images_no_viewer():
     assert not at.exception
     assert _viewer_data(at) is None
     assert [i.value for i in at.info] == ["No images for this case."]
+
+
+def test_a_volume_gets_the_plane_route_and_the_volume_flag():
+    """A CT volume beside films: the films keep their pixel routes, the volume (format
+    ``volume``) is flagged for the browser's volume pane and gets the plane route."""
+    from radconcord.webapp.components.image_viewer import viewer_items
+
+    assert viewer_items([(21, "CT", "volume"), (22, "PA", "png"), (23, None, "volume")]) == [
+        {"image_id": 22, "caption": "PA (PNG)", "url": "/_rc/api/images/22/pixels"},
+        {"image_id": 21, "volume": True, "caption": "CT volume",
+         "url": "/_rc/api/images/21/plane"},
+        {"image_id": 23, "volume": True, "caption": "Volume",
+         "url": "/_rc/api/images/23/plane"},
+    ]

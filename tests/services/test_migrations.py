@@ -223,3 +223,39 @@ def test_0007_gives_old_judgements_no_time_and_adds_their_spans(empty_url):
             "A", 3, 0.0, None)
     assert "judgement_spans" in sa.inspect(engine).get_table_names()
     engine.dispose()
+
+
+def test_0010_makes_every_old_image_a_film(empty_url):
+    """Images stored before 0010 were all 2-D films: they get ``kind`` 'film' (not NULL),
+    and a volume row can be written after it."""
+    engine = make_engine(empty_url)
+    upgrade(engine, "0009")
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO studies (id, name, description, scheme, raters_per_pair, seed, "
+            "status, provenance, created_at, settings) VALUES (1, 's', '', 'rexval', 1, 0, "
+            "'open', '{}', :now, '{}')"), {"now": now})
+        conn.execute(sa.text(
+            "INSERT INTO cases (id, study_id, external_id, created_at) VALUES (1, 1, 'c', :now)"),
+            {"now": now})
+        conn.execute(sa.text(
+            "INSERT INTO images (id, case_id, path, format, sha256, meta) VALUES "
+            "(1, 1, 'images/a.png', 'png', 'a', '{}'), (2, 1, 'images/b.dcm', 'dicom', 'b', "
+            "'{}')"))
+    upgrade(engine)
+    from radconcord.db.models import Image
+    from radconcord.db.session import make_sessionmaker
+
+    with make_sessionmaker(engine).begin() as s:
+        assert [(i.id, i.kind) for i in s.query(Image).order_by(Image.id)] == [
+            (1, "film"), (2, "film")]
+        s.add(Image(id=3, case_id=1, path="volumes/v", format="volume", kind="volume",
+                    sha256="c",
+                    meta={"volume": {"shape": [3, 4, 5], "spacing": [2.5, 0.7, 0.7]}}))
+    with make_sessionmaker(engine).begin() as s:
+        vol = s.query(Image).filter(Image.kind == "volume").one()
+        assert vol.meta["volume"]["shape"] == [3, 4, 5]
+    cols = {c["name"]: c for c in sa.inspect(engine).get_columns("images")}
+    assert cols["kind"]["nullable"] is False
+    engine.dispose()

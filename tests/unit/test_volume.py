@@ -593,3 +593,25 @@ def test_store_refuses_a_data_file_that_disagrees_with_its_header(tmp_path):
         VolumeStore.open(tmp_path / "store")
     with pytest.raises(VolumeError, match="not a readable volume store"):
         VolumeStore.open(tmp_path / "nowhere")
+
+
+def test_may_hold_series_says_which_folders_to_classify(tmp_path):
+    """Only two single-frame slices with a position, of one series, make a folder worth
+    classifying; films, a lone CT slice, unreadable and foreign files leave it to the films."""
+    from radconcord.backend.imaging.volume import may_hold_series
+
+    films = tmp_path / "films"
+    films.mkdir()
+    Image.fromarray(np.zeros((4, 4), np.uint8)).save(films / "pa.png")
+    (films / "notes.txt").write_text("a note")
+    (films / "broken.dcm").write_bytes(b"\x00" * 200)
+    import shutil
+
+    shutil.copy(get_testdata_file("CT_small.dcm"), films / "one_ct_slice.dcm")
+    assert may_hold_series(films) is False
+    series = Series(tmp_path / "series")
+    for k in range(2):
+        series.add(f"s{k}.dcm", (0.0, 0.0, 2.5 * k), k)
+    (series.folder / "notes.txt").write_text("a note")
+    assert may_hold_series(series.folder) is True
+    assert may_hold_series(tmp_path / "missing") is False

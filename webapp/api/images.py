@@ -14,6 +14,12 @@ ratio); without it the full resolution comes back. Access is the images service'
 gets only images of cases with a pair assigned to them, an admin any (401 without a live
 session cookie, 403 outside the rater's assignments). A GET that changes nothing: no CSRF
 header needed. The body is never stored by the browser (``Cache-Control: no-store``).
+
+A volume is served one plane at a time, in the same body format:
+``GET _rc/api/images/<image_id>/plane?plane=axial|coronal|sagittal&index=k`` (no index: the
+middle plane). The values are the stored ones (HU for CT) at full resolution; the header adds
+the plane, its index and count, its pixel spacing and position in mm and the CT presets
+(``backend.services.annotation.images.volume_plane``). Same access rules and status codes.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from radconcord.webapp import api
 
 MAGIC = b"RCPX"
 ROUTE = "images/{image_id:int}/pixels"
+PLANE_ROUTE = "images/{image_id:int}/plane"
 MAX_SIDE_LIMIT = 16384
 
 
@@ -84,6 +91,38 @@ async def pixels(request: Request) -> Response:
                     headers={"Cache-Control": "no-store"})
 
 
+def _index(request: Request) -> int | None:
+    raw = request.query_params.get("index")
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidInput(f"index must be a whole number, got {raw!r}") from None
+
+
+async def plane(request: Request) -> Response:
+    """One plane of a volume's values (see the module docstring)."""
+    actor = await api.actor_of(request)
+    if actor is None:
+        return api.error(401, "login", "Your session has ended: log in again.")
+    image_id = int(request.path_params["image_id"])
+    try:
+        found = await api.in_thread(image_service.volume_plane, api.database(), actor,
+                                    image_id=image_id,
+                                    plane=request.query_params.get("plane") or "axial",
+                                    index=_index(request))
+    except PermissionDenied as exc:
+        return api.error(403, "forbidden", str(exc))
+    except NotFound as exc:
+        return api.error(404, "not_found", str(exc))
+    except InvalidInput as exc:
+        return api.error(400, "invalid", str(exc))
+    return Response(encode(found), media_type="application/octet-stream",
+                    headers={"Cache-Control": "no-store"})
+
+
 def routes(base_url_path: str = "") -> list[Route]:
-    """The pixel route under ``base_url_path``."""
-    return [Route(api.url(base_url_path, ROUTE), pixels, methods=["GET"])]
+    """The pixel and plane routes under ``base_url_path``."""
+    return [Route(api.url(base_url_path, ROUTE), pixels, methods=["GET"]),
+            Route(api.url(base_url_path, PLANE_ROUTE), plane, methods=["GET"])]

@@ -8,6 +8,13 @@ pan, right-drag or Shift+drag for window/level (horizontal = width, vertical = c
 OHIF), Header/Lung/Bone/Manual presets, frontal and lateral side by side with the W/L
 synchronised or not. PNG/JPEG films are shown in grey (colour is converted to luminance on
 load, as for the PNG renderer).
+
+A volume (format ``volume``: a CT series, multi-frame DICOM or NIfTI) is shown one plane at a
+time from ``GET _rc/api/images/<id>/plane`` (``webapp/api/images.py``): slice k of N and its
+position in mm, the wheel, ArrowUp/ArrowDown, PageUp/PageDown and a slider through the
+slices, Axial/Coronal/Sagittal with the voxel spacing respected, the Lung, Mediastinum and
+Bone presets and the drag W/L shared by every plane, the HU under the pointer; neighbouring
+slices are prefetched (a bounded window, not the whole volume).
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ VIEWER_DIR = Path(__file__).resolve().parent / "viewer"
 VIEWER_KEY = "rc_film_viewer"
 
 FRONTAL_VIEWS = ("PA", "AP", "FRONTAL")
+# Image.format of a volume (backend.services.transfer.imports).
+VOLUME_FORMAT = "volume"
 
 
 def order_views(images: Sequence[tuple[int, str | None, str]]) -> list[tuple[int, str | None, str]]:
@@ -66,15 +75,22 @@ def viewer_items(images: Sequence[Any], base_url_path: str = "") -> list[dict[st
         base_url_path: Streamlit's ``server.baseUrlPath``.
 
     Returns:
-        ``{"image_id", "caption", "url"}`` per image; ``url`` is the pixel route.
+        ``{"image_id", "caption", "url"}`` per image; ``url`` is the pixel route. A volume
+        (format ``volume``) has ``"volume": True`` and the plane route as its ``url``.
     """
     from radconcord.webapp import api
 
-    return [
-        {"image_id": int(image_id), "caption": f"{view_name or 'Image'} ({fmt.upper()})",
-         "url": api.url(base_url_path, f"images/{int(image_id)}/pixels")}
-        for image_id, view_name, fmt in order_views(images)
-    ]
+    out = []
+    for image_id, view_name, fmt in order_views(images):
+        if fmt == VOLUME_FORMAT:
+            out.append({"image_id": int(image_id), "volume": True,
+                        "caption": f"{view_name} volume" if view_name else "Volume",
+                        "url": api.url(base_url_path, f"images/{int(image_id)}/plane")})
+            continue
+        out.append({"image_id": int(image_id),
+                    "caption": f"{view_name or 'Image'} ({fmt.upper()})",
+                    "url": api.url(base_url_path, f"images/{int(image_id)}/pixels")})
+    return out
 
 
 def viewer_panel(db: Database, actor: Any, images: Sequence[Any], *, pair_key: str,  # noqa: ANN401

@@ -11,6 +11,13 @@ transform) at a resolution matched to its canvas, plus everything the windowing 
 windows, VOI LUT table, MONOCHROME1 flag, the resolved presets). The presets are resolved here
 with :func:`backend.imaging.window.resolve_window`, so the browser's Lung and Bone are the same
 windows as the PNG renderer's.
+
+A volume (``Image.kind == "volume"``, a folder of ``backend.imaging.volume_store``) is served
+one plane at a time by :func:`volume_plane`: the stored values (HU for CT, int16 or float32)
+of one axial, coronal or sagittal plane, full resolution, with the plane's pixel spacing (rows,
+columns, in mm) so that the viewer draws anisotropic volumes unsquashed, the plane's position
+in mm and the CT presets (lung, mediastinum, bone). The store is memory-mapped: a request
+reads the pages of its plane, never the whole volume. The access rules are the films'.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from radconcord.backend.imaging.render import (
     RenderSettings,
     render_png,
 )
+from radconcord.backend.imaging.volume import CT_WINDOW_HINTS, VolumeError
+from radconcord.backend.imaging.volume_store import VolumeStore
 from radconcord.backend.imaging.window import Window, resolve_window
 from radconcord.backend.services.study_admin.study_status import HIDDEN_STATUSES
 from radconcord.backend.types import Actor
@@ -46,7 +55,8 @@ log = logging.getLogger(__name__)
 
 # Header fields a viewer may show (already de-identified on import).
 _PUBLIC_META = ("photometric", "modality", "view_position", "body_part", "windows",
-                "window_explanations", "voi_lut", "frames", "bits_stored", "hounsfield")
+                "window_explanations", "voi_lut", "frames", "bits_stored", "hounsfield",
+                "volume")
 # Shown to admins only: the burned-in flag is for the study lead (see image_warnings).
 _ADMIN_META = (*_PUBLIC_META, "burned_in_annotation")
 
@@ -61,6 +71,7 @@ class ImageInfo:
     width: int | None
     height: int | None
     meta: dict[str, Any]
+    kind: str = "film"
 
 
 @functools.lru_cache(maxsize=4)
@@ -79,6 +90,7 @@ def clear_caches() -> None:
     _load_cached.cache_clear()
     _render_cached.cache_clear()
     _viewer_cached.cache_clear()
+    _store_cached.cache_clear()
 
 
 def _check_access(s: Any, actor: Actor, case_id: int) -> None:
@@ -103,7 +115,8 @@ def _check_access(s: Any, actor: Actor, case_id: int) -> None:
         raise PermissionDenied("this image belongs to no pair assigned to you")
 
 
-def _image_file(db: Database, actor: Actor, image_id: int) -> tuple[str, str]:
+def _stored_path(db: Database, actor: Actor, image_id: int, kind: str) -> tuple[str, str]:
+    """The absolute path and sha256 of an image the actor may see, of the ``kind`` wanted."""
     with db.read() as s:
         image = s.get(Image, image_id) if is_db_id(image_id) else None
         if image is None:
@@ -114,11 +127,20 @@ def _image_file(db: Database, actor: Actor, image_id: int) -> tuple[str, str]:
         root = config.data_dir()
         path = (root / image.path).resolve()
         sha = image.sha256
+        stored_kind = image.kind
+    if stored_kind != kind:
+        if stored_kind == "volume":
+            raise InvalidInput(f"image {image_id} is a volume: ask for one plane of it")
+        raise InvalidInput(f"image {image_id} is a 2-D film, not a volume")
     if not path.is_relative_to(root):
         raise NotFound(f"image {image_id} points outside the data folder")
-    if not path.is_file():
+    if not (path.is_dir() if kind == "volume" else path.is_file()):
         raise NotFound(f"image file of image {image_id} is missing")
     return str(path), sha
+
+
+def _image_file(db: Database, actor: Actor, image_id: int) -> tuple[str, str]:
+    return _stored_path(db, actor, image_id, "film")
 
 
 def rendered_image(
@@ -273,6 +295,7 @@ def images_for_pair(
                 width=i.width,
                 height=i.height,
                 meta={k: (i.meta or {}).get(k) for k in keys if k in (i.meta or {})},
+                kind=i.kind,
             )
             for i in images
         ]
@@ -436,3 +459,142 @@ def viewer_pixels(db: Database, actor: Actor, *, image_id: int,
         log.warning("image %s cannot be decoded: %s", image_id, exc)
         raise InvalidInput(f"image {image_id} cannot be decoded (see the server log)"
                            ) from None
+
+
+# ----------------------------------------------------------------------------- volumes
+
+VOLUME_PLANES = ("axial", "coronal", "sagittal")
+# The CT presets the viewer offers for a volume in HU, in this order (backend.imaging.volume).
+VOLUME_PRESETS = ("lung", "mediastinum", "bone")
+
+
+@functools.lru_cache(maxsize=8)
+def _store_cached(abs_path: str, sha256: str) -> VolumeStore:
+    # Opening maps the values; nothing is decoded. sha256 keys out a replaced store.
+    return VolumeStore.open(Path(abs_path))
+
+
+def _linear(center: float, width: float, source: str) -> dict[str, Any]:
+    return {"center": float(center), "width": max(1.0, float(width)), "function": "LINEAR",
+            "lut": False, "source": source}
+
+
+def volume_presets(store: VolumeStore) -> dict[str, dict[str, Any]]:
+    """The windows the viewer offers for a volume.
+
+    ``header`` is the header's window (else the store's percentile window); for HU, lung,
+    mediastinum and bone (``backend.imaging.volume.CT_WINDOW_HINTS``). ``auto``, what a
+    volume opens with, is the header's window when there is one, else for HU the
+    mediastinum window (a percentile window of a chest CT spans air to bone, and bone
+    then looks like soft tissue), else the percentile window.
+    """
+    hints = store.meta.get("windows") or {}
+    low, high = store.meta.get("value_range") or [0.0, 1.0]
+    spread = hints.get("auto") or [(low + high) / 2, max(1.0, high - low)]
+    out: dict[str, dict[str, Any]] = {}
+    hounsfield = bool(store.meta.get("hounsfield"))
+    if hounsfield:
+        for name in VOLUME_PRESETS:
+            center, width = hints.get(name) or CT_WINDOW_HINTS[name]
+            out[name] = _linear(center, width, name)
+    header = hints.get("header")
+    out["header"] = (_linear(header[0], header[1], "header") if header
+                     else _linear(spread[0], spread[1], "auto"))
+    out["auto"] = (dict(out["header"]) if header
+                   else dict(out["mediastinum"]) if hounsfield
+                   else _linear(spread[0], spread[1], "auto"))
+    return out
+
+
+def _plane_position(store: VolumeStore, plane: str, index: int) -> tuple[float, list[float]]:
+    """Where a plane lies: its centre's distance along the plane's normal and its centre (LPS
+    mm). The normal is the volume's axis across the plane (slice, row or column direction)."""
+    slices, rows, cols = store.shape
+    affine = store.affine
+    voxel = {"axial": (cols / 2 - 0.5, rows / 2 - 0.5, index),
+             "coronal": (cols / 2 - 0.5, index, slices / 2 - 0.5),
+             "sagittal": (index, rows / 2 - 0.5, slices / 2 - 0.5)}[plane]
+    axis = {"axial": 2, "coronal": 1, "sagittal": 0}[plane]
+    centre = affine @ np.asarray([*voxel, 1.0])
+    normal = affine[:3, axis]
+    length = float(np.linalg.norm(normal)) or 1.0
+    return float(centre[:3] @ normal / length), [float(v) for v in centre[:3]]
+
+
+def volume_plane(db: Database, actor: Actor, *, image_id: int, plane: str = "axial",
+                 index: int | None = None) -> ViewerPixels:
+    """One plane of a volume's values for the browser viewer (same access rules as films).
+
+    Args:
+        db: The database.
+        actor: Admin, or a rater with an assignment on a pair of the image's case (or the
+            study's adjudicator, or a pairwise judge), as for films.
+        image_id: The volume image.
+        plane: ``axial`` (slice ``index``), ``coronal`` (row ``index`` across the slices) or
+            ``sagittal`` (column ``index``); see ``backend.imaging.volume_store``.
+        index: The plane's index along its axis; None: the middle one.
+
+    Returns:
+        The values (full resolution, ``int16`` or ``float32``, little-endian, row-major) and a
+        header as :class:`ViewerPixels` has for films, plus ``plane``, ``index``, ``count``
+        (planes along that axis), ``spacing`` (between rows, between columns, mm),
+        ``position_mm`` (the plane's distance along its normal), ``centre_lps``,
+        ``shape``/``voxel_spacing`` of the volume and ``modality``.
+
+    Raises:
+        PermissionDenied: A rater asked for an image outside their assignments.
+        NotFound: No such image (admin) or its store is missing.
+        InvalidInput: A film, an unknown plane, an index outside the volume, or an
+            unreadable store.
+    """
+    if plane not in VOLUME_PLANES:
+        raise InvalidInput(f"plane must be one of {', '.join(VOLUME_PLANES)}, got {plane!r}")
+    path, sha = _stored_path(db, actor, image_id, "volume")
+    try:
+        store = _store_cached(path, sha)
+    except VolumeError as exc:
+        log.warning("volume %s cannot be read: %s", image_id, exc)
+        raise InvalidInput(f"image {image_id} cannot be read (see the server log)") from None
+    axis = VOLUME_PLANES.index(plane)
+    count = store.shape[axis]
+    k = count // 2 if index is None else int(index)
+    if not 0 <= k < count:
+        raise InvalidInput(f"{plane} index {k} is outside 0..{count - 1}")
+    found = {"axial": store.axial, "coronal": store.coronal, "sagittal": store.sagittal}[
+        plane](k)
+    dtype = "int16" if store.dtype.kind == "i" else "float32"
+    out = np.ascontiguousarray(found.pixels, dtype="<i2" if dtype == "int16" else "<f4")
+    low, high = (float(v) for v in store.meta.get("value_range") or [0.0, 0.0])
+    position, centre = _plane_position(store, plane, k)
+    hounsfield = bool(store.meta.get("hounsfield"))
+    header = {
+        "rows": int(out.shape[0]),
+        "cols": int(out.shape[1]),
+        "full_rows": int(out.shape[0]),
+        "full_cols": int(out.shape[1]),
+        "dtype": dtype,
+        "format": "volume",
+        "photometric": "MONOCHROME2",
+        "monochrome1": False,
+        "bits_stored": 16 if dtype == "int16" else 32,
+        "hounsfield": hounsfield,
+        "values": "HU" if hounsfield else "modality",
+        "modality": store.meta.get("modality"),
+        "pixel_min": low,
+        "pixel_max": high,
+        "windows": [],
+        "window_explanations": [],
+        "voi_function": "LINEAR",
+        "voi_lut": None,
+        "presets": volume_presets(store),
+        "manual_step": 1.0,
+        "plane": plane,
+        "index": k,
+        "count": count,
+        "spacing": [float(v) for v in found.spacing],
+        "position_mm": position,
+        "centre_lps": centre,
+        "shape": list(store.shape),
+        "voxel_spacing": [float(v) for v in store.spacing],
+    }
+    return ViewerPixels(header=header, data=out.tobytes())

@@ -17,7 +17,8 @@ Formats:
     ``pairs.jsonl`` (position, 1-based pair number, pair id, case id, reference, candidate,
     source, images, input hash; re-importable with ``import-pairs``), ``ratings.jsonl`` (one
     line per rater, pair, category and significance; position and pair number too) and
-    ``images/`` (the de-identified image files).
+    ``images/`` (the de-identified image files) and ``volumes/<id>.nii.gz`` (each CT/MR
+    volume as NIfTI: its values, voxel sizes and affine, no text; it imports again).
 
 On request (``with_scores``, ``with_timing``; CLI ``--with-scores``, ``--with-timing``; two
 boxes on the Export page) the folder also carries what the dashboard's numbers are made of,
@@ -114,6 +115,8 @@ from radconcord.backend.analysis.data import AnalysisInputError
 from radconcord.backend.datasets import rexval
 from radconcord.backend.errors import InvalidInput, require_admin
 from radconcord.backend.imaging.deid import DEID_PROFILE
+from radconcord.backend.imaging.volume import VolumeError
+from radconcord.backend.imaging.volume_store import VolumeStore
 from radconcord.backend.services.annotation import activity
 from radconcord.backend.services.evaluation.study_data import (
     load_metric_columns,
@@ -552,6 +555,23 @@ def _jsonl_files(
             images = []
             for path, sha, view, fmt in p.images:
                 name = f"images/{Path(path).name}"
+                if fmt == "volume":
+                    # A volume as NIfTI (values, spacing, affine; no text), which imports
+                    # again; its sha256 is the stored volume's, the one scores are keyed by.
+                    name = f"volumes/{Path(path).name}.nii.gz"
+                    if name not in copied:
+                        src = (config.data_dir() / path).resolve()
+                        try:
+                            store = VolumeStore.open(src)
+                        except VolumeError:
+                            raise InvalidInput(
+                                f"volume of case {p.case_id!r} is missing: {src}") from None
+                        (tmp / "volumes").mkdir(exist_ok=True)
+                        store.write_nifti(tmp / name)
+                        copied.add(name)
+                        files.append(name)
+                    images.append({"path": name, "sha256": sha, "view": view, "format": fmt})
+                    continue
                 if name not in copied:
                     src = (config.data_dir() / path).resolve()
                     if not src.is_file():

@@ -27,6 +27,23 @@ temporary name and an atomic rename). DICOM files are de-identified on the way i
 re-encoded without metadata. Every image is decoded once before it is accepted, so a corrupt
 file is rejected at import time.
 
+Volumes (issue 25). Each image entry of a case is classified with
+:func:`backend.imaging.volume.classify_entry`: a PNG/JPEG/single-frame DICOM file is a 2-D
+film as above; a DICOM series folder (named in the ``image`` column, or found in the case
+folder by ``backend.datasets.pairs.images_in_folder``), a multi-frame DICOM file or a NIfTI
+file is a volume. Before anything is written every volume's headers are read
+(:func:`backend.imaging.volume.open_volume`: geometry, the volume limit), so an ambiguous
+folder, a refused geometry or a volume over the limit fails the whole import with one message
+naming the case and the path. A volume is then de-identified into a staging folder
+(``backend.imaging.volume_deid``: every slice through the films' allow-list with the import's
+UID mapping, NIfTI header text and extensions dropped), read back from that cleaned copy
+slice by slice into ``<data dir>/volumes/<random id>/`` (``backend.imaging.volume_store``:
+the values and a header without identifiers), and the cleaned copy is deleted. Its image row
+has ``kind`` ``volume``, ``format`` ``volume``, ``width``/``height`` of an axial slice and
+``meta["volume"]`` with the shape ``(slices, rows, cols)`` and spacing ``(z, y, x)`` mm. A
+NIfTI file has no modality: it is taken as CT (values in HU) unless the entry's view names
+another modality (``MR``, ``PT``, ``NM``).
+
 Cases belong to their study: an import always creates its own cases, so importing study B
 with a case id that study A also uses never changes A's images, reports or export.
 """
@@ -40,6 +57,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -64,8 +82,21 @@ from radconcord.backend.imaging.deid import (
     deidentify_file,
 )
 from radconcord.backend.imaging.load import ImageLoadError, file_sha256, load_image, sniff_format
+from radconcord.backend.imaging.volume import (
+    VolumeError,
+    classify_entry,
+    is_nifti_name,
+    open_volume,
+)
+from radconcord.backend.imaging.volume_deid import (
+    deidentify_multiframe,
+    deidentify_nifti,
+    deidentify_series,
+)
+from radconcord.backend.imaging.volume_store import VolumeStore
 from radconcord.backend.scoring.hashing import input_hash
 from radconcord.backend.types import Actor, CandidateInput, CaseInput
+from radconcord.backend.util import staging_dir
 from radconcord.db.models import (
     STUDY_STAGING,
     Assignment,
@@ -86,6 +117,13 @@ logger = logging.getLogger(__name__)
 _hasher = PasswordHasher()
 
 IMAGES_SUBDIR = "images"
+VOLUMES_SUBDIR = "volumes"
+# Image kinds (``Image.kind``) and the entry kinds of classify_entry that are volumes.
+KIND_FILM = "film"
+KIND_VOLUME = "volume"
+VOLUME_ENTRIES = ("series", "multiframe", "nifti")
+# A NIfTI file's modality when the entry's view names none (CT-RATE ships CT in HU).
+NIFTI_MODALITIES = ("CT", "MR", "PT", "NM")
 EXTENSIONS = {"dicom": "dcm", "png": "png", "jpeg": "jpg"}
 REXVAL_RATER_PREFIX = "rexval_rater_"
 # Pairs per import transaction: a batch commits in tens of milliseconds, so a rater's save
@@ -139,6 +177,19 @@ class _PreparedImage:
     width: int
     height: int
     meta: dict[str, Any]
+    kind: str = KIND_FILM
+
+
+def remove_stored(path: Path) -> bool:
+    """Remove a stored image: a film's file or a volume's folder. False when it was gone."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 @dataclass
@@ -169,12 +220,9 @@ class _FileWriter:
         self.created.clear()
         if db is not None:
             paths = [self.root / rel for rel in _unreferenced(
-                db, [f"{IMAGES_SUBDIR}/{p.name}" for p in paths])]
+                db, [p.relative_to(self.root).as_posix() for p in paths])]
         for path in paths:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
+            remove_stored(path)
 
 
 def _unreferenced(db: Database, rel_paths: Sequence[str]) -> list[str]:
@@ -303,17 +351,57 @@ def _check_cases(cases: list[CaseInput]) -> None:
             keys.add(key)
 
 
+def entry_kind(case_id: str, src: Path, view: str | None = None) -> str:
+    """What a case's image entry is: ``film``, or ``series``/``multiframe``/``nifti``.
+
+    A folder, a NIfTI file or a DICOM file is classified with
+    :func:`backend.imaging.volume.classify_entry` (headers only); a volume's headers are then
+    checked with :func:`backend.imaging.volume.open_volume` (geometry, the volume limit), so
+    nothing is written for an import that would fail on a volume. A DICOM file whose header
+    cannot be read stays a film here: the film import refuses it with its own message.
+
+    Raises:
+        InvalidInput: An ambiguous folder, a refused geometry or a volume over the limit;
+            the message names the case and the path.
+    """
+    if src.is_file() and not is_nifti_name(src) and sniff_format(src) != "dicom":
+        return KIND_FILM
+    try:
+        kind = classify_entry(src)
+    except VolumeError as exc:
+        if src.is_file() and not is_nifti_name(src):
+            return KIND_FILM
+        raise InvalidInput(f"case {case_id}: {exc}") from None
+    if kind == KIND_FILM:
+        if src.is_dir():
+            raise InvalidInput(f"case {case_id}: {src}: a folder of 2-D films is not one "
+                               "image; list its files, or give the case folder")
+        return KIND_FILM
+    try:
+        open_volume(src, modality=_nifti_modality(view))
+    except VolumeError as exc:
+        raise InvalidInput(f"case {case_id}: {exc}") from None
+    return kind
+
+
+def _nifti_modality(view: str | None) -> str:
+    text = (view or "").strip().upper()
+    return text if text in NIFTI_MODALITIES else "CT"
+
+
 def _resolve_images(
     cases: list[CaseInput], image_base: Path | None
-) -> dict[str, list[tuple[Path, str | None]]]:
-    """Every case's image files, checked to exist (and to stay in ``image_base``).
+) -> dict[str, list[tuple[Path, str | None, str]]]:
+    """Every case's image entries, checked to exist (and to stay in ``image_base``), each
+    with its kind (:func:`entry_kind`: volumes' headers are checked here).
 
-    Runs before anything is written, so a missing or escaping path is refused up front.
+    Runs before anything is written, so a missing or escaping path, an ambiguous folder or a
+    refused volume is refused up front.
     """
     base = image_base.resolve() if image_base is not None else None
-    out: dict[str, list[tuple[Path, str | None]]] = {}
+    out: dict[str, list[tuple[Path, str | None, str]]] = {}
     for case in cases:
-        files: list[tuple[Path, str | None]] = []
+        files: list[tuple[Path, str | None, str]] = []
         for image in case.images:
             src = Path(image.path)
             if base is not None:
@@ -322,12 +410,105 @@ def _resolve_images(
                     raise InvalidInput(
                         f"case {case.case_id}: image {image.path} lies outside {base}"
                     )
-            if not src.is_file():
+            if not src.is_file() and not src.is_dir():
                 raise InvalidInput(f"case {case.case_id}: no such image file {src}")
-            files.append((src, image.view))
+            files.append((src, image.view, entry_kind(case.case_id, src, image.view)))
         if files:
             out[case.case_id] = files
     return out
+
+
+@dataclass
+class _VolumeEntry:
+    """A volume of a case, to be de-identified and stored at ``rel_path``."""
+
+    case_id: str
+    src: Path
+    view: str | None
+    kind: str  # series | multiframe | nifti
+    rel_path: str
+
+
+def _entry_sha256(src: Path) -> str:
+    """The source's digest: a file's, or of a folder's files (relative names and digests)."""
+    if src.is_file():
+        return file_sha256(src)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(src).as_posix().encode("utf-8") + b"\0")
+        digest.update(bytes.fromhex(file_sha256(path)))
+    return digest.hexdigest()
+
+
+def _store_sha256(folder: Path) -> str:
+    """Digest of a volume store (its header, then its values), streamed."""
+    digest = hashlib.sha256()
+    for name in ("volume.json", "volume.npy"):
+        with open(folder / name, "rb") as fh:
+            while block := fh.read(1 << 20):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _store_volume(entry: _VolumeEntry, writer: _FileWriter, mapper: UidMapper,
+                  warnings: list[str]) -> _PreparedImage:
+    """De-identify a volume into a staging folder and store it from that cleaned copy."""
+    case_id, src = entry.case_id, entry.src
+    dest = writer.root / entry.rel_path
+    cleaned: Path | None = None
+    try:
+        source_sha = _entry_sha256(src)
+        with staging_dir(writer.root / VOLUMES_SUBDIR, ".deid.") as tmp:
+            if entry.kind == "series":
+                cleaned = tmp / "series"
+                result = deidentify_series(src, cleaned, mapper=mapper)
+                notes = list(result.warnings)
+            elif entry.kind == "multiframe":
+                cleaned = tmp / "volume.dcm"
+                notes = list(deidentify_multiframe(src, cleaned, mapper=mapper).warnings)
+            else:
+                cleaned = tmp / ("volume.nii.gz" if src.name.lower().endswith(".gz")
+                                 else "volume.nii")
+                deidentify_nifti(src, cleaned)
+                notes = []
+            source = open_volume(cleaned, modality=_nifti_modality(entry.view))
+            notes.extend(source.header.warnings)
+            # Named before it exists: a failure while writing removes it with the rest.
+            writer.created.append(dest)
+            store = VolumeStore.write(source, dest)
+    except (VolumeError, DeidentificationError) as exc:
+        message = str(exc)
+        if cleaned is not None:
+            message = message.replace(str(cleaned), str(src))
+        raise InvalidInput(f"case {case_id}: {message}") from None
+    except OSError as exc:
+        raise InvalidInput(f"case {case_id}: {src}: cannot read ({exc.strerror})") from None
+    if cleaned is not None:
+        warnings.extend(f"case {case_id}: volume: {w.replace(str(cleaned), 'volume')}"
+                        for w in notes)
+    slices, rows, cols = store.shape
+    meta = {
+        "modality": store.meta.get("modality"),
+        "hounsfield": bool(store.meta.get("hounsfield")),
+        "volume": {
+            "source": entry.kind,
+            "shape": [slices, rows, cols],
+            "spacing": [float(v) for v in store.spacing],
+            "dtype": store.meta.get("dtype"),
+        },
+        "source_sha256": source_sha,
+    }
+    return _PreparedImage(
+        sha256=_store_sha256(dest),
+        source_sha256=source_sha,
+        format=KIND_VOLUME,
+        rel_path=entry.rel_path,
+        view=_normalise_view(entry.view),
+        width=cols,
+        height=rows,
+        meta=meta,
+        kind=KIND_VOLUME,
+    )
 
 
 def _batches(
@@ -429,6 +610,7 @@ def _write_batch(
             image_rows.append({
                 "case_id": case_id, "path": p.rel_path, "format": p.format, "view": p.view,
                 "sha256": p.sha256, "width": p.width, "height": p.height, "meta": p.meta,
+                "kind": p.kind,
             })
         shas_of.append(shas)
         report_rows.append({"case_id": case_id, "role": "reference", "source": None,
@@ -526,11 +708,7 @@ def delete_staged_study(db: Database, study_id: int) -> int:
     root = config.data_dir()
     removed = 0
     for rel in _unreferenced(db, paths):
-        try:
-            (root / rel).unlink()
-            removed += 1
-        except FileNotFoundError:
-            pass
+        removed += remove_stored(root / rel)
     return removed
 
 
@@ -594,7 +772,9 @@ def cleanup_stale_imports(
     A staging study is abandoned when it was started on this host by a process that no
     longer exists, or when its heartbeat (refreshed by every batch) is older than
     ``older_than``. Its rows are deleted in short transactions, then the image files that no
-    remaining image row refers to. Runs at the start of every import; safe to call any time.
+    remaining image row refers to, and the staging folders of volume imports (under
+    ``volumes/``) untouched for ``older_than``. Runs at the start of every import; safe to
+    call any time.
 
     Args:
         db: The database.
@@ -619,14 +799,30 @@ def cleanup_stale_imports(
         paths = _delete_study_rows(db, study_id, state.get("created_users", []))
         paths = sorted(set(paths) | set(state.get("pending_files", [])))
         for rel in _unreferenced(db, paths):
-            try:
-                (root / rel).unlink()
-            except FileNotFoundError:
-                pass
+            remove_stored(root / rel)
         logger.warning("deleted the unfinished import of study %r (import started %s)",
                        name, state.get("started", "?"))
         removed.append(name)
+    _remove_stale_volume_staging(root / VOLUMES_SUBDIR, now - older_than)
     return removed
+
+
+def _remove_stale_volume_staging(folder: Path, before: dt.datetime) -> None:
+    """Remove staging folders of volume imports (de-identified copies, half-written stores:
+    hidden names under ``volumes/``) not touched since ``before``: a killed import's."""
+    if not folder.is_dir():
+        return
+    for child in folder.iterdir():
+        if not child.name.startswith(".") or not child.is_dir() or child.is_symlink():
+            continue
+        try:
+            touched = dt.datetime.fromtimestamp(child.stat().st_mtime, dt.UTC)
+        except OSError:
+            continue
+        if touched < before:
+            shutil.rmtree(child, ignore_errors=True)
+            logger.warning("removed the staging folder %s of an unfinished volume import",
+                           child.name)
 
 
 _After = Callable[[Database, _Staging], Any]
@@ -678,9 +874,13 @@ def _run_import(
         if progress is not None:
             progress(0, n_pairs_total, f"importing {n_pairs_total} pairs")
         for batch in _batches(cases, batch_pairs or BATCH_PAIRS):
-            cleaned = [
-                _clean_image(case.case_id, src, view, mapper, warnings)
-                for case in batch for src, view in sources.get(case.case_id, [])
+            # Films are de-identified in memory now; volumes later, slice by slice, into
+            # their own folders (a random name, known now for the pending list).
+            cleaned: list[_CleanImage | _VolumeEntry] = [
+                _clean_image(case.case_id, src, view, mapper, warnings) if kind == KIND_FILM
+                else _VolumeEntry(case.case_id, src, view, kind,
+                                  f"{VOLUMES_SUBDIR}/{secrets.token_hex(16)}")
+                for case in batch for src, view, kind in sources.get(case.case_id, [])
             ]
             n_stored += len(cleaned)
             if cleaned:
@@ -693,6 +893,10 @@ def _run_import(
             # write lock is held only for the INSERTs.
             prepared: dict[str, list[_PreparedImage]] = {}
             for clean in cleaned:
+                if isinstance(clean, _VolumeEntry):
+                    stored = _store_volume(clean, writer, mapper, warnings)
+                    prepared.setdefault(clean.case_id, []).append(stored)
+                    continue
                 stored = _store_image(clean, writer)
                 prepared.setdefault(clean.case_id, []).append(stored)
                 if clean.burned_in:
@@ -1100,7 +1304,13 @@ def preview_import(
     for case in cases:
         for image in case.images:
             n_images += 1
-            if sniff_format(Path(image.path)) not in EXTENSIONS:
+            src = Path(image.path)
+            if src.is_dir() or is_nifti_name(src):
+                try:
+                    entry_kind(case.case_id, src, image.view)
+                except InvalidInput as exc:
+                    problems.append(str(exc))
+            elif sniff_format(src) not in EXTENSIONS:
                 problems.append(f"case {case.case_id}: {Path(image.path).name}: not a DICOM, "
                                 "PNG or JPEG file")
     sources: dict[str, int] = {}

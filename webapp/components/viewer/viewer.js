@@ -6,14 +6,38 @@
 // (canvas size x devicePixelRatio; the full resolution once zoomed past it) and windows them
 // here, through a lookup table, so a W/L change never waits for the server.
 //
+// A volume (CT/MR, item.volume) gets a VolumePane: one plane at a time from
+// GET _rc/api/images/<id>/plane?plane=axial|coronal|sagittal&index=k (raw values, HU for CT,
+// windowed here like a film), drawn with the plane's pixel spacing (anisotropic voxels are
+// not squashed). Wheel, ArrowUp/ArrowDown, PageUp/PageDown, Home/End and a slider move
+// through the slices; Axial/Coronal/Sagittal switch the plane, keeping the window (one W/L
+// for every plane); the HU under the pointer is shown. Neighbouring planes are prefetched
+// (a window of PREFETCH_RADIUS each side), and at most SLICE_CACHE planes are kept, so the
+// browser's memory stays bounded whatever the volume's size. "3 planes" shows axial,
+// coronal and sagittal side by side instead (three VolumePanes of one volume sharing a link):
+// a crosshair in each marks where the other two cut it, a click moves the other two planes
+// to the point clicked, and the window is one for the three.
+//
 // Streamlit calls the default export again whenever the page reruns (same parentElement):
 // the viewer keeps its state and starts afresh (zoom, pan, manual window) only when the pair
 // changes. Keys: only the viewer's own (0, I) are handled, and only while it has focus; the
 // page's shortcuts (N, P, Ctrl+Enter) pass through untouched.
 
 const VIEWERS = new WeakMap();
-const PRESET_LABELS = [["auto", "Auto"], ["header", "Header"], ["lung", "Lung"], ["bone", "Bone"],
-  ["manual", "Manual"]];
+const PRESET_LABELS = [["auto", "Auto"], ["header", "Header"], ["lung", "Lung"],
+  ["mediastinum", "Mediastinum"], ["bone", "Bone"], ["manual", "Manual"]];
+// Volumes: the planes, the slices prefetched each side of the one shown, the planes kept.
+const VOLUME_PLANES = [["axial", "Axial"], ["coronal", "Coronal"], ["sagittal", "Sagittal"]];
+const PREFETCH_RADIUS = 8;
+const SLICE_CACHE = 48;
+const PREFETCH_CONCURRENCY = 3;
+// Wheel distance (pixel mode) per slice: one notch of a mouse wheel is 100.
+const WHEEL_PER_SLICE = 100;
+// Height of a volume pane's strip (plane buttons, slider) under its canvas, CSS pixels.
+const VOLBAR_PX = 34;
+// Keys that move through a volume's slices (ArrowLeft/ArrowRight still pan).
+const VOLUME_KEYS = { ArrowUp: true, ArrowDown: true, PageUp: true, PageDown: true, Home: true,
+  End: true };
 // The window event that moves the focus between the film and the count grid (key V in
 // either; the grid listens for FOCUS_GRID, the viewer for FOCUS_VIEWER).
 const FOCUS_GRID = "radconcord:focus-grid";
@@ -26,6 +50,13 @@ const MIN_ZOOM = 0.5;
 const MAX_ZOOM = 32;
 // Drag sensitivity for W/L: a drag across 512 CSS pixels spans the image's value range.
 const WL_DRAG_SPAN = 512;
+
+const FILM_HELP = "Wheel/pinch zoom · drag pan · right- or Shift+drag: window (\u2194 width, " +
+  "\u2195 level) · double-click or 0: fit · 1: 100% · +/- zoom · arrows pan · I invert · " +
+  "V: to the count grid";
+const VOLUME_HELP = "Volume: wheel, \u2191/\u2193, PgUp/PgDn, Home/End or the slider: slices · " +
+  "Ctrl+wheel/pinch zoom · drag pan · right- or Shift+drag: window (all planes) · " +
+  "0: fit · I invert · V: to the count grid";
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -201,6 +232,8 @@ class Pane {
       return;
     }
     const h = this.img.header;
+    // A preset this image has not (Mediastinum, chosen on a CT, for a film): its Auto.
+    if (name !== "manual" && !h.presets[name]) name = "auto";
     this.preset = name;
     if (name === "manual") {
       this.win = this.headerLinear();
@@ -441,6 +474,405 @@ class Pane {
   }
 }
 
+
+/** Values of one plane of a volume: spacing-aware size (full_rows/full_cols in display units). */
+function parsePlane(buffer) {
+  const plane = parsePixels(buffer);
+  const h = plane.header;
+  const [rowMm, colMm] = h.spacing;
+  const unit = Math.min(rowMm, colMm);
+  // The plane is drawn rows * rowMm by cols * colMm: anisotropic voxels keep their shape.
+  h.full_rows = (h.rows * rowMm) / unit;
+  h.full_cols = (h.cols * colMm) / unit;
+  return plane;
+}
+
+class VolumePane extends Pane {
+  constructor(viewer, item, index, opts = {}) {
+    super(viewer, item, index);
+    this.isVolume = true;
+    this.root.classList.add("rcv-volume");
+    this.canvas.setAttribute("aria-label", `${item.caption}: volume`);
+    this.plane = opts.plane || "axial";
+    // Three planes of one volume: {panes}; each pane keeps its own plane.
+    this.link = opts.link || null;
+    this.indices = {};
+    this.counts = {};
+    this.cache = new Map(); // "plane:index" -> {header, values}, oldest first
+    this.inflight = new Map(); // "plane:index" -> Promise
+    this.queue = [];
+    this.running = 0;
+    this.abortAll = new AbortController();
+    this.wheelAcc = 0;
+    this.hover = null;
+    this.sliceText = el("div", "rcv-ov rcv-ov-tr", "");
+    this.huText = el("div", "rcv-ov rcv-ov-hu", "");
+    this.huText.hidden = true;
+    this.bar = el("div", "rcv-volbar");
+    const planes = el("div", "rcv-seg");
+    planes.setAttribute("role", "radiogroup");
+    planes.setAttribute("aria-label", "Plane");
+    this.planeButtons = {};
+    for (const [key, label] of VOLUME_PLANES) {
+      const b = el("button", "rcv-btn", label);
+      b.type = "button";
+      b.dataset.plane = key;
+      b.setAttribute("role", "radio");
+      b.addEventListener("click", () => this.setPlane(key));
+      planes.append(b);
+      this.planeButtons[key] = b;
+    }
+    this.slider = el("input", "rcv-slider");
+    this.slider.type = "range";
+    this.slider.min = "0";
+    this.slider.max = "0";
+    this.slider.step = "1";
+    this.slider.setAttribute("aria-label", "Slice");
+    this.slider.addEventListener("input", () => this.go(parseInt(this.slider.value, 10)));
+    this.sliderText = el("span", "rcv-slicepos", "");
+    this.bar.append(planes, this.slider, this.sliderText);
+    if (this.link) {
+      planes.hidden = true;
+      this.root.classList.add("rcv-linked");
+      this.root.dataset.linkedPlane = this.plane;
+    }
+    this.root.append(this.sliceText, this.huText, this.bar);
+    this.refreshPlaneButtons();
+  }
+
+  key(plane, index) {
+    return `${plane}:${index}`;
+  }
+
+  /** The canvas takes the pane's height less the strip, which sits under it. */
+  resize(w, h) {
+    if (this.outer && this.outer[0] === Math.floor(w) && this.outer[1] === Math.floor(h)) return;
+    this.outer = [Math.floor(w), Math.floor(h)];
+    super.resize(w, Math.max(1, h - VOLBAR_PX));
+    this.root.style.height = `${this.outer[1]}px`;
+  }
+
+  url(plane, index) {
+    const q = index === null || index === undefined ? "" : `&index=${index}`;
+    return `${this.item.url}?plane=${plane}${q}`;
+  }
+
+  ensureResolution() {
+    if (this.cssW < 2 || this.cssH < 2 || this.img || this.started) return;
+    this.started = true;
+    this.setStatus("Loading volume...");
+    const t0 = performance.now();
+    // The middle plane first (its header gives the volume's size).
+    this.fetchPlane(this.plane, null).then((plane) => {
+      if (!plane || this.viewer.destroyed) return;
+      const [slices, rows, cols] = plane.header.shape;
+      this.counts = { axial: slices, coronal: rows, sagittal: cols };
+      for (const [p] of VOLUME_PLANES) this.indices[p] = Math.floor(this.counts[p] / 2);
+      this.indices[this.plane] = plane.header.index;
+      this.root.dataset.loadMs = String(Math.round(performance.now() - t0));
+      this.setStatus("");
+      this.display(plane, null);
+      this.viewer.paneLoaded(this);
+      this.renderWindow();
+      // From the first request to the first slice on screen (the browser tests read it).
+      requestAnimationFrame(() => {
+        this.root.dataset.firstMs = (performance.now() - t0).toFixed(1);
+      });
+      this.prefetch();
+    }).catch((err) => {
+      this.started = false;
+      if (err.name !== "AbortError") this.setStatus(`${this.item.caption}: ${err.message}`, true);
+    });
+  }
+
+  /** Fetch one plane (no index: the middle one); cached and shared between callers. */
+  fetchPlane(plane, index) {
+    const k = index === null ? null : this.key(plane, index);
+    if (k && this.cache.has(k)) return Promise.resolve(this.cache.get(k));
+    if (k && this.inflight.has(k)) return this.inflight.get(k);
+    const promise = fetch(this.url(plane, index), {
+      credentials: "same-origin", signal: this.abortAll.signal, cache: "no-store",
+    }).then(async (resp) => {
+      if (!resp.ok) {
+        let message = `volume could not be loaded (HTTP ${resp.status})`;
+        try {
+          const body = await resp.json();
+          if (body && body.message) message = body.message;
+        } catch (_err) {
+          /* keep the HTTP status */
+        }
+        throw new Error(message);
+      }
+      return resp.arrayBuffer();
+    }).then((buffer) => {
+      const parsed = parsePlane(buffer);
+      this.remember(parsed);
+      return parsed;
+    }).finally(() => {
+      if (k) this.inflight.delete(k);
+    });
+    if (k) this.inflight.set(k, promise);
+    return promise;
+  }
+
+  remember(plane) {
+    const k = this.key(plane.header.plane, plane.header.index);
+    this.cache.delete(k);
+    this.cache.set(k, plane);
+    const current = this.key(this.plane, this.indices[this.plane]);
+    while (this.cache.size > SLICE_CACHE) {
+      const oldest = [...this.cache.keys()].find((key) => key !== current);
+      if (oldest === undefined) break;
+      this.cache.delete(oldest);
+    }
+    this.root.dataset.cached = String(this.cache.size);
+  }
+
+  count() {
+    return this.counts[this.plane] || 0;
+  }
+
+  /** Show plane `index` of the current plane (clamped); from the cache when prefetched. */
+  go(index, event) {
+    const n = this.count();
+    if (!n) return;
+    const k = Math.max(0, Math.min(n - 1, Math.round(index)));
+    this.indices[this.plane] = k;
+    this.refreshSliceUi();
+    this.linkChanged();
+    const started = event && event.timeStamp !== undefined ? event.timeStamp : performance.now();
+    const cached = this.cache.get(this.key(this.plane, k));
+    if (cached) {
+      this.cache.delete(this.key(this.plane, k)); // most recently used
+      this.cache.set(this.key(this.plane, k), cached);
+      this.display(cached, started);
+    } else {
+      const plane = this.plane;
+      this.fetchPlane(plane, k).then((got) => {
+        if (this.viewer.destroyed || this.plane !== plane || this.indices[plane] !== k) return;
+        this.display(got, started);
+      }).catch((err) => {
+        if (err.name !== "AbortError") this.setStatus(`${this.item.caption}: ${err.message}`, true);
+      });
+    }
+    this.prefetch();
+  }
+
+  step(delta, event) {
+    this.go((this.indices[this.plane] || 0) + delta, event);
+  }
+
+  // ----- three linked planes -----
+
+  /** The index shown along `plane` by this volume's panes (the linked one's, else ours). */
+  linkedIndex(plane) {
+    const other = this.link ? this.link.panes.find((p) => p.plane === plane) : null;
+    const source = other && other.counts[plane] ? other : this;
+    const value = source.indices[plane];
+    return value === undefined ? Math.floor((this.counts[plane] || 1) / 2) : value;
+  }
+
+  linkChanged() {
+    if (!this.link) return;
+    for (const p of this.link.panes) if (p !== this && p.img) p.draw();
+  }
+
+  /** Where the other two planes cut this one: (col, row) of the plane's pixels. */
+  crosshair() {
+    const h = this.img.header;
+    const slices = h.shape[0];
+    const i = this.linkedIndex("sagittal");
+    const j = this.linkedIndex("coronal");
+    const k = this.linkedIndex("axial");
+    if (this.plane === "axial") return { col: i, row: j };
+    // Coronal and sagittal planes put the last slice in their first row (head up).
+    if (this.plane === "coronal") return { col: i, row: slices - 1 - k };
+    return { col: j, row: slices - 1 - k };
+  }
+
+  draw() {
+    super.draw();
+    if (!this.link || !this.img || this.img.header.plane !== this.plane) return;
+    const h = this.img.header;
+    const { col, row } = this.crosshair();
+    const r = this.rect();
+    const x = r.x + ((col + 0.5) / h.cols) * r.w;
+    const y = r.y + ((row + 0.5) / h.rows) * r.h;
+    const ctx = this.canvas.getContext("2d");
+    ctx.save();
+    ctx.strokeStyle = "rgba(255, 196, 0, 0.8)";
+    ctx.lineWidth = 1;
+    ctx.setLineDash([6, 4]);
+    ctx.beginPath();
+    ctx.moveTo(x, r.y);
+    ctx.lineTo(x, r.y + r.h);
+    ctx.moveTo(r.x, y);
+    ctx.lineTo(r.x + r.w, y);
+    ctx.stroke();
+    ctx.restore();
+    this.root.dataset.crosshair = JSON.stringify({ col, row, x: +x.toFixed(1), y: +y.toFixed(1) });
+  }
+
+  /** A click on one of three linked planes: the other two go through the point clicked. */
+  clickAt(px, py) {
+    const at = this.link ? this.valueAt(px, py) : null;
+    if (!at) return;
+    const slices = this.img.header.shape[0];
+    const pane = (plane) => this.link.panes.find((p) => p.plane === plane);
+    const moves = {
+      axial: [["sagittal", at.col], ["coronal", at.row]],
+      coronal: [["sagittal", at.col], ["axial", slices - 1 - at.row]],
+      sagittal: [["coronal", at.col], ["axial", slices - 1 - at.row]],
+    }[this.plane];
+    for (const [plane, index] of moves) {
+      const other = pane(plane);
+      if (other && other.img) other.go(index);
+    }
+  }
+
+  setPlane(plane) {
+    if (plane === this.plane || !this.img) return;
+    this.plane = plane;
+    // Another plane has another shape: fit it again (the window stays: one W/L for all).
+    this.zoom = 1;
+    this.panX = 0;
+    this.panY = 0;
+    this.refreshPlaneButtons();
+    this.go(this.indices[plane]);
+  }
+
+  display(plane, started) {
+    const first = !this.img;
+    this.img = plane;
+    this.renderWindow();
+    if (started !== null && started !== undefined) {
+      const shown = performance.now();
+      requestAnimationFrame(() => {
+        this.root.dataset.sliceMs = (performance.now() - started).toFixed(1);
+        this.root.dataset.sliceDrawMs = (shown - started).toFixed(1);
+      });
+    }
+    if (!first) this.draw();
+    this.refreshSliceUi();
+    this.readHover();
+  }
+
+  prefetch() {
+    const n = this.count();
+    const k = this.indices[this.plane];
+    const wanted = [];
+    for (let d = 1; d <= PREFETCH_RADIUS; d++) {
+      for (const i of [k + d, k - d]) {
+        if (i >= 0 && i < n && !this.cache.has(this.key(this.plane, i))) wanted.push([this.plane, i]);
+      }
+    }
+    // Only the neighbours of the plane on screen: the queue is replaced, not extended.
+    this.queue = wanted;
+    this.pump();
+  }
+
+  pump() {
+    while (this.running < PREFETCH_CONCURRENCY && this.queue.length) {
+      const [plane, i] = this.queue.shift();
+      if (this.cache.has(this.key(plane, i)) || this.inflight.has(this.key(plane, i))) continue;
+      this.running += 1;
+      this.fetchPlane(plane, i).catch(() => {}).finally(() => {
+        this.running -= 1;
+        if (!this.viewer.destroyed) this.pump();
+      });
+    }
+    // For the browser tests: prefetches still to come or under way.
+    this.root.dataset.prefetching = String(this.running + this.queue.length);
+  }
+
+  refreshPlaneButtons() {
+    for (const [key, b] of Object.entries(this.planeButtons)) {
+      const on = key === this.plane;
+      b.classList.toggle("rcv-on", on);
+      b.setAttribute("aria-checked", String(on));
+    }
+  }
+
+  refreshSliceUi() {
+    const n = this.count();
+    const k = this.indices[this.plane] || 0;
+    const h = this.img ? this.img.header : null;
+    const sameSlice = h && h.plane === this.plane && h.index === k;
+    const label = VOLUME_PLANES.find(([p]) => p === this.plane)[1];
+    const pos = sameSlice ? ` · ${h.position_mm.toFixed(1)} mm` : "";
+    this.sliceText.textContent = `${label} ${k + 1} / ${n}${pos}`;
+    this.sliderText.textContent = `${k + 1} / ${n}`;
+    this.slider.max = String(Math.max(0, n - 1));
+    if (document.activeElement !== this.slider || this.slider.value !== String(k)) {
+      this.slider.value = String(k);
+    }
+    this.root.dataset.plane = this.plane;
+    this.root.dataset.slice = String(k);
+    this.root.dataset.sliceCount = String(n);
+    if (sameSlice) {
+      this.root.dataset.shownSlice = `${h.plane}:${h.index}`;
+      this.root.dataset.positionMm = h.position_mm.toFixed(2);
+      this.root.dataset.spacing = JSON.stringify(h.spacing);
+    }
+  }
+
+  /** The value under a canvas point (CSS pixels), or null outside the plane. */
+  valueAt(px, py) {
+    if (!this.img) return null;
+    const h = this.img.header;
+    const r = this.rect();
+    const col = Math.floor(((px - r.x) / r.w) * h.cols);
+    const row = Math.floor(((py - r.y) / r.h) * h.rows);
+    if (col < 0 || row < 0 || col >= h.cols || row >= h.rows) return null;
+    return { row, col, value: this.img.values[row * h.cols + col] };
+  }
+
+  hoverAt(px, py) {
+    this.hover = { px, py };
+    this.readHover();
+  }
+
+  readHover() {
+    const at = this.hover ? this.valueAt(this.hover.px, this.hover.py) : null;
+    if (!at) {
+      this.huText.hidden = true;
+      delete this.root.dataset.hu;
+      return;
+    }
+    const h = this.img.header;
+    const unit = h.hounsfield ? " HU" : "";
+    this.huText.hidden = false;
+    this.huText.textContent = `${fmtNumber(at.value)}${unit} (${at.col}, ${at.row})`;
+    this.root.dataset.hu = String(at.value);
+    this.root.dataset.huAt = `${at.row},${at.col}`;
+  }
+
+  leave() {
+    this.hover = null;
+    this.readHover();
+  }
+
+  /** One wheel event: slices by notches (a trackpad's small deltas add up). */
+  wheel(ev, unit) {
+    if (ev.deltaMode === 1) {
+      this.step(Math.sign(ev.deltaY) * Math.max(1, Math.round(Math.abs(ev.deltaY) / 3)), ev);
+      return;
+    }
+    this.wheelAcc += ev.deltaY * unit;
+    const steps = Math.trunc(this.wheelAcc / WHEEL_PER_SLICE);
+    if (steps) {
+      this.wheelAcc -= steps * WHEEL_PER_SLICE;
+      this.step(steps, ev);
+    }
+  }
+
+  destroy() {
+    super.destroy();
+    this.abortAll.abort();
+    this.queue = [];
+  }
+}
+
 class Viewer {
   constructor(parent) {
     this.parent = parent;
@@ -451,6 +883,7 @@ class Viewer {
     this.invert = Boolean(prefs.invert);
     this.sync = prefs.sync !== false;
     this.dragMode = prefs.dragMode === "wl" ? "wl" : "pan";
+    this.threePlanes = Boolean(prefs.threePlanes);
     this.panes = [];
     this.active = null;
     this.pairKey = null;
@@ -464,6 +897,7 @@ class Viewer {
     try {
       window.localStorage.setItem(PREFS_KEY, JSON.stringify({
         preset: this.preset, invert: this.invert, sync: this.sync, dragMode: this.dragMode,
+        threePlanes: this.threePlanes,
       }));
     } catch (_err) {
       /* private mode: preferences last for this page only */
@@ -492,7 +926,8 @@ class Viewer {
           "histogram inside the body",
         header: "The window stored in the image header (PNG/JPEG: as stored)",
         lung: "Spread the grey levels over the lungs",
-        bone: "Spread the grey levels over bone and the mediastinum",
+        bone: "Spread the grey levels over bone and the mediastinum (CT: W 1800 / L 400)",
+        mediastinum: "CT: soft tissue of the mediastinum (W 400 / L 40)",
         manual: "Type a centre and width (starts from the header window)",
       }[key];
       b.addEventListener("click", () => this.choosePreset(key));
@@ -515,6 +950,12 @@ class Viewer {
       this.savePrefs();
       this.refreshToolbar();
     });
+    this.planesBtn = this.toggle("3 planes", "A volume: axial, coronal and sagittal side by " +
+      "side, linked by a crosshair (a click moves the other two planes there)", () => {
+      this.threePlanes = !this.threePlanes;
+      this.savePrefs();
+      this.rebuildPanes();
+    });
     const reset = el("button", "rcv-btn", "Reset");
     reset.type = "button";
     reset.title = "Fit the whole film again (0 or double-click)";
@@ -529,7 +970,8 @@ class Viewer {
     this.panelBtn.classList.add("rcv-on");
     this.panelBtn.setAttribute("aria-pressed", "true");
     this.panelBtn.hidden = true; // only in full screen with a split
-    bar.append(presets, this.invertBtn, this.syncBtn, this.modeBtn, reset, full, this.panelBtn);
+    bar.append(presets, this.invertBtn, this.syncBtn, this.modeBtn, this.planesBtn, reset, full,
+      this.panelBtn);
 
     const manual = el("div", "rcv-manual");
     this.centerInput = this.numberInput("Center");
@@ -539,10 +981,7 @@ class Viewer {
     this.manualRow = manual;
 
     this.panesBox = el("div", "rcv-panes");
-    this.help = el("div", "rcv-help",
-      "Wheel/pinch zoom · drag pan · right- or Shift+drag: window (\u2194 width, " +
-      "\u2195 level) · double-click or 0: fit · 1: 100% · +/- zoom · arrows pan · I invert · " +
-      "V: to the count grid");
+    this.help = el("div", "rcv-help", FILM_HELP);
     root.append(bar, manual, this.panesBox, this.help);
     this.parent.append(root);
     this.bindEvents();
@@ -588,7 +1027,8 @@ class Viewer {
     this.panesBox.replaceChildren();
     // A new case: zoom, pan and any manual window start afresh; the preset choice stays.
     if (this.preset === "manual") this.preset = "auto";
-    this.panes = images.map((item, i) => new Pane(this, item, i));
+    this.images = images;
+    this.panes = this.makePanes(images);
     for (const p of this.panes) {
       p.preset = this.preset;
       this.panesBox.append(p.root);
@@ -602,9 +1042,52 @@ class Viewer {
     for (const ms of [50, 250, 800, 2000]) setTimeout(() => this.layout(), ms);
   }
 
+  /** One pane per film; a volume gets one, or three linked ones (axial, coronal, sagittal). */
+  makePanes(images) {
+    const panes = [];
+    images.forEach((item, i) => {
+      if (!item.volume) {
+        panes.push(new Pane(this, item, i));
+      } else if (!this.threePlanes) {
+        panes.push(new VolumePane(this, item, i));
+      } else {
+        const link = { panes: [] };
+        for (const [plane] of VOLUME_PLANES) {
+          const pane = new VolumePane(this, item, i, { plane, link });
+          link.panes.push(pane);
+          panes.push(pane);
+        }
+      }
+    });
+    return panes;
+  }
+
+  /** One plane or three: new panes for the same images, keeping the window in use. */
+  rebuildPanes() {
+    const old = this.panes.find((p) => p.isVolume && p.win);
+    const kept = old ? { win: { ...old.win }, preset: old.preset } : null;
+    for (const p of this.panes) p.destroy();
+    this.panesBox.replaceChildren();
+    this.panes = this.makePanes(this.images || []);
+    for (const p of this.panes) {
+      p.preset = kept && p.isVolume ? kept.preset : this.preset;
+      if (kept && p.isVolume) p.keptWin = kept.win;
+      this.panesBox.append(p.root);
+    }
+    this.active = this.panes.find((p) => p.isVolume) || this.panes[0] || null;
+    this.root.dataset.ready = "false";
+    this.refreshToolbar();
+    this.layout();
+  }
+
   paneLoaded(pane) {
     // Manual (after a drag on the other film, say) starts from this film's header window.
     pane.applyPreset(pane.preset);
+    if (pane.keptWin) {
+      // From one plane to three (or back): the window the rater was using stays.
+      pane.win = pane.keptWin;
+      pane.keptWin = null;
+    }
     this.refreshToolbar();
   }
 
@@ -767,7 +1250,8 @@ class Viewer {
 
   targets() {
     if (this.sync || !this.active) return this.panes;
-    return [this.active];
+    // Three planes of one volume share one window.
+    return this.active.link ? this.active.link.panes : [this.active];
   }
 
   choosePreset(key) {
@@ -797,6 +1281,12 @@ class Viewer {
 
   refreshToolbar() {
     const shown = this.active ? this.active.preset : this.preset;
+    const volumes = this.panes.some((p) => p.isVolume);
+    this.presetButtons.mediastinum.hidden = !volumes;
+    this.planesBtn.hidden = !volumes;
+    this.planesBtn.classList.toggle("rcv-on", this.threePlanes);
+    this.planesBtn.setAttribute("aria-pressed", String(this.threePlanes));
+    this.help.textContent = volumes ? VOLUME_HELP : FILM_HELP;
     for (const [key, b] of Object.entries(this.presetButtons)) {
       const on = key === shown;
       b.classList.toggle("rcv-on", on);
@@ -852,6 +1342,15 @@ class Viewer {
       ev.preventDefault(); // the page must not scroll under the film
       const r = pane.canvas.getBoundingClientRect();
       const unit = ev.deltaMode === 1 ? 16 : ev.deltaMode === 2 ? r.height : 1;
+      if (pane.isVolume && !ev.ctrlKey) {
+        // A volume: the wheel moves through the slices (Ctrl+wheel, a pinch, zooms).
+        if (this.active !== pane) {
+          this.active = pane;
+          this.refreshToolbar();
+        }
+        pane.wheel(ev, unit);
+        return;
+      }
       // Pinch on a trackpad arrives as a wheel event with ctrlKey and small deltas.
       const k = ev.ctrlKey ? 0.01 : 0.0015;
       pane.zoomAt(ev.clientX - r.left, ev.clientY - r.top, Math.exp(-ev.deltaY * unit * k));
@@ -866,6 +1365,9 @@ class Viewer {
     box.addEventListener("pointermove", (ev) => this.pointerMove(ev));
     box.addEventListener("pointerup", (ev) => this.pointerUp(ev));
     box.addEventListener("pointercancel", (ev) => this.pointerUp(ev));
+    box.addEventListener("pointerleave", () => {
+      for (const p of this.panes) if (p.isVolume) p.leave();
+    });
     this.root.addEventListener("keydown", (ev) => this.keyDown(ev));
     this.onFocusViewer = () => this.root.focus({ preventScroll: true });
     window.addEventListener(FOCUS_VIEWER, this.onFocusViewer);
@@ -891,6 +1393,14 @@ class Viewer {
   pointerDown(ev) {
     const pane = this.paneAt(ev.target);
     if (!pane) return;
+    if (pane.isVolume && pane.bar.contains(ev.target)) {
+      // The plane buttons and the slider take their own clicks and drags.
+      if (this.active !== pane) {
+        this.active = pane;
+        this.refreshToolbar();
+      }
+      return;
+    }
     this.root.focus({ preventScroll: true });
     if (this.active !== pane) {
       this.active = pane;
@@ -906,7 +1416,8 @@ class Viewer {
     if (ev.button !== 0 && ev.button !== 2) return;
     ev.preventDefault();
     pane.canvas.setPointerCapture(ev.pointerId);
-    this.drag = { kind: wl ? "wl" : "pan", pane, x: ev.clientX, y: ev.clientY, id: ev.pointerId };
+    this.drag = { kind: wl ? "wl" : "pan", pane, x: ev.clientX, y: ev.clientY, id: ev.pointerId,
+      x0: ev.clientX, y0: ev.clientY };
   }
 
   pinchState() {
@@ -920,6 +1431,11 @@ class Viewer {
 
   pointerMove(ev) {
     if (this.pointers.has(ev.pointerId)) this.pointers.set(ev.pointerId, { x: ev.clientX, y: ev.clientY });
+    const over = this.paneAt(ev.target);
+    if (over && over.isVolume) {
+      const r = over.canvas.getBoundingClientRect();
+      over.hoverAt(ev.clientX - r.left, ev.clientY - r.top);
+    }
     const d = this.drag;
     if (!d) return;
     if (d.kind === "pinch") {
@@ -941,7 +1457,7 @@ class Viewer {
       return;
     }
     if (!d.pane.img) return;
-    const targets = this.sync ? this.panes : [d.pane];
+    const targets = this.sync ? this.panes : d.pane.link ? d.pane.link.panes : [d.pane];
     for (const p of targets) {
       if (!p.img) continue;
       // Synchronised films of the same kind change by the same values; others (a DICOM
@@ -956,6 +1472,13 @@ class Viewer {
 
   pointerUp(ev) {
     this.pointers.delete(ev.pointerId);
+    const d = this.drag;
+    if (d && d.kind === "pan" && d.id === ev.pointerId && d.pane.link &&
+        Math.hypot(ev.clientX - d.x0, ev.clientY - d.y0) < 4) {
+      // A click (not a drag) on one of three linked planes.
+      const r = d.pane.canvas.getBoundingClientRect();
+      d.pane.clickAt(ev.clientX - r.left, ev.clientY - r.top);
+    }
     if (this.drag && (this.drag.id === ev.pointerId || this.drag.kind === "pinch")) {
       this.drag = null;
     }
@@ -986,6 +1509,14 @@ class Viewer {
     } else if (pane && pane.img && (ev.key === "+" || ev.key === "=" || ev.key === "-")) {
       ev.preventDefault();
       pane.zoomAt(pane.cssW / 2, pane.cssH / 2, ev.key === "-" ? 1 / 1.25 : 1.25);
+    } else if (pane && pane.isVolume && pane.img && VOLUME_KEYS[ev.key]) {
+      ev.preventDefault(); // through the slices, not the page
+      if (ev.key === "Home") pane.go(0, ev);
+      else if (ev.key === "End") pane.go(pane.count() - 1, ev);
+      else {
+        const page = Math.max(1, Math.round(pane.count() / 10));
+        pane.step({ ArrowUp: -1, ArrowDown: 1, PageUp: -page, PageDown: page }[ev.key], ev);
+      }
     } else if (pane && pane.img && ev.key.startsWith("Arrow")) {
       ev.preventDefault(); // pan the film, not the page
       const step = 40;
