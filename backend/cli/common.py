@@ -96,7 +96,7 @@ GROUPS: dict[str, tuple[str, str]] = {
         "Set up the study database: its schema, the demo accounts and the bundled demo study.",
     ),
     "model": (
-        "models of the metrics: train-er2score, serve-llm, uncertainty",
+        "models of the metrics: train-er2score, train-concord, serve-llm, uncertainty",
         "Train and serve the models that some metrics use, and measure a model's sampling"
         " uncertainty.",
     ),
@@ -111,7 +111,7 @@ ORDER: dict[str, tuple[str, ...]] = {
               "simulate-rating", "archive", "delete"),
     "user": ("create", "list", "reset-password", "deactivate", "reactivate"),
     "db": ("init", "seed-demo", "import-demo"),
-    "model": ("train-er2score", "serve-llm", "uncertainty"),
+    "model": ("train-er2score", "train-concord", "serve-llm", "uncertainty"),
 }
 
 

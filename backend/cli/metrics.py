@@ -1,8 +1,10 @@
-"""Metric commands: ``metrics``, ``uncertainty`` and ``train-er2score``.
+"""Metric commands: ``metrics``, ``uncertainty``, ``train-er2score`` and ``train-concord``.
 
 ``metrics [--json]`` lists every metric, available here or why not; ``uncertainty`` writes SMAS
-variance per case; ``train-er2score`` trains an ER2Score adapter on a study's ratings. Torch,
-transformers and peft are imported only when a command runs.
+variance per case; ``train-er2score`` trains an ER2Score adapter on a study's ratings;
+``train-concord`` trains a Concord ``gbm`` or ``ce`` model on synthetic errors of public
+reports (no human ratings). Torch, transformers and peft are imported only when a command
+runs.
 """
 
 from __future__ import annotations
@@ -73,8 +75,35 @@ def register(commands: Commands) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
     p.set_defaults(func=cmd_train_er2score)
 
+    p = model.add_parser(
+        "train-concord",
+        help="train a Concord gbm or ce model on synthetic errors of public reports",
+        description="Split the reports (default: the IU reports, fetched when missing) into"
+        " training and held-out reports, generate synthetic pairs with error counts known by"
+        " construction, train the gradient-boosted model (gbm) or the MiniLM cross-encoder"
+        " (ce), and print the held-out synthetic figures. No human ratings are used.",
+    )
+    p.add_argument("--variant", required=True, choices=("gbm", "ce"), help="what to train")
+    p.add_argument("--output", required=True, type=Path, help="new folder for the model")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--pairs", type=int, default=None,
+                   help="synthetic pairs, training and held-out together (default 40000 for"
+                   " gbm, 20000 for ce)")
+    p.add_argument("--heldout", type=float, default=0.1,
+                   help="fraction of reports held out for the figures (default 0.1)")
+    p.add_argument("--max-steps", type=int, default=None, help="optimiser steps (ce; default 800)")
+    p.add_argument("--corpus", default=None,
+                   help="CSV/JSONL file of reports (id, text) instead of the IU reports")
+    p.add_argument("--base", type=Path, default=None,
+                   help="encoder folder to fine-tune (ce; default the packaged MiniLM)")
+    p.add_argument("--batch-size", type=int, default=16, help="pairs per step (ce)")
+    p.add_argument("--lr", type=float, default=5e-5, help="encoder learning rate (ce)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N] (default auto)")
+    p.set_defaults(func=cmd_train_concord)
+
     commands.alias("uncertainty", "model", "uncertainty")
     commands.alias("train-er2score", "model", "train-er2score")
+    commands.alias("train-concord", "model", "train-concord")
 
 
 def _direction(value: bool | None) -> str:
@@ -246,4 +275,48 @@ def cmd_train_er2score(args: argparse.Namespace) -> int:
         f" untrained {_fmt(summary.tau_untrained)}, trained {_fmt(summary.tau_trained)}"
     )
     print(f"score with: --set er2score.adapter={summary.output}")
+    return 0
+
+
+def cmd_train_concord(args: argparse.Namespace) -> int:
+    """Train a Concord model on synthetic pairs and print the held-out figures."""
+    from radconcord.backend.metrics import hf
+    from radconcord.backend.services.evaluation.concord_train import train_concord
+
+    with user_errors(ValueError):
+        device = hf.pick_device(args.device)
+    with service_errors(), progress_bar(f"train-concord {args.variant}",
+                                        unit="step") as bar:
+        summary = train_concord(
+            variant=args.variant,
+            output=args.output,
+            seed=args.seed,
+            n_pairs=args.pairs,
+            heldout=args.heldout,
+            corpus=args.corpus,
+            max_steps=args.max_steps,
+            progress=bar,
+            device=device,
+            base=args.base,
+            batch_size=args.batch_size,
+            lr=args.lr,
+        )
+    f = summary.figures
+
+    def num(key: str) -> str:
+        value = f.get(key)
+        return "n/a" if value is None else f"{value:.4f}"
+
+    print(f"concord {summary.variant} written to {summary.output}")
+    print(f"trained on {summary.n_train_pairs} synthetic pairs from {summary.n_reports_train}"
+          f" reports of {summary.corpus} (sha256 {summary.corpus_sha256[:12]}), seed"
+          f" {summary.seed}" + (f", {summary.steps} steps" if summary.steps else "")
+          + f", {summary.seconds:.1f} s")
+    print(f"held-out synthetic figures ({summary.n_heldout_pairs} pairs from"
+          f" {summary.n_reports_heldout} other reports): Kendall tau total {num('tau_total')},"
+          f" significant {num('tau_sig')}; MAE total {num('mae_total')}, significant"
+          f" {num('mae_sig')}; exact match {num('exact_match')}, exact total"
+          f" {num('exact_total')}")
+    print(f"score with: --set concord.variant={summary.variant}"
+          f" concord.model={summary.output}")
     return 0

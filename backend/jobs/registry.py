@@ -21,6 +21,7 @@ KINDS: dict[str, str] = {
     "probes": "radconcord.backend.runner.kinds.probes:run",
     "build_oracle": "radconcord.backend.runner.kinds.build_oracle:run",
     "train_er2score": "radconcord.backend.runner.kinds.train_er2score:run",
+    "train_concord": "radconcord.backend.runner.kinds.train_concord:run",
     "refit_radcliq": "radconcord.backend.runner.kinds.refit_radcliq:run",
     "import": "radconcord.backend.runner.kinds.imports:run",
     "simulate_rating": "radconcord.backend.runner.kinds.simulate_rating:run",

@@ -77,6 +77,13 @@ LLM_REXVAL_KEYS: tuple[str, ...] = (
     *(f"llm_rexval_c{i}_{lvl}" for i in range(1, 7) for lvl in ("sig", "insig")),
 )
 
+#: concord's keys: the two totals, then each ReXVal category significant/insignificant.
+CONCORD_KEYS: tuple[str, ...] = (
+    "concord_total",
+    "concord_sig",
+    *(f"concord_c{i}_{lvl}" for i in range(1, 7) for lvl in ("sig", "insig")),
+)
+
 
 _ENTRIES: tuple[Entry, ...] = (
     _e("bleu", ".lexical:Bleu", ("bleu1", "bleu2", "bleu3", "bleu4"), "lexical"),
@@ -139,6 +146,7 @@ _ENTRIES: tuple[Entry, ...] = (
     _e("crimson", ".crimson:Crimson",
        ("crimson", "crimson_false", "crimson_missing", "crimson_attribute"), "learned",
        lower=("crimson_false", "crimson_missing", "crimson_attribute")),
+    _e("concord", ".concord.family:Concord", CONCORD_KEYS, "learned", lower=CONCORD_KEYS),
     # Any RadEval metric through RadEval's own API (extra radconcord[radeval]).
     _e("radeval", ".radeval_bridge:RadEvalBridge", ("radeval",), "composite"),
 )

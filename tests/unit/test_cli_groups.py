@@ -38,6 +38,7 @@ OLD_TO_NEW = {
     "seed-demo": ("db", "seed-demo"),
     "import-demo": ("db", "import-demo"),
     "train-er2score": ("model", "train-er2score"),
+    "train-concord": ("model", "train-concord"),
     "llm-serve": ("model", "serve-llm"),
     "uncertainty": ("model", "uncertainty"),
 }
