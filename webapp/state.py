@@ -93,6 +93,12 @@ def _seed_if_empty(db: Database) -> None:
     if not sessions.any_account(db):
         log.info("empty database at %s: seeding the demo study", db.url)
         seed.seed_demo(db)
+        try:
+            # The second demo study, one synthetic CT volume. A failure is logged and the app
+            # starts with the chest demo all the same.
+            seed.seed_ct_demo(db)
+        except Exception:  # noqa: BLE001 - logged; the chest demo is already there
+            log.exception("first start: could not seed the demo CT study")
     _queue_first_scoring(db)
 
 

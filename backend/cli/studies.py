@@ -24,15 +24,21 @@ def _init_db(args: argparse.Namespace) -> int:
 
 def _seed_demo(args: argparse.Namespace) -> int:
     from radconcord.backend.services.accounts.demo_accounts import DEMO_USERS
-    from radconcord.backend.services.accounts.seed import seed_demo
+    from radconcord.backend.services.accounts.seed import seed_ct_demo, seed_demo
 
     with database() as db, service_errors():
         result = seed_demo(db)
+        ct = seed_ct_demo(db)
     print(
         f"{result.study_name}: {result.n_pairs} pairs, "
         f"{'imported' if result.study_created else 'already present'}; "
         f"{result.assignments_created} new assignments; "
         f"new accounts: {', '.join(result.created_users) or 'none'}"
+    )
+    print(
+        f"{ct.study_name}: {ct.n_pairs} pairs, "
+        f"{'imported' if ct.study_created else 'already present'}; "
+        f"{ct.assignments_created} new assignments"
     )
     if result.created_users:
         for username, password, role, _ in DEMO_USERS:

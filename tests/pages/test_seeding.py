@@ -16,7 +16,7 @@ from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from radconcord.backend.services.accounts import auth
-from radconcord.backend.services.accounts.seed import DEMO_STUDY
+from radconcord.backend.services.accounts.seed import DEMO_CT_STUDY, DEMO_STUDY
 from radconcord.backend.services.annotation import rating
 from radconcord.backend.types import Actor
 from radconcord.db.session import Database
@@ -56,7 +56,8 @@ def test_a_loopback_server_opens_on_the_demo_study(tmp_path, monkeypatch, server
         names = {u.username for u in auth.list_users(db, Actor.system())}
         assert {"admin", "rater1", "rater2"} <= names
         rater = auth.authenticate(db, username="rater1", password="radconcord-rater1")
-        assert [s.name for s in rating.rater_studies(db, rater)] == [DEMO_STUDY]
+        # The chest demo first (a rater's screen opens on it), then the demo CT study.
+        assert [s.name for s in rating.rater_studies(db, rater)] == [DEMO_STUDY, DEMO_CT_STUDY]
     finally:
         db.dispose()
 

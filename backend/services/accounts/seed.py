@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 DEMO_STUDY = "Demo study"
 DEMO_SEED = 0
+#: The second demo study: one SYNTHETIC chest CT volume (``backend/datasets/demo_ct.py``).
+#: Its name sorts after the chest study's, so a rater's screen still opens on that one.
+DEMO_CT_STUDY = "Demo study (CT)"
 
 
 @dataclass(frozen=True)
@@ -144,4 +147,56 @@ def seed_demo(db: Database) -> SeedResult:
         n_pairs=summary.n_pairs,
         assignments_created=summary.created,
         constructed_assignments=constructed,
+    )
+
+
+def seed_ct_demo(db: Database) -> SeedResult:
+    """Import the demo CT study (one synthetic chest CT phantom, three candidates) and assign
+    both demo raters to every pair; wherever the chest demo is seeded, after it.
+
+    The phantom is written into a staging folder and imported through the import service
+    like any NIfTI volume (de-identified, stored under the data folder's ``volumes/``); the
+    staging folder is removed afterwards. Safe to run again: an existing study is left alone
+    and only missing assignments are added. The demo accounts must exist
+    (:func:`seed_demo` creates them).
+    """
+    import tempfile
+    from pathlib import Path
+
+    system = Actor.system()
+    with db.begin() as s:
+        study_exists = s.scalar(select(Study.id).where(Study.name == DEMO_CT_STUDY)) is not None
+    if not study_exists:
+        # Imported lazily: the importer and the phantom are only needed on first seeding.
+        from radconcord.backend.datasets import demo_ct
+        from radconcord.backend.services.transfer.imports import import_cases
+
+        with tempfile.TemporaryDirectory(prefix="radconcord-ct-demo-") as tmp:
+            import_cases(
+                db,
+                system,
+                study_name=DEMO_CT_STUDY,
+                cases=[demo_ct.ct_demo_case(Path(tmp))],
+                description=demo_ct.DESCRIPTION,
+                raters_per_pair=len(DEMO_RATERS),
+                seed=DEMO_SEED,
+                provenance={"kind": "demo", "source": "backend/datasets/demo_ct.py",
+                            "synthetic": True, "notes": {demo_ct.CASE_ID: demo_ct.NOTES},
+                            "written_errors": demo_ct.ct_demo_errors()},
+            )
+    summary = assignment.assign_raters(
+        db,
+        system,
+        study_name=DEMO_CT_STUDY,
+        rater_usernames=list(DEMO_RATERS),
+        raters_per_pair=len(DEMO_RATERS),
+        seed=DEMO_SEED,
+    )
+    log.info("demo CT study seeded: created %s", not study_exists)
+    return SeedResult(
+        created_users=(),
+        study_name=DEMO_CT_STUDY,
+        study_created=not study_exists,
+        n_pairs=summary.n_pairs,
+        assignments_created=summary.created,
     )
