@@ -63,7 +63,8 @@ def build(folder: Path, small: bool):
 
     enc = folder / "enc"
     enc.mkdir()
-    tok = BertTokenizer(vocab_file=str(write_vocab(folder)), do_lower_case=True)
+    # transformers 5 ignores vocab_file= (every token became [UNK]); vocab= takes the file.
+    tok = BertTokenizer(vocab=str(write_vocab(folder)), do_lower_case=True)
     tok.save_pretrained(str(enc))
     size = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128) \
         if small else {}
