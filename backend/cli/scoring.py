@@ -156,6 +156,12 @@ def _report(table: Any) -> None:
             f"{family}: {run.computed} computed, {run.cached} from cache"
             f" [{run.signature_hash}] {run.signature}"
         )
+        for e in run.endpoints or ():
+            print(f"  endpoint {e.get('url')}: {e.get('requests', 0)} requests,"
+                  f" {e.get('failures', 0)} failures, rested {e.get('rested', 0)} time(s)")
+        if run.endpoint_failed:
+            print(f"warning: {family}: {run.endpoint_failed} pair(s) no LLM endpoint answered"
+                  " were given nan and not cached (a rerun retries them)", file=sys.stderr)
 
 
 def _score_file(args: argparse.Namespace, metrics: list[str], options: dict[str, Any]) -> int:

@@ -21,6 +21,10 @@ environment: ``RADCONCORD_LLM_BASE_URL`` (e.g. ``http://127.0.0.1:8000/v1``),
 ``RADCONCORD_LLM_MODEL`` (the served model id) and ``RADCONCORD_LLM_API_KEY`` (sent as a bearer
 token; never part of a signature). The served model id (from ``/v1/models``, or the one named)
 goes into the family's signature with the hash of its prompt template (:func:`prompt_hash`).
+
+``endpoints=URL1*2,URL2@16`` (or ``endpoints=@FILE``) instead of ``base_url`` spreads the
+requests over several servers of one model: :class:`~backend.metrics.llm_pool.EndpointPool`,
+built by :func:`endpoint_pool` (docs/llm_endpoints.md).
 """
 
 from __future__ import annotations
@@ -40,7 +44,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Protocol
 
 from radconcord.backend.metrics import hf, llm
-from radconcord.backend.metrics.base import BaseMetric, Resources
+from radconcord.backend.metrics.base import BaseMetric, MetricResult, Resources
+from radconcord.backend.metrics.llm_pool import (
+    EndpointError,
+    EndpointPool,
+    FailedGeneration,
+    parse_endpoints,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +67,7 @@ BACKENDS = ("transformers", "openai")
 BACKEND_DEFAULTS: dict[str, Any] = {
     "backend": "transformers",
     "base_url": None,
+    "endpoints": None,
     "endpoint_model": None,
     "api_key": None,
     "concurrency": 8,
@@ -69,7 +80,7 @@ BACKEND_DEFAULTS: dict[str, Any] = {
 _RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
-class LLMEndpointError(RuntimeError):
+class LLMEndpointError(EndpointError):
     """An OpenAI-compatible endpoint could not give a completion; the message says why."""
 
 
@@ -179,6 +190,8 @@ class OpenAIChatBackend:
         prefer: A model id to choose when the endpoint serves several and ``model`` is None
             (the family's default model, e.g. the GREEN checkpoint's hub id).
         extra_body: Extra JSON fields for every request (e.g. ``{"seed": 0}``).
+        sleep: The wait between attempts (default ``time.sleep``; the endpoint pool passes
+            one that a rest of the endpoint cuts short).
     """
 
     def __init__(
@@ -194,6 +207,7 @@ class OpenAIChatBackend:
         backoff_max: float = 60.0,
         prefer: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         if int(concurrency) < 1:
             raise ValueError("concurrency must be >= 1")
@@ -217,7 +231,7 @@ class OpenAIChatBackend:
         self.answered_by: set[str] = set()
         #: HTTP attempts made (first tries and retries), for tests and logs.
         self.attempts = 0
-        self._sleep: Callable[[float], None] = time.sleep
+        self._sleep: Callable[[float], None] = sleep or time.sleep
 
     # ----------------------------------------------------------------- http
 
@@ -488,12 +502,54 @@ def openai_backend(
     )
 
 
+def endpoint_pool(
+    family: str, options: Mapping[str, Any], *, prefer: str | None = None
+) -> EndpointPool:
+    """The pool of endpoints the family's ``endpoints`` option lists.
+
+    Each endpoint's client is an :class:`OpenAIChatBackend` with the family's
+    ``endpoint_model``, ``api_key``, ``timeout`` and ``max_retries``; an endpoint without
+    ``@N`` gets the family's ``concurrency``.
+
+    Raises:
+        ValueError: for a bad item (named), or ``endpoints`` given with ``base_url``.
+    """
+    if options.get("base_url"):
+        raise ValueError(f"metric '{family}': give {family}.base_url or {family}.endpoints,"
+                         " not both")
+    try:
+        specs = parse_endpoints(options.get("endpoints"), normalise=normalise_base_url)
+    except ValueError as exc:
+        raise ValueError(f"metric '{family}': {exc}") from None
+    _, model, key = endpoint_settings(options)
+    timeout = float(options.get("timeout", BACKEND_DEFAULTS["timeout"]))
+    retries = int(options.get("max_retries", BACKEND_DEFAULTS["max_retries"]))
+
+    def client(url: str, sleep: Callable[[float], None]) -> OpenAIChatBackend:
+        return OpenAIChatBackend(url, model=model, api_key=key, timeout=timeout,
+                                 max_retries=retries, prefer=prefer, sleep=sleep)
+
+    return EndpointPool(
+        specs, client_factory=client,
+        concurrency=int(options.get("concurrency", BACKEND_DEFAULTS["concurrency"])),
+    )
+
+
 def endpoint_availability(family: str, options: Mapping[str, Any], *,
                           prefer: str | None = None) -> str | None:
-    """``None`` when the family's endpoint answers ``/v1/models`` with a usable model.
+    """``None`` when the family's endpoint answers ``/v1/models`` with a usable model (every
+    endpoint of a pool, with one model).
 
     One short request (5 s timeout, no retry): enough for ``availability()``.
     """
+    if options.get("endpoints"):
+        try:
+            pool = endpoint_pool(family, {**options, "timeout": 5.0, "max_retries": 0},
+                                 prefer=prefer)
+        except ValueError as exc:
+            return f"{family}: LLM endpoints not usable: {exc}"
+        reason = pool.availability()
+        return None if reason is None else f"{family}: LLM endpoints not usable: {reason}"
     try:
         be = openai_backend(family, {**options, "timeout": 5.0, "max_retries": 0},
                             prefer=prefer)
@@ -534,17 +590,26 @@ class LLMMetric(BaseMetric):
         super().__init__(**options)
         self.backend_name = check_backend_option(self.spec.name, self.options)
         self._backend: ChatBackend | None = None
-        self._endpoint: OpenAIChatBackend | None = None
-        if self.backend_name == "openai":
+        self._endpoint: OpenAIChatBackend | EndpointPool | None = None
+        #: ``pair position -> reason`` of the last :meth:`chat`'s items no endpoint completed.
+        self.endpoint_failures: dict[int, str] = {}
+        prefer = str(self.options.get("model") or "") or None
+        if self.options.get("endpoints"):
+            # A pool of endpoints implies the endpoint backend; settings are checked now.
+            self.backend_name = "openai"
+            self._endpoint = endpoint_pool(self.spec.name, self.options, prefer=prefer)
+        elif self.backend_name == "openai":
             # Settings are checked now (bad URL, missing URL), the endpoint is asked later.
-            self._endpoint = openai_backend(self.spec.name, self.options,
-                                            prefer=str(self.options.get("model") or "") or None)
+            self._endpoint = openai_backend(self.spec.name, self.options, prefer=prefer)
 
     def lm_ref(self) -> llm.LMRef:
         """The in-process model's reference (``model`` + ``revision`` options)."""
         return llm.LMRef(str(self.options["model"]), self.options.get("revision"))
 
     def availability(self) -> str | None:
+        if isinstance(self._endpoint, EndpointPool):
+            return endpoint_availability(self.spec.name, self.options,
+                                         prefer=str(self.options.get("model") or "") or None)
         if self._endpoint is not None:
             try:
                 saved = (self._endpoint.timeout, self._endpoint.max_retries)
@@ -553,7 +618,7 @@ class LLMMetric(BaseMetric):
                     self._endpoint.model_info()
                 finally:
                     self._endpoint.timeout, self._endpoint.max_retries = saved
-            except LLMEndpointError as exc:
+            except EndpointError as exc:
                 return f"{self.spec.name}: LLM endpoint not usable: {exc}"
             return None
         reason = llm.availability(self.lm_ref())
@@ -580,15 +645,52 @@ class LLMMetric(BaseMetric):
         return self._backend
 
     def chat(self, prompts: Sequence[Prompt], *, max_new_tokens: int) -> list[str]:
-        """Greedy completions of chat prompts from the configured backend."""
-        return self.backend.generate(prompts, max_new_tokens=max_new_tokens)
+        """Greedy completions of chat prompts from the configured backend.
+
+        An item an endpoint pool could not complete is ``""`` (the family parses it as an
+        empty answer, hence NaN) and its reason is kept in :attr:`endpoint_failures`.
+        """
+        out = self.backend.generate(prompts, max_new_tokens=max_new_tokens)
+        self.endpoint_failures = {i: a.reason for i, a in enumerate(out)
+                                  if isinstance(a, FailedGeneration)}
+        return out
+
+    def endpoint_stats(self) -> dict[str, Any] | None:
+        """The endpoint pool's counts (:meth:`EndpointPool.stats`), else ``None``."""
+        if isinstance(self._endpoint, EndpointPool):
+            return self._endpoint.stats()
+        return None
+
+    def score(self, *, references: Sequence[str], candidates: Sequence[str],
+              images: Sequence[Any] | None = None) -> MetricResult:
+        """The family's scores; a pair no endpoint answered is NaN in every key, with the
+        reason in its details (``endpoint_error`` and ``flags``)."""
+        self.endpoint_failures = {}
+        result = super().score(references=references, candidates=candidates, images=images)
+        failed = self.endpoint_failures
+        if failed and len(result) == len(references):
+            details = result.details or [{} for _ in range(len(result))]
+            for i, reason in failed.items():
+                for vals in result.values.values():
+                    vals[i] = float("nan")
+                d = details[i] = dict(details[i] or {})
+                d["endpoint_error"] = reason
+                d["flags"] = [*d.get("flags", []), f"endpoint failed: {reason}"]
+            result.details = details
+            logger.warning("%s: %d of %d pairs got no answer from any endpoint (NaN)",
+                           self.spec.name, len(failed), len(result))
+        return result
 
     def backend_signature(self) -> str:
         """``model:<identity>|rev:<revision>|dtype:<dtype>`` in-process, else
         ``endpoint:<served id>[@fingerprint]``.
 
+        The same served model through a pool of endpoints gives the same signature as
+        through one of them (the URLs are not part of it).
+
         Raises:
-            LLMEndpointError: when the endpoint cannot say which model it serves.
+            EndpointError: when the endpoint cannot say which model it serves, or a pool's
+                endpoints serve different models.
         """
         if self._endpoint is not None:
             return f"endpoint:{self._endpoint.identity()}"

@@ -131,6 +131,10 @@ class FamilyRun:
     corpus: dict[str, float] = field(default_factory=dict)
     unavailable: str | None = None
     failed: str | None = None
+    #: Pairs no LLM endpoint answered: NaN now, not cached, so the next run retries them.
+    endpoint_failed: int = 0
+    #: Per-endpoint requests/failures/rests of an LLM endpoint pool (``endpoints=`` option).
+    endpoints: list[dict[str, Any]] | None = None
 
     @property
     def status(self) -> str:
@@ -614,10 +618,14 @@ def _score_family(
                 continue  # a duplicate input inside a corpus call: stored once
             batch_hashes.append(h)
             detail = result.details[pos] if result.details is not None else None
+            transient = isinstance(detail, dict) and bool(detail.get("endpoint_error"))
+            run.endpoint_failed += transient
             for k in stored_keys:
                 v = _as_float(result.values[k][pos], family, k)
                 if k in values:
                     values[k][h] = v
+                if transient:
+                    continue  # an outage is not a score: never cache it
                 rows.append(
                     cache.ScoreRow(
                         input_hash=h,
@@ -638,6 +646,11 @@ def _score_family(
             for start in range(0, len(rows), STORE_CHUNK_ROWS):
                 with db.begin() as session:
                     cache.store(session, rows[start:start + STORE_CHUNK_ROWS])
+        stats = getattr(metric, "endpoint_stats", None)
+        if callable(stats):
+            pool = stats()
+            if pool is not None:
+                run.endpoints = list(pool.get("endpoints", []))
         run.computed += len(batch_hashes if not corpus_dependent else missing_hashes)
         resolved += sum(multiplicity[h] for h in batch_hashes if h in missing_hashes)
         tick(resolved, f"{family}: {run.computed} computed, {run.cached} cached")

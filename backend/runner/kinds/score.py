@@ -80,6 +80,10 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
             "signature": r.signature,
             "signature_hash": r.signature_hash,
         })
+        if r.endpoints is not None:
+            entry["endpoints"] = r.endpoints
+        if r.endpoint_failed:
+            entry["endpoint_failed"] = r.endpoint_failed
         statuses[f] = entry
     if not table.done:
         text = "; ".join(f"{f}: {r.status_text}" for f, r in table.families.items())
@@ -89,6 +93,8 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
     parts = [
         f"{f}: {r.computed} computed, {r.cached} cached"
         + (f" ({r.seconds:.1f} s on {r.device})" if r.computed else "")
+        + (f", {r.endpoint_failed} pair(s) no LLM endpoint answered -> nan, not cached"
+           if r.endpoint_failed else "")
         for f, r in table.families.items() if r.status == "done"
     ]
     if table.empty_ids:
