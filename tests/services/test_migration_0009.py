@@ -30,11 +30,14 @@ def test_0009_adds_score_imports_and_keeps_scores(tmp_path):
             "'bleu4|v1', 0.5, 'cpu', 0, :now)"), {"now": now})
     assert "score_imports" not in sa.inspect(engine).get_table_names()
 
-    upgrade(engine)
+    upgrade(engine, "0009")
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0009"
         assert conn.execute(sa.text("SELECT key, value FROM metric_scores")).all() == [
             ("bleu4", 0.5)]
+    # Later migrations (0010: image kinds) on top; the head schema is the models'.
+    upgrade(engine)
+    with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     with make_sessionmaker(engine).begin() as s:
         s.add(ScoreImport(study_id=1, key="ext", signature="external:ext|sha256:" + "0" * 64,
