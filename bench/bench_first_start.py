@@ -74,7 +74,10 @@ def main() -> int:
         proc = subprocess.Popen(
             ["bash", "scripts/run-app.sh", "--server.port", str(port), "--server.headless",
              "true", "--browser.gatherUsageStats", "false"],
-            cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            # Started from a background job, SIGINT would be inherited ignored and the Ctrl+C
+            # below would not stop the app: give the child the default action.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         ready = _wait_line(log, "You can now view", proc, 1800)
         with sync_playwright() as pw:

@@ -25,6 +25,7 @@ from radconcord.backend.services.annotation import rating
 from radconcord.backend.services.scores import score_now
 from radconcord.db.session import Database
 from tests.e2e.conftest import free_port, log_in, wait_for_cookie
+from tests.process_helpers import interruptible
 
 pytestmark = pytest.mark.browser
 
@@ -105,7 +106,8 @@ def test_first_start_fills_the_demo_dashboard_without_a_command(browser, tmp_pat
         proc = subprocess.Popen(
             ["bash", "scripts/run-app.sh", "--server.port", str(port), "--server.headless",
              "true", "--browser.gatherUsageStats", "false"],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=interruptible)
     started: list[int] = []
     db = None
     page = None

@@ -23,6 +23,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import free_port, log_in, wait_for_cookie, wait_for_idle
+from tests.process_helpers import interruptible
 
 pytestmark = pytest.mark.browser
 
@@ -131,7 +132,8 @@ def test_first_start_shows_correlations_without_rating_or_command(browser, tmp_p
         proc = subprocess.Popen(
             ["bash", "scripts/serve.sh", "--server.port", str(port), "--server.headless",
              "true", "--browser.gatherUsageStats", "false"],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=interruptible)
     context = None
     try:
         ready = _wait_line(log, "You can now view", proc, 120)

@@ -34,6 +34,7 @@ import pytest
 from radconcord.backend import jobs
 from radconcord.db.session import Database
 from tests.e2e.conftest import free_port
+from tests.process_helpers import interruptible
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90
@@ -107,7 +108,7 @@ def _serve(tmp_path: Path, **env: str) -> Iterator[tuple[subprocess.Popen, str, 
             ["bash", "scripts/serve.sh", "--server.port", str(port), "--server.headless",
              "true", "--browser.gatherUsageStats", "false"],
             cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            start_new_session=True, preexec_fn=interruptible)
     db = None
     started: list[int] = []
     try:

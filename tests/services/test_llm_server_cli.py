@@ -15,6 +15,7 @@ from radconcord.backend.metrics import llm
 from radconcord.backend.metrics.base import Resources
 from radconcord.backend.metrics.llm_backends import OpenAIChatBackend, TransformersBackend
 from tests.helpers_llm import build_tiny_llama
+from tests.process_helpers import interruptible
 
 REPO = Path(__file__).resolve().parents[2]
 # The command module on a parser of its own (independent of COMMAND_MODULES).
@@ -37,7 +38,8 @@ RUN = (
 def _start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", RUN, "llm-serve", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            preexec_fn=interruptible)
 
 
 def test_llm_serve_serves_the_model(tmp_path) -> None:
