@@ -17,6 +17,7 @@ from pathlib import Path
 
 from radconcord.backend.metrics.llm_rexval import LlmRexval
 from tests.helpers_llm import build_tiny_llama
+from tests.process_helpers import interruptible
 
 REPO = Path(__file__).resolve().parents[2]
 # The command module on a parser of its own, as tests/services/test_llm_server_cli.py does.
@@ -47,7 +48,7 @@ def _serve(path: Path) -> tuple[subprocess.Popen, str]:
         [sys.executable, "-c", RUN, "llm-serve", "--model", str(path), "--port", "0",
          "--device", "cpu", "--model-id", "judge"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
+        env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=interruptible)
     line = proc.stdout.readline()
     assert line.startswith("serving judge at http://127.0.0.1:"), (line, proc.stderr.read())
     return proc, line.split(" at ")[1].split(" ")[0]
