@@ -102,8 +102,9 @@ def _wait_for_rater(data: Path, timeout_s: float = 90) -> None:
         try:
             db = _db(data)
             try:
-                auth.authenticate(db, username=RATER, password=RATER_PASSWORD)
-                return
+                # authenticate answers None (it does not raise) until the seed commits
+                if auth.authenticate(db, username=RATER, password=RATER_PASSWORD) is not None:
+                    return
             finally:
                 db.dispose()
         except Exception:  # noqa: BLE001 - the file, its tables or the account may not exist yet
@@ -118,8 +119,10 @@ def _import_study(server, browser, src: Path, study: str, image: str) -> str:
     url, data = server
     context = browser.new_context()
     context.new_page().goto(url)  # the first page load seeds the demo
-    _wait_for_rater(data)
-    context.close()
+    try:
+        _wait_for_rater(data)  # with the page open: its session runs the seed
+    finally:
+        context.close()
     (src / "cases.csv").write_text(
         "case_id,reference,candidate,source,image\n"
         f"ct1,No pulmonary nodule.,A 6 mm nodule in the right upper lobe.,{SOURCE},{image}\n",

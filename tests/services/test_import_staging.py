@@ -331,12 +331,15 @@ def test_saves_during_a_long_import_all_succeed(any_db, make_study, fast_passwor
               for a in actors}
     done = threading.Event()
     errors: list[BaseException] = []
-    latencies: list[float] = []
+    # Per save: the number of import batches committed before it started and after it ended.
+    spans: list[tuple[int, int, bool]] = []
+    batches = [0]
     saves = [0]
 
     def importer() -> None:
         try:
-            import_cases(db, ADMIN, study_name="Big", cases=_cases(3000, "big"))
+            import_cases(db, ADMIN, study_name="Big", cases=_cases(3000, "big"),
+                         progress=lambda *_: batches.__setitem__(0, batches[0] + 1))
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -347,10 +350,10 @@ def test_saves_during_a_long_import_all_succeed(any_db, make_study, fast_passwor
         try:
             while not done.is_set() or step < 5:
                 oid = queues[actor.username][step % len(queues[actor.username])]
-                t0 = time.perf_counter()
+                before = batches[0]
                 rating.set_count(db, actor, opaque_id=oid, category=1 + step % 6,
                                  significant=bool(step % 2), count=step % 7)
-                latencies.append(time.perf_counter() - t0)
+                spans.append((before, batches[0], not done.is_set()))
                 saves[0] += 1
                 step += 1
                 time.sleep(0.01)
@@ -366,6 +369,15 @@ def test_saves_during_a_long_import_all_succeed(any_db, make_study, fast_passwor
     assert not any(t.is_alive() for t in threads)
     assert errors == [], errors[:3]
     assert saves[0] >= 30
-    # A save waits at most about one import batch, never the whole import.
-    assert max(latencies) < 2.0, sorted(latencies)[-5:]
+    # Saves interleave with the import's batches instead of queueing behind the whole
+    # import. Counted in batches, not seconds: a loaded CI machine stretches both alike.
+    # SQLite's busy handler polls, so a save may lose the lock to the next batch once or
+    # twice; what must never happen is a save waiting out most of the import.
+    total = batches[0]
+    assert total >= 4, total
+    during = [s for s in spans if s[2]]
+    assert len(during) >= 2 * len(actors), (len(during), total)
+    assert len({end for _, end, _ in during}) >= 2, "no save completed between two batches"
+    longest = max(end - start for start, end, _ in spans)
+    assert longest <= total // 2, (longest, total)
     assert studies.get_study_summary(db, ADMIN, study_name="Big").n_pairs == 6000
