@@ -172,6 +172,42 @@ def test_explorer_opens_the_pair_from_query_params(rated_env, make_app, all_text
     assert list(raters["Rater"]) == ["ravi", "rita"]
 
 
+def test_explorer_shows_why_concord_counted_its_errors(rated_env, make_app, all_text):
+    """Issue 27: the concord family's evidence (the sentence of each report behind each
+    predicted error) is shown beside its values, for the signature the page uses."""
+    with rated_env.db.begin() as s:
+        rows = s.execute(
+            select(Pair.id, Pair.input_hash, Report.text, Pair.candidate_id)
+            .join(Report, Report.id == Pair.reference_id).order_by(Pair.position)
+        ).all()
+        cands = {r.id: r.text for r in s.scalars(select(Report))}
+    score([ScorePair(id=str(r.id), reference=r.text, candidate=cands[r.candidate_id],
+                     stored_hash=r.input_hash) for r in rows], ["concord"], db=rated_env.db,
+          device="cpu")
+    # Pair 2: "Small left pleural effusion. Lungs otherwise clear." -> "Lungs are clear. No
+    # effusion.": one significant omission (category 2), driven by these two sentences.
+    at = make_app(rated_env.admin, script=VIEWS / "explorer.py",
+                  params={"study": rated_env.study, "pair": str(rated_env.pair_ids[1])})
+    assert not at.exception and not at.error
+    assert [e.label for e in at.expander if e.label.startswith("Why")] == [
+        "Why concord (rules) counted 1 error(s)"]
+    frames = [d.value for d in at.dataframe]
+    (counts,) = [f.iloc[0] for f in frames
+                 if "2. Omission of finding" in f.columns and "Rater" not in f.columns]
+    assert counts["2. Omission of finding"] == "1 / 0"
+    assert counts["1. False prediction of finding"] == "0 / 0"
+    (errors,) = [f for f in frames if "Reference sentence" in f.columns]
+    (error,) = errors.to_dict("records")
+    assert error == {"Category": "2. Omission of finding", "Significant": "yes",
+                     "Finding": "Pleural Effusion",
+                     "Why": "Pleural Effusion in the reference only",
+                     "Reference sentence": "Small left pleural effusion.",
+                     "Candidate sentence": "No effusion."}
+    assert "Signature: `concord" in all_text(at)
+    # Families that carry no evidence (bleu, rouge) get no such section.
+    assert not any("bleu" in e.label or "rouge" in e.label for e in at.expander)
+
+
 def test_explorer_without_params_opens_the_top_ranked_pair(rated_env, make_app):
     at = make_app(rated_env.admin, script=VIEWS / "explorer.py")
     assert not at.exception and not at.error

@@ -158,3 +158,38 @@ with right:
             ],
             hide_index=True, width="stretch", key="exp_raters",
         )
+
+# Why a family that explains itself (concord) counted what it counted: the sentence of each
+# report behind each error, so a disagreement can be read rather than guessed at.
+
+
+def _count(v: float) -> str:
+    # Rounded variants give whole counts; unrounded ones keep two decimals.
+    return str(int(v)) if float(v).is_integer() else f"{v:.2f}"
+
+
+for ev in detail.evidence:
+    total = sum(ev.counts)
+    variant = f" ({ev.variant})" if ev.variant else ""
+    with st.expander(f"Why {ev.family}{variant} counted {_count(total)} error(s)",
+                     expanded=True):
+        if len(ev.counts) == 2 * len(CATEGORIES):
+            st.dataframe(
+                [{f"{c}. {CATEGORIES[c]}": f"{_count(ev.counts[2 * (c - 1)])} / "
+                  f"{_count(ev.counts[2 * (c - 1) + 1])}" for c in range(1, 7)}],
+                hide_index=True, width="stretch", key=f"exp_ev_counts_{ev.family}")
+        if ev.variant == "gbm":
+            st.caption("The counts are the model's; the errors below are the sentence analysis"
+                       " its features came from, so the two can differ.")
+        if not ev.errors:
+            st.caption("No error found by sentence analysis."
+                       if ev.variant != "ce" else "This variant gives no sentence evidence.")
+        else:
+            st.dataframe(
+                [{"Category": f"{e.category}. {CATEGORIES[e.category]}",
+                  "Significant": "yes" if e.significant else "no",
+                  "Finding": e.finding or "", "Why": e.reason,
+                  "Reference sentence": e.reference or "",
+                  "Candidate sentence": e.candidate or ""} for e in ev.errors],
+                hide_index=True, width="stretch", key=f"exp_ev_{ev.family}")
+        st.caption(f"Signature: `{ev.signature}`")

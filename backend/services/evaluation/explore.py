@@ -394,6 +394,74 @@ class MetricValue:
 
 
 @dataclass(frozen=True)
+class EvidenceError:
+    """One error a metric predicted for a pair, with the sentences that drove it.
+
+    Attributes:
+        category: ReXVal category 1-6.
+        significant: Clinically significant or not.
+        finding: The finding concerned (``None`` for a general comparison).
+        reason: The metric's short explanation.
+        reference: The reference sentence that drove it, if any.
+        candidate: The candidate sentence that drove it, if any.
+    """
+
+    category: int
+    significant: bool
+    finding: str | None
+    reason: str
+    reference: str | None
+    candidate: str | None
+
+
+@dataclass(frozen=True)
+class MetricEvidence:
+    """Why a metric family scored a pair as it did (today: ``concord``).
+
+    Attributes:
+        family: The family.
+        signature: The signature of the values shown beside it (the chosen one).
+        variant: The family's variant, when it reports one (``rules``, ``gbm``, ``ce``).
+        counts: The 12 counts the family gave, in ReXVal order (category 1 significant,
+            category 1 insignificant, ...).
+        errors: The errors found by sentence analysis. For ``rules`` they are the counts;
+            for ``gbm`` they are the analysis the model's features came from, so a count
+            may differ from them; ``ce`` gives none.
+    """
+
+    family: str
+    signature: str
+    variant: str | None
+    counts: tuple[float, ...]
+    errors: tuple[EvidenceError, ...]
+
+
+def _sentence(part: Any) -> str | None:  # noqa: ANN401 - JSON from the score cache
+    return str(part.get("text")) if isinstance(part, dict) and part.get("text") else None
+
+
+def _evidence(details: Any, family: str, signature: str) -> MetricEvidence | None:  # noqa: ANN401
+    """The evidence in a cached ``details`` object, or ``None`` when it carries none."""
+    if not isinstance(details, dict) or not isinstance(details.get("errors"), list):
+        return None
+    errors = []
+    for e in details["errors"]:
+        if not isinstance(e, dict) or "category" not in e:
+            continue
+        errors.append(EvidenceError(
+            category=int(e["category"]), significant=bool(e.get("significant")),
+            finding=e.get("finding"), reason=str(e.get("reason") or ""),
+            reference=_sentence(e.get("reference")), candidate=_sentence(e.get("candidate"))))
+    counts = details.get("counts")
+    return MetricEvidence(
+        family=family, signature=signature,
+        variant=str(details["variant"]) if details.get("variant") else None,
+        counts=tuple(float(c) for c in counts) if isinstance(counts, list) else (),
+        errors=tuple(sorted(errors, key=lambda e: (e.category, not e.significant))),
+    )
+
+
+@dataclass(frozen=True)
 class PairDetail:
     """Everything the explorer shows for one pair (admin view).
 
@@ -406,6 +474,8 @@ class PairDetail:
         diff: Word-level diff of reference -> candidate.
         metrics: Every scored key.
         raters: Every rater with ratings or an assignment for the pair.
+        evidence: Per family that explains its values (``concord``), the errors it found
+            and the sentences behind them, for the signature shown.
     """
 
     study: str
@@ -416,6 +486,7 @@ class PairDetail:
     diff: tuple[DiffOp, ...]
     metrics: tuple[MetricValue, ...]
     raters: tuple[RaterCounts, ...]
+    evidence: tuple[MetricEvidence, ...] = ()
 
 
 def pair_detail(db: Database, actor: Actor, *, study_name: str, pair_id: int) -> PairDetail:
@@ -444,6 +515,22 @@ def pair_detail(db: Database, actor: Actor, *, study_name: str, pair_id: int) ->
             .join(User, User.id == Rating.rater_id)
             .where(Rating.pair_id == pair_id)
         ).all()
+        # One cached row per computed family (details are stored with every key of a
+        # family's result), for the signature whose values the page shows.
+        first_key: dict[str, MetricColumn] = {}
+        for col in columns.values():
+            if col.imported is None:
+                first_key.setdefault(col.family, col)
+        evidence = []
+        for family, col in first_key.items():
+            details = s.scalar(
+                select(MetricScore.details).where(
+                    MetricScore.input_hash == pair.input_hash, MetricScore.family == family,
+                    MetricScore.key == col.key,
+                    MetricScore.signature_hash == col.signature_hash).limit(1))
+            found = _evidence(details, family, col.signature)
+            if found is not None:
+                evidence.append(found)
         assigned = dict(s.execute(
             select(User.username, Assignment.completed_at)
             .join(User, User.id == Assignment.rater_id)
@@ -475,4 +562,5 @@ def pair_detail(db: Database, actor: Actor, *, study_name: str, pair_id: int) ->
             for k, c in columns.items()
         ),
         raters=tuple(raters),
+        evidence=tuple(evidence),
     )
