@@ -33,9 +33,7 @@ uncertain are 1, negative and not mentioned are 0.
 
 from __future__ import annotations
 
-import ast
 import bisect
-import json
 import math
 import re
 import threading
@@ -59,6 +57,7 @@ from radconcord.backend.metrics.llm_backends import (
     Message,
     prompt_hash,
 )
+from radconcord.backend.metrics.llm_json import json_objects, loads_lenient
 from radconcord.backend.util import cached_file_sha256
 
 #: The 18 abnormalities in CT-RATE's order (the classifier's output order).
@@ -628,7 +627,6 @@ def build_messages(report: str, *, structured: bool = False) -> list[Message]:
 LLM_PROMPT_HASH = prompt_hash(build_messages("{report}"))
 LLM_STRUCTURED_PROMPT_HASH = prompt_hash(build_messages("{report}", structured=True))
 
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON|python)?[ \t]*\n?(.*?)```", re.DOTALL)
 
 
 def _norm_key(key: Any) -> str:
@@ -645,59 +643,6 @@ _VALUE_WORDS = {
 }
 
 
-def json_objects(text: str) -> list[str]:
-    """Every top-level ``{...}`` span of ``text`` (quotes respected), fenced blocks first.
-
-    A cut answer (unclosed braces at the end) is closed and returned last so it can still be
-    tried.
-    """
-    blocks = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    spans: list[str] = []
-    for block in blocks:
-        depth, start, quote, escape = 0, -1, "", False
-        for i, ch in enumerate(block):
-            if quote:
-                if escape:
-                    escape = False
-                elif ch == "\\":
-                    escape = True
-                elif ch == quote:
-                    quote = ""
-                continue
-            if ch in "\"'" and depth > 0:
-                if ch == "'" and i > 0 and block[i - 1].isalnum():
-                    continue  # an apostrophe in a word, not a quote
-                quote = ch
-            elif ch == "{":
-                if depth == 0:
-                    start = i
-                depth += 1
-            elif ch == "}" and depth > 0:
-                depth -= 1
-                if depth == 0:
-                    spans.append(block[start:i + 1])
-        if depth > 0 and start >= 0:
-            spans.append(block[start:] + "}" * depth)
-    return spans
-
-
-def loads_lenient(blob: str) -> Any:
-    """JSON, else JSON without trailing commas, else a Python literal; ``None`` if none."""
-    try:
-        return json.loads(blob)
-    except json.JSONDecodeError:
-        pass
-    cleaned = re.sub(r",\s*([}\]])", r"\1", blob)
-    try:
-        return json.loads(cleaned)
-    except json.JSONDecodeError:
-        pass
-    py = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False",
-                                            re.sub(r"\bnull\b", "None", cleaned)))
-    try:
-        return ast.literal_eval(py)
-    except Exception:  # noqa: BLE001 - literal_eval raises many types on odd input
-        return None
 
 
 def _label_value(value: Any) -> tuple[int | None, str]:

@@ -19,8 +19,6 @@ total is ``nan`` unless every cell it sums was read (nothing is invented).
 
 from __future__ import annotations
 
-import ast
-import json
 import logging
 import math
 import re
@@ -35,6 +33,7 @@ from radconcord.backend.metrics.llm_backends import (
     Message,
     prompt_hash,
 )
+from radconcord.backend.metrics.llm_json import json_objects, loads_lenient
 
 logger = logging.getLogger(__name__)
 
@@ -140,60 +139,9 @@ class Judgement:
         return out
 
 
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON|python)?[ \t]*\n?(.*?)```", re.DOTALL)
 _WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten"
                                      .split())}
 _WORDS.update({"none": 0, "no": 0})
-
-
-def _balanced_objects(text: str) -> list[str]:
-    """Every top-level ``{...}`` span of ``text`` (quotes respected), in order."""
-    spans: list[str] = []
-    depth, start, quote, escape = 0, -1, "", False
-    for i, ch in enumerate(text):
-        if quote:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == quote:
-                quote = ""
-            continue
-        if ch in "\"'" and depth > 0:
-            # An apostrophe inside a word ("candidate's") is prose, not a quote.
-            if ch == "'" and i > 0 and text[i - 1].isalnum():
-                continue
-            quote = ch
-        elif ch == "{":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == "}" and depth > 0:
-            depth -= 1
-            if depth == 0:
-                spans.append(text[start : i + 1])
-    if depth > 0 and start >= 0:
-        spans.append(text[start:] + "}" * depth)  # a cut answer: close it and try
-    return spans
-
-
-def _loads(blob: str) -> Any:
-    """JSON, else the same with trailing commas removed, else a Python literal."""
-    try:
-        return json.loads(blob)
-    except json.JSONDecodeError:
-        pass
-    cleaned = re.sub(r",\s*([}\]])", r"\1", blob)
-    try:
-        return json.loads(cleaned)
-    except json.JSONDecodeError:
-        pass
-    py = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False",
-                                            re.sub(r"\bnull\b", "None", cleaned)))
-    try:
-        return ast.literal_eval(py)
-    except Exception:  # noqa: BLE001 - literal_eval raises many types on odd input ({{}})
-        return None
 
 
 def _norm(key: Any) -> str:
@@ -348,11 +296,8 @@ def parse_judgement(text: Any) -> Judgement:
     if not isinstance(text, str) or not text.strip():
         out.flags.append("empty answer")
     else:
-        fenced = [m.group(1) for m in _FENCE.finditer(text)]
-        candidates = [s for block in fenced for s in _balanced_objects(block)]
-        candidates += _balanced_objects(text)
-        for blob in candidates:
-            obj = _loads(blob)
+        for blob in json_objects(text):
+            obj = loads_lenient(blob)
             if isinstance(obj, dict):
                 trial = Judgement()
                 if _read_object(trial, obj):
