@@ -30,11 +30,9 @@ over, and a retry that finds the finished folder of its own job reports it.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from radconcord.backend.errors import InvalidInput, require_admin
+from radconcord.backend.services.evaluation import trained_output
 from radconcord.backend.types import Actor
 from radconcord.backend.util import staging_dir
 from radconcord.db.session import Database
@@ -195,10 +194,6 @@ def _check_settings(*, variant: str, n_pairs: int | None, heldout: float,
         raise InvalidInput("max steps apply to the ce variant only")
 
 
-def _check_output(output: Path) -> None:
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise InvalidInput(f"output folder {output} already exists and is not empty")
-
 
 def _corpus_spec(spec: str | Path) -> str:
     """``"iu"`` or the absolute path of a report file that parses (checked now)."""
@@ -277,7 +272,7 @@ def enqueue_training(
 
     require_admin(actor)
     _check_settings(variant=variant, n_pairs=n_pairs, heldout=heldout, max_steps=max_steps)
-    _check_output(resolve_data_path(output, "output folder"))
+    trained_output.check_output(resolve_data_path(output, "output folder"))
     for job in queue.list_jobs(db, kind=KIND):
         if not job.finished and job.params.get("output") == output:
             raise InvalidInput(f"output folder {output} is being written by job {job.id} "
@@ -298,11 +293,8 @@ def summary_to_json(summary: TrainSummary) -> dict[str, Any]:
 
 def _finished_by_job(output: Path, job_id: int) -> TrainSummary | None:
     """The summary of the folder a previous run of job ``job_id`` finished at ``output``."""
-    try:
-        data = json.loads((output / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("job_id") != job_id:
+    data = trained_output.finished_record(output, job_id, SUMMARY_FILE)
+    if data is None:
         return None
     try:
         fields = {k: data[k] for k in TrainSummary.__dataclass_fields__}
@@ -442,7 +434,7 @@ def train_concord(
         if done is not None:
             logger.info("job %d: concord model %s was already trained", job_id, output)
             return done
-    _check_output(output)
+    trained_output.check_output(output)
 
     def say(message: str) -> None:
         if progress is not None:
@@ -488,11 +480,7 @@ def train_concord(
             "human_ratings_used": False,
         },
     }
-    # A job builds in its own hidden folder (left by a killed run of it: start over).
-    target = output if job_id is None else output.parent / f".{output.name}.job-{job_id}"
-    if job_id is not None and target.exists():
-        shutil.rmtree(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = trained_output.staging_folder(output, job_id)
     steps = 0
     try:
         if variant == "gbm":
@@ -514,16 +502,8 @@ def train_concord(
     logger.info("concord %s trained: %d pairs, held-out tau_total %s", variant, len(train),
                 figures.get("tau_total"))
     if job_id is not None:
-        try:
-            record = {**summary_to_json(summary), "job_id": job_id}
-            (target / SUMMARY_FILE).write_text(json.dumps(record, indent=2) + "\n",
-                                               encoding="utf-8")
-            if output.exists():
-                output.rmdir()  # checked empty above
-            os.replace(target, output)
-        except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
-            raise
+        trained_output.publish(target, output, {**summary_to_json(summary), "job_id": job_id},
+                               SUMMARY_FILE)
     return summary
 
 

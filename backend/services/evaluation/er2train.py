@@ -19,11 +19,8 @@ hidden folder, and a retry that finds the finished adapter of its own job report
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
-import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +31,7 @@ from sqlalchemy.orm import aliased
 
 from radconcord.backend.analysis.data import StudyNotFound
 from radconcord.backend.errors import InvalidInput, NotFound, require_admin
+from radconcord.backend.services.evaluation import trained_output
 from radconcord.backend.services.evaluation.study_data import load_ratings
 from radconcord.backend.types import Actor
 from radconcord.db.models import PAIR_STUDY, Pair, Report
@@ -148,10 +146,6 @@ def _check_settings(*, epochs: int, lr: float, heldout: float, batch_size: int,
         raise InvalidInput(f"max steps must be >= 1, got {max_steps}")
 
 
-def _check_output(output: Path) -> None:
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise InvalidInput(f"output folder {output} already exists and is not empty")
-
 
 def _check_data(db: Database, actor: Actor, *, study: str, base: str,
                 base_revision: str | None, heldout: float, seed: int) -> tuple[Any, Any, Any]:
@@ -224,7 +218,7 @@ def enqueue_training(
     _check_settings(epochs=epochs, lr=lr, heldout=heldout, batch_size=batch_size,
                     max_steps=max_steps)
     target = resolve_data_path(output, "output folder")
-    _check_output(target)
+    trained_output.check_output(target)
     for job in queue.list_jobs(db, kind=KIND):
         if not job.finished and job.params.get("output") == output:
             raise InvalidInput(f"output folder {output} is being written by job {job.id} "
@@ -251,11 +245,8 @@ def summary_to_json(summary: TrainSummary) -> dict[str, Any]:
 
 def _finished_by_job(output: Path, job_id: int) -> TrainSummary | None:
     """The summary of the adapter a previous run of job ``job_id`` finished at ``output``."""
-    try:
-        data = json.loads((output / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("job_id") != job_id:
+    data = trained_output.finished_record(output, job_id, SUMMARY_FILE)
+    if data is None:
         return None
     fields = {k: data[k] for k in TrainSummary.__dataclass_fields__}
     fields["output"] = output
@@ -322,7 +313,7 @@ def train_from_study(
         if done is not None:
             logger.info("job %d: adapter %s was already trained", job_id, output)
             return done
-    _check_output(output)
+    trained_output.check_output(output)
     if phase is not None:
         phase(f"reading the ratings of study '{study}'")
     ref, train, held = _check_data(db, actor, study=study, base=base,
@@ -330,11 +321,7 @@ def train_from_study(
     config = er2score.TrainConfig(
         epochs=epochs, lr=lr, seed=seed, batch_size=batch_size, max_steps=max_steps
     )
-    # A job trains into its own hidden folder (left by a killed run of it: start over).
-    target = output if job_id is None else output.parent / f".{output.name}.job-{job_id}"
-    if job_id is not None and target.exists():
-        shutil.rmtree(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = trained_output.staging_folder(output, job_id)
     try:
         result = er2score.train_reward_model(
             base=ref,
@@ -366,14 +353,6 @@ def train_from_study(
         tau_trained=result.tau_trained,
     )
     if job_id is not None:
-        try:
-            record = {**summary_to_json(summary), "job_id": job_id}
-            (target / SUMMARY_FILE).write_text(json.dumps(record, indent=2) + "\n",
-                                               encoding="utf-8")
-            if output.exists():
-                output.rmdir()  # checked empty above
-            os.replace(target, output)
-        except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
-            raise
+        trained_output.publish(target, output, {**summary_to_json(summary), "job_id": job_id},
+                               SUMMARY_FILE)
     return summary
