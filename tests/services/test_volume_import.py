@@ -33,6 +33,7 @@ from radconcord.backend.services.transfer.imports import (
     delete_staged_study,
     import_cases,
     preview_import,
+    preview_lines,
 )
 from radconcord.backend.types import Actor
 from radconcord.db.models import Assignment, Case, Image, Pair, Study, StudyRole
@@ -186,6 +187,11 @@ def test_multiframe_and_nifti_paths_in_the_image_column(db, tmp_path):
     src.mkdir()
     _corpus().build_hostile_multiframe(src / "enhanced.dcm")
     _corpus().build_hostile_nifti(src / "QUAXMIRE.nii")
+    _csv(src, [("mf", "enhanced.dcm"), ("nii", "QUAXMIRE.nii")])
+    # The dry run classifies the multi-frame DICOM file from its header, as the import does.
+    preview = preview_import(db, ADMIN, study_name="Files", cases_file=src / "cases.csv")
+    assert (preview.problems, preview.n_images, preview.n_volumes) == ((), 2, 2)
+    assert "images found: 2 (2 volume(s), 0 film(s))" in "\n".join(preview_lines(preview))
     import_cases(db, ADMIN, study_name="Files", cases=parse_cases(
         _csv(src, [("mf", "enhanced.dcm"), ("nii", "QUAXMIRE.nii")])))
     images = _images(db)
@@ -259,7 +265,14 @@ def test_a_folder_of_films_in_the_image_column_is_refused(db, tmp_path):
 def test_a_volume_over_the_limit_is_refused_from_its_headers(db, tmp_path, monkeypatch):
     src = tmp_path / "input"
     _corpus().build_hostile_series(src / "ct", slices=6)
+    _corpus().build_hostile_multiframe(src / "enhanced.dcm", frames=6)
     monkeypatch.setattr(volume_module, "MAX_SLICES", 5)
+    # The dry run refuses both from their headers, the multi-frame file included.
+    preview = preview_import(db, ADMIN, study_name="Big", cases_file=_csv(
+        src, [("big", "ct"), ("bigmf", "enhanced.dcm")]))
+    assert [p.split(":")[0] for p in preview.problems] == ["case big", "case bigmf"]
+    assert "more than 5 files, over the limit" in preview.problems[0]
+    assert "6 slices of 10 x 12 pixels exceeds the limit of 5 slices" in preview.problems[1]
     with pytest.raises(InvalidInput, match=r"^case big: .*ct: .*over the limit of 5 slices"):
         import_cases(db, ADMIN, study_name="Big", cases=parse_cases(_csv(src, [("big", "ct")])))
     _nothing_written(db, config.data_dir())

@@ -96,7 +96,13 @@ def _show_preview(preview: imports.ImportPreview) -> None:
         c1, c2, c3, c4 = st.columns(4)
         c1.metric("Cases", preview.n_cases)
         c2.metric("Pairs", preview.n_pairs)
-        c3.metric("Images found", preview.n_images)
+        c3.metric("Images found", preview.n_images,
+                  help=(f"{preview.n_volumes} 3-D volume(s) (a DICOM series, a multi-frame"
+                        f" DICOM or a NIfTI file) and {preview.n_images - preview.n_volumes}"
+                        " 2-D film(s)") if preview.n_volumes else None)
+        if preview.n_volumes:
+            c3.caption(f"{preview.n_volumes} volume(s), "
+                       f"{preview.n_images - preview.n_volumes} film(s)")
         c4.metric("Images missing", len(preview.missing_images))
         st.dataframe([{"Source": k, "Pairs": v} for k, v in preview.sources.items()],
                      hide_index=True, key="preview_sources")

@@ -1205,6 +1205,8 @@ class ImportPreview:
         warnings: Things to know that do not stop the import.
         problems: What would make the import fail (empty when it can run).
         runs_on_worker: Whether the pages send an import of this size to the worker.
+        n_volumes: Of the images, the 3-D volumes (a DICOM series, a multi-frame DICOM, a
+            NIfTI file); the others are 2-D films.
     """
 
     study_name: str
@@ -1221,6 +1223,7 @@ class ImportPreview:
     warnings: tuple[str, ...]
     problems: tuple[str, ...]
     runs_on_worker: bool
+    n_volumes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -1300,17 +1303,21 @@ def preview_import(
     missing = tuple(f"{where}: {path}" for where, path in parsed.missing_images)
     if missing:
         problems.append(f"{len(missing)} image file(s) listed in the file are missing")
-    n_images = 0
+    n_images = n_volumes = 0
     for case in cases:
         for image in case.images:
             n_images += 1
             src = Path(image.path)
-            if src.is_dir() or is_nifti_name(src):
+            fmt = None if src.is_dir() or is_nifti_name(src) else sniff_format(src)
+            if fmt is None or fmt == "dicom":
+                # A DICOM file may be a multi-frame volume: classified from its header, as
+                # the import will, so its geometry and size are checked now too.
                 try:
-                    entry_kind(case.case_id, src, image.view)
+                    if entry_kind(case.case_id, src, image.view) != KIND_FILM:
+                        n_volumes += 1
                 except InvalidInput as exc:
                     problems.append(str(exc))
-            elif sniff_format(src) not in EXTENSIONS:
+            elif fmt not in EXTENSIONS:
                 problems.append(f"case {case.case_id}: {Path(image.path).name}: not a DICOM, "
                                 "PNG or JPEG file")
     sources: dict[str, int] = {}
@@ -1334,6 +1341,7 @@ def preview_import(
         n_pairs=n_pairs,
         sources=sources,
         n_images=n_images,
+        n_volumes=n_volumes,
         missing_images=missing,
         n_cases_without_images=without,
         warnings=tuple(warnings),
@@ -1352,7 +1360,10 @@ def preview_lines(preview: ImportPreview, *, max_missing: int = 20) -> list[str]
         f"cases: {preview.n_cases}",
         f"pairs: {preview.n_pairs}",
         "sources: " + ", ".join(f"{k} ({v})" for k, v in preview.sources.items()),
-        f"images found: {preview.n_images}; missing: {len(preview.missing_images)}; "
+        f"images found: {preview.n_images}"
+        + (f" ({preview.n_volumes} volume(s), {preview.n_images - preview.n_volumes} film(s))"
+           if preview.n_volumes else "")
+        + f"; missing: {len(preview.missing_images)}; "
         f"cases without an image: {preview.n_cases_without_images}",
     ]
     lines += [f"missing image: {m}" for m in preview.missing_images[:max_missing]]
