@@ -9,7 +9,9 @@ its position in mm; scrolls with the wheel, ArrowUp/ArrowDown, PageUp/PageDown, 
 the slider; switches to coronal and sagittal, drawn with the voxel spacing (the plane's
 height over width is the volume's extent in mm, not in voxels); chooses Lung, Mediastinum
 and Bone and drags W/L, one window for every plane; reads the HU under the pointer; and a
-prefetched slice shows well under 50 ms (median). With "3 planes" the three are side by side,
+prefetched slice shows well under 50 ms (median). With "3 planes" the three are side by side
+(at 1920x1080; in the narrower column at 1280x800 the axial plane is large and the other two
+stack beside it),
 a crosshair in each marks where the other two cut it, scrolling one moves the lines on the
 others and a click takes the other two planes to the point clicked. Screenshots at 1280x800
 and 1920x1080 go to ``$RADCONCORD_SHOTS`` (default /tmp/shots25).
@@ -309,6 +311,26 @@ def test_a_ct_volume_is_read_slice_by_slice_in_three_planes(server, browser, ct_
         # The head is up on a reformat: the top row is the last slice (narrowest lungs).
         page.get_by_role("radio", name="Axial", exact=True).click()
         _wait_shown(page, "axial", _state(page)["slice"])
+
+        # "3 planes" in this narrow column: axial large, coronal and sagittal stacked beside
+        # it (side by side, each would be about 170 px wide).
+        page.get_by_role("button", name="3 planes").click()
+        page.locator(".rcv-root[data-ready='true'] .rcv-pane.rcv-linked").nth(2).wait_for()
+        page.wait_for_function(
+            "() => document.querySelector('.rcv-panes').dataset.layout === 'stack'")
+        for plane in ("axial", "coronal", "sagittal"):
+            page.wait_for_function(
+                f"() => {{ const p = document.querySelector({_linked(plane)!r});"
+                f" return p && p.dataset.crosshair; }}")
+        a, c, g = (page.locator(_linked(p)).bounding_box()
+                   for p in ("axial", "coronal", "sagittal"))
+        assert c["x"] == pytest.approx(g["x"], abs=1) and c["x"] >= a["x"] + a["width"]
+        assert g["y"] >= c["y"] + c["height"]
+        assert a["width"] > 1.5 * c["width"] and a["height"] > 1.8 * c["height"]
+        assert a["height"] == pytest.approx(c["height"] + g["height"], abs=6)
+        _shot(page, "ct-three-planes-1280x800")
+        page.get_by_role("button", name="3 planes").click()
+        page.locator(f".rcv-root[data-ready='true'] {PANE}").wait_for()
     finally:
         context.close()
 
@@ -329,6 +351,8 @@ def test_a_ct_volume_is_read_slice_by_slice_in_three_planes(server, browser, ct_
         page.locator(".rcv-root[data-ready='true'] .rcv-pane.rcv-linked").nth(2).wait_for()
         assert page.evaluate(LINKED + ".map(p => p.dataset.linkedPlane)") == [
             "axial", "coronal", "sagittal"]
+        # Wide enough here for three side by side.
+        assert page.evaluate("() => document.querySelector('.rcv-panes').dataset.layout") == "row"
         for plane in ("axial", "coronal", "sagittal"):
             page.wait_for_function(
                 f"() => {{ const p = document.querySelector({_linked(plane)!r});"

@@ -14,7 +14,8 @@
 // for every plane); the HU under the pointer is shown. Neighbouring planes are prefetched
 // (a window of PREFETCH_RADIUS each side), and at most SLICE_CACHE planes are kept, so the
 // browser's memory stays bounded whatever the volume's size. "3 planes" shows axial,
-// coronal and sagittal side by side instead (three VolumePanes of one volume sharing a link):
+// coronal and sagittal instead (three VolumePanes of one volume sharing a link), side by side
+// or, in a narrow column, the first large and the other two stacked beside it (layout()):
 // a crosshair in each marks where the other two cut it, a click moves the other two planes
 // to the point clicked, and the window is one for the three.
 //
@@ -35,6 +36,8 @@ const PREFETCH_CONCURRENCY = 3;
 const WHEEL_PER_SLICE = 100;
 // Height of a volume pane's strip (plane buttons, slider) under its canvas, CSS pixels.
 const VOLBAR_PX = 34;
+// Below this width per plane, "3 planes" stacks two of them beside the first (see layout()).
+const MPR_STACK_BELOW_PX = 300;
 // Keys that move through a volume's slices (ArrowLeft/ArrowRight still pan).
 const VOLUME_KEYS = { ArrowUp: true, ArrowDown: true, PageUp: true, PageDown: true, Home: true,
   End: true };
@@ -1118,12 +1121,33 @@ class Viewer {
     height = Math.max(160, Math.floor(height));
     const gap = 4;
     const each = (boxWidth - gap * (this.panes.length - 1)) / this.panes.length;
-    for (const p of this.panes) {
-      if (Math.abs(p.cssW - Math.floor(each)) > 0 || Math.abs(p.cssH - height) > 0) {
-        p.resize(each, height);
+    let sizes = this.panes.map(() => [each, height]);
+    const linked = this.panes.length === 3 && this.panes[0].link &&
+      this.panes.every((p) => p.link === this.panes[0].link);
+    // Three planes side by side are too narrow to read on a laptop's column (about 170 px
+    // each at 1280 px): the first plane large and the other two stacked beside it, as the
+    // reading room's "1 + 2" layout. data-layout tells the tests which one is drawn.
+    const stack = linked && each < MPR_STACK_BELOW_PX;
+    this.panesBox.classList.toggle("rcv-stack", stack);
+    this.panesBox.dataset.layout = linked ? (stack ? "stack" : "row") : "";
+    if (stack) {
+      const side = Math.floor((boxWidth - gap) / 3);
+      const main = Math.floor(boxWidth - gap - side);
+      const half = Math.floor((height - gap) / 2);
+      this.panesBox.style.gridTemplateColumns = `${main}px ${side}px`;
+      this.panesBox.style.gridTemplateRows = `${half}px ${half}px`;
+      sizes = [[main, 2 * half + gap], [side, half], [side, half]];
+    } else {
+      this.panesBox.style.gridTemplateColumns = "";
+      this.panesBox.style.gridTemplateRows = "";
+    }
+    this.panes.forEach((p, i) => {
+      const [w, h] = sizes[i];
+      if (Math.abs(p.cssW - Math.floor(w)) > 0 || Math.abs(p.cssH - h) > 0) {
+        p.resize(w, h);
         if (p.img) p.clampPan();
       }
-    }
+    });
   }
 
   /** What full screen shows: with a split, the film AND the grid's column (the grid stays
