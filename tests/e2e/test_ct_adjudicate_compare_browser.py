@@ -4,8 +4,11 @@ The app seeds both demo studies on its first page load. In "Demo study (CT)" rat
 rater2 disagree on a pair (rater1: one significant omission, rater2: none) and an adjudicator
 opens it on the Adjudicate page: the volume pane is there, "Axial 21 / 40", and scrolls. A
 pairwise study of the same synthetic phantom (imported through the import service into the
-app's data folder) gives a judge a comparison: the Compare page shows the same CT viewer.
-Screenshots go to ``$RADCONCORD_SHOTS`` (default /tmp/shots25).
+app's data folder) gives a judge a comparison: the Compare page shows the same CT viewer. A
+study of the same case in error-records mode gives a rater the CT viewer beside the records
+panel, where an error is marked by keyboard; and the study lead's disagreement explorer opens
+a CT pair with the volume in it. Screenshots go to ``$RADCONCORD_SHOTS`` (default
+/tmp/shots25).
 """
 
 from __future__ import annotations
@@ -17,15 +20,19 @@ from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import expect
+from sqlalchemy import select
 
 from radconcord.backend.datasets import demo_ct
+from radconcord.backend.scoring.runner import ScorePair, score
 from radconcord.backend.services.accounts import auth
 from radconcord.backend.services.accounts.seed import DEMO_CT_STUDY
-from radconcord.backend.services.annotation import pairwise, rating
+from radconcord.backend.services.annotation import error_records, pairwise, rating
 from radconcord.backend.services.quality import adjudication
 from radconcord.backend.services.study_admin import study_settings
+from radconcord.backend.services.study_admin.assignment import assign_raters
 from radconcord.backend.services.transfer import imports
 from radconcord.backend.types import Actor
+from radconcord.db.models import Pair, Report, Study
 from radconcord.db.session import Database
 from tests.e2e.conftest import RATER, RATER_PASSWORD, log_in, wait_for_cookie
 
@@ -37,6 +44,9 @@ RATER2, RATER2_PASSWORD = "rater2", "radconcord-rater2"
 JUDGE, JUDGE_PASSWORD = "ctjudge", "ctjudge-password-1"
 CMP_JUDGE, CMP_PASSWORD = "ctcompare", "ctcompare-password-1"
 PAIRWISE_STUDY = "CT pairwise study"
+RECORDS_STUDY = "CT records study"
+REC_RATER, REC_PASSWORD = "ctrecords", "ctrecords-password-1"
+LEAD, LEAD_PASSWORD = "ctlead", "ctlead-password-1"
 
 
 def _db(data: Path) -> Database:
@@ -62,9 +72,10 @@ def _wait_for_ct_demo(data: Path, timeout_s: float = 90) -> None:
 
 
 @pytest.fixture(scope="module")
-def ct_setup(server, browser, tmp_path_factory) -> str:
-    """A disputed pair of the demo CT study with an adjudicator, and a pairwise study of the
-    phantom with a judge; the disputed pair's opaque id."""
+def ct_setup(server, browser, tmp_path_factory) -> dict:
+    """A disputed pair of the demo CT study with an adjudicator, a pairwise study of the
+    phantom with a judge, an error-records study of it with a rater and a study lead; the
+    disputed pair's opaque id (``pair``) and a scored pair's id (``explorer_pair``)."""
     url, data = server
     context = browser.new_context()
     context.new_page().goto(url)  # the first page load seeds the demo
@@ -93,7 +104,28 @@ def ct_setup(server, browser, tmp_path_factory) -> str:
         pairwise.make_comparisons(db, system, PAIRWISE_STUDY, seed=0)
         auth.create_user(db, system, username=CMP_JUDGE, password=CMP_PASSWORD, role="rater")
         pairwise.assign_judgements(db, system, PAIRWISE_STUDY, [CMP_JUDGE], 1, 0)
-        return pair
+
+        imports.import_cases(db, system, study_name=RECORDS_STUDY,
+                             cases=[demo_ct.ct_demo_case(tmp_path_factory.mktemp("ct-records"))])
+        study_settings.update_study_settings(db, system, study_name=RECORDS_STUDY,
+                                             annotation_mode="error_records")
+        auth.create_user(db, system, username=REC_RATER, password=REC_PASSWORD, role="rater")
+        assign_raters(db, system, study_name=RECORDS_STUDY, rater_usernames=[REC_RATER],
+                      raters_per_pair=1, seed=0)
+
+        # The explorer lists a study once it has scores: BLEU on the demo CT study's pairs.
+        auth.create_user(db, system, username=LEAD, password=LEAD_PASSWORD, role="admin")
+        with db.read() as s:
+            rows = s.execute(
+                select(Pair.id, Pair.input_hash, Report.text, Pair.candidate_id)
+                .join(Study, Study.id == Pair.study_id)
+                .join(Report, Report.id == Pair.reference_id)
+                .where(Study.name == DEMO_CT_STUDY).order_by(Pair.position)).all()
+            texts = {r.id: r.text for r in s.scalars(select(Report))}
+        score([ScorePair(id=str(r.id), reference=r.text, candidate=texts[r.candidate_id],
+                         stored_hash=r.input_hash) for r in rows], ["bleu4"], db=db,
+              device="cpu")
+        return {"pair": pair, "explorer_pair": rows[0].id}
     finally:
         db.dispose()
         if previous is None:
@@ -159,8 +191,9 @@ def test_adjudicate_shows_the_ct_viewer_for_a_disputed_ct_pair(server, browser, 
     context, page = _log_in(browser, url, JUDGE, JUDGE_PASSWORD)
     try:
         expect(page.get_by_role("heading", name="Adjudicate")).to_be_visible()
-        page.goto(f"{url}/adjudicate?study={quote(DEMO_CT_STUDY)}&pair={ct_setup}")
-        page.locator(f".rcv-root[data-pair-key='{ct_setup}'][data-ready='true'] {PANE}"
+        pair = ct_setup["pair"]
+        page.goto(f"{url}/adjudicate?study={quote(DEMO_CT_STUDY)}&pair={pair}")
+        page.locator(f".rcv-root[data-pair-key='{pair}'][data-ready='true'] {PANE}"
                      ).wait_for()
         _check_scrolls(page)
         # The raters' disagreement is on the page beside the volume.
@@ -180,5 +213,59 @@ def test_compare_shows_the_ct_viewer_for_a_ct_comparison(server, browser, ct_set
         body = page.locator("body").inner_text()
         assert not [s for s in demo_ct.CANDIDATES if s in body]  # blinded
         _shot(page, "ct-compare-1280x800")
+    finally:
+        context.close()
+
+
+def test_error_records_are_marked_beside_the_ct_viewer(server, browser, ct_setup):
+    url, data = server
+    context, page = _log_in(browser, url, REC_RATER, REC_PASSWORD)
+    try:
+        panel = page.locator(".rc-er")
+        expect(panel).to_be_visible()
+        page.locator(f".rcv-root[data-ready='true'] {PANE}").wait_for()
+        _check_scrolls(page)
+        # The records panel sits beside the volume, within the window.
+        box = panel.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= 1280
+        # Keyboard only: the first two words of the candidate, category 1, significant.
+        panel.locator(".rc-er-box").focus()
+        for key in ("ArrowRight", "Shift+ArrowRight", "1", "s", "Enter"):
+            page.keyboard.press(key)
+        expect(panel.locator(".rc-er-item")).to_have_count(1)
+        page.wait_for_function("() => new URL(location.href).searchParams.get('pair')")
+        pair = page.evaluate("() => new URL(location.href).searchParams.get('pair')")
+        # The arrow keys went to the words, not to the volume: still on the same slice.
+        assert _volume_shown(page, demo_ct.SHAPE[0] // 2 + 1)["count"] == demo_ct.SHAPE[0]
+        db = _db(data)
+        try:
+            actor = auth.authenticate(db, username=REC_RATER, password=REC_PASSWORD)
+            assert pair in [q.opaque_id for q in
+                            rating.rater_queue(db, actor, study_name=RECORDS_STUDY)]
+            stored = error_records.list_records(db, actor, opaque_id=pair)
+        finally:
+            db.dispose()
+        assert [(r.kind, r.category, r.significant) for r in stored.records] == [
+            ("span", 1, True)]
+        body = page.locator("body").inner_text()
+        assert not [s for s in demo_ct.CANDIDATES if s in body]  # blinded
+        _shot(page, "ct-error-records-1280x800")
+    finally:
+        context.close()
+
+
+def test_the_explorer_shows_the_volume_of_a_ct_pair(server, browser, ct_setup):
+    url, _ = server
+    context, page = _log_in(browser, url, LEAD, LEAD_PASSWORD)
+    try:
+        page.goto(f"{url}/explorer?study={quote(DEMO_CT_STUDY)}"
+                  f"&pair={ct_setup['explorer_pair']}")
+        expect(page.get_by_role("heading", name="Disagreement explorer")).to_be_visible()
+        expect(page.get_by_text("Pair 1: case", exact=False).first).to_be_visible()
+        pane = page.locator(f".rcv-root[data-ready='true'] {PANE}")
+        pane.wait_for()
+        pane.scroll_into_view_if_needed()
+        _check_scrolls(page)
+        _shot(page, "ct-explorer-1280x800")
     finally:
         context.close()
