@@ -44,6 +44,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from radconcord.backend.metrics.concord import rules
+
 __all__ = [
     "KINDS",
     "KIND_LABELS",
@@ -83,8 +85,6 @@ KIND_LABELS: dict[str, str] = {
     "reword": "Reword non-informative words",
 }
 
-# A sentence: everything up to a terminator followed by space/end, or up to a line break.
-_SENTENCE = re.compile(r"[^\n]*?(?:[.!?](?=\s|$)|(?=\n)|$)")
 _SIDE = re.compile(r"\b(left|right)\b", re.IGNORECASE)
 
 _SEVERITY_PAIRS: tuple[tuple[str, str], ...] = (
@@ -170,22 +170,14 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     """Sentence spans ``(start, end)`` of ``text``; each span includes trailing whitespace.
 
     Spans cover the text after its leading whitespace without gaps, so removing one span and
-    stripping the result leaves the other sentences exactly as they were.
+    stripping the result leaves the other sentences exactly as they were. The sentences are
+    concord's (:func:`backend.metrics.concord.rules.split_sentences`), so the perturbations,
+    the synthetic errors and the metric cut a report the same way; each is extended to the
+    next sentence's start.
     """
-    spans: list[tuple[int, int]] = []
-    pos = len(text) - len(text.lstrip())
-    while pos < len(text):
-        m = _SENTENCE.match(text, pos)
-        end = m.end() if m else len(text)
-        # Swallow the whitespace (and line breaks) after the sentence.
-        while end < len(text) and text[end].isspace():
-            end += 1
-        if end == pos:  # cannot happen with the pattern above; guards an infinite loop
-            end = len(text)
-        if text[pos:end].strip():
-            spans.append((pos, end))
-        pos = end
-    return spans
+    spans = rules.split_sentences(text)
+    return [(start, spans[i + 1][0] if i + 1 < len(spans) else len(text))
+            for i, (start, _) in enumerate(spans)]
 
 
 def is_clinical(sentence: str) -> bool:
