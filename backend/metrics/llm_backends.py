@@ -46,6 +46,9 @@ from typing import Any, ClassVar, Protocol
 from radconcord.backend.metrics import hf, llm
 from radconcord.backend.metrics.base import BaseMetric, MetricResult, Resources
 from radconcord.backend.metrics.llm_pool import (
+    FAIL_AFTER,
+    REST_S,
+    WAIT_S,
     EndpointError,
     EndpointPool,
     FailedGeneration,
@@ -73,7 +76,14 @@ BACKEND_DEFAULTS: dict[str, Any] = {
     "concurrency": 8,
     "timeout": 300.0,
     "max_retries": 4,
+    # A pool of endpoints only (``endpoints=``): when a failing endpoint is rested, for how
+    # long, and how long one call waits for a rested one to come back (llm_pool's defaults).
+    "fail_after": FAIL_AFTER,
+    "rest_s": REST_S,
+    "wait_s": WAIT_S,
 }
+#: The options that only a pool of endpoints uses.
+POOL_OPTIONS = ("fail_after", "rest_s", "wait_s")
 
 # HTTP statuses worth retrying: rate limits and server-side trouble (a vLLM still loading
 # answers 503). Any other 4xx is the request's fault and fails at once.
@@ -529,9 +539,25 @@ def endpoint_pool(
         return OpenAIChatBackend(url, model=model, api_key=key, timeout=timeout,
                                  max_retries=retries, prefer=prefer, sleep=sleep)
 
+    settings = {}
+    for name in POOL_OPTIONS:
+        value = options.get(name, BACKEND_DEFAULTS[name])
+        try:
+            settings[name] = int(value) if name == "fail_after" else float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"metric '{family}': {family}.{name} must be a number,"
+                             f" got {value!r}") from None
+        if isinstance(value, float) and name == "fail_after" and not value.is_integer():
+            raise ValueError(f"metric '{family}': {family}.fail_after must be a whole number,"
+                             f" got {value!r}")
+    if settings["fail_after"] < 1 or settings["rest_s"] < 0 or settings["wait_s"] < 0:
+        raise ValueError(f"metric '{family}': {family}.fail_after must be at least 1 and"
+                         f" {family}.rest_s and {family}.wait_s at least 0 (got"
+                         f" {settings['fail_after']}, {settings['rest_s']}, {settings['wait_s']})")
     return EndpointPool(
         specs, client_factory=client,
         concurrency=int(options.get("concurrency", BACKEND_DEFAULTS["concurrency"])),
+        **settings,
     )
 
 
@@ -598,7 +624,15 @@ class LLMMetric(BaseMetric):
             # A pool of endpoints implies the endpoint backend; settings are checked now.
             self.backend_name = "openai"
             self._endpoint = endpoint_pool(self.spec.name, self.options, prefer=prefer)
-        elif self.backend_name == "openai":
+        else:
+            # A pool's failure handling set without a pool would silently do nothing.
+            given = [n for n in POOL_OPTIONS
+                     if n in options and options[n] != BACKEND_DEFAULTS[n]]
+            if given:
+                raise ValueError(
+                    f"metric '{self.spec.name}': {', '.join(given)} only apply to a pool of"
+                    f" endpoints ({self.spec.name}.endpoints=URL1,URL2,...)")
+        if not self.options.get("endpoints") and self.backend_name == "openai":
             # Settings are checked now (bad URL, missing URL), the endpoint is asked later.
             self._endpoint = openai_backend(self.spec.name, self.options, prefer=prefer)
 

@@ -164,6 +164,12 @@ def parse_chat_request(body: Any, *, served_id: str) -> tuple[list[dict[str, str
     return messages, raw
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5; a pool of clients opening dozens of
+    # connections at once then sees some refused (the pool's tests saw one run in three).
+    request_queue_size = 256
+
+
 class LLMServer:
     """An OpenAI-compatible chat server for one causal LM, in a background thread.
 
@@ -232,7 +238,7 @@ class LLMServer:
         lm = self.load()
         self.batcher = _Batcher(lm, max_batch=self.max_batch, wait_s=self.batch_wait_s)
         handler = type("Handler", (_Handler,), {"server_ref": self})
-        self._httpd = ThreadingHTTPServer((self.host, self._port), handler)
+        self._httpd = _HTTPServer((self.host, self._port), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-server",
                                         daemon=True)
