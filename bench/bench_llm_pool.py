@@ -1,13 +1,15 @@
 """Benchmark: throughput of the llm_rexval judge through a pool of LLM endpoints.
 
-A GPU server is modelled by a loopback OpenAI-compatible endpoint that works on at most
+Simulated servers, not ``serve-llm`` instances of a tiny model: on a 2-core machine several
+real model servers share the same two cores, so their sum cannot exceed one of them, and the
+measure would be of the cores, not of the pool. A GPU server is modelled by a loopback OpenAI-compatible endpoint that works on at most
 ``--capacity`` requests at once and takes ``--service-ms`` per request (a vLLM batch slot), so
 its throughput is ``capacity / service time`` whatever the client does. The judge (the real
 ``llm_rexval`` family: prompt, HTTP client, pool, parser) scores ``--pairs`` pairs through:
 
 * ``1 endpoint``: the reference, in the same process;
-* ``2 endpoints`` and ``4 endpoints`` of the same speed: the goal is a speed-up close to 2x
-  and 4x (the pool keeps every server's slots busy);
+* ``2 endpoints``, ``3 endpoints`` and ``4 endpoints`` of the same speed: the goal is a
+  speed-up close to 2x, 3x and 4x (the pool keeps every server's slots busy);
 * ``2 endpoints, one twice as fast, weights 2:1``: the goal is close to 3x (a server of twice
   the reference's throughput beside one like it);
 * ``2 endpoints, one failing (503)``: the failing one is rested after ``fail_after``
@@ -141,6 +143,7 @@ def main() -> None:
     configs: dict[str, tuple[str, dict[str, Any]]] = {
         "1 endpoint": (f"{fast[0].url}@{cap}", {}),
         "2 endpoints": (",".join(f"{s.url}@{cap}" for s in fast[:2]), {}),
+        "3 endpoints": (",".join(f"{s.url}@{cap}" for s in fast[:3]), {}),
         "4 endpoints": (",".join(f"{s.url}@{cap}" for s in fast), {}),
         "2 endpoints, one 2x faster, weights 2:1": (
             f"{faster.url}*2@{2 * cap},{fast[0].url}*1@{cap}", {}),

@@ -25,7 +25,7 @@ def test_a_small_run_reports_every_configuration():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = json.loads(proc.stdout)["runs"]
-    assert list(runs) == ["1 endpoint", "2 endpoints", "4 endpoints",
+    assert list(runs) == ["1 endpoint", "2 endpoints", "3 endpoints", "4 endpoints",
                           "2 endpoints, one 2x faster, weights 2:1",
                           "2 endpoints, one failing (503)"]
     for run in runs.values():
