@@ -2,10 +2,11 @@
 
 Simulated servers, not ``serve-llm`` instances of a tiny model: on a 2-core machine several
 real model servers share the same two cores, so their sum cannot exceed one of them, and the
-measure would be of the cores, not of the pool. A GPU server is modelled by a loopback OpenAI-compatible endpoint that works on at most
-``--capacity`` requests at once and takes ``--service-ms`` per request (a vLLM batch slot), so
-its throughput is ``capacity / service time`` whatever the client does. The judge (the real
-``llm_rexval`` family: prompt, HTTP client, pool, parser) scores ``--pairs`` pairs through:
+measure would be of the cores, not of the pool. A GPU server is modelled by a loopback
+OpenAI-compatible endpoint that works on at most ``--capacity`` requests at once and takes
+``--service-ms`` per request (a vLLM batch slot), so its throughput is ``capacity / service
+time`` whatever the client does. The judge (the real ``llm_rexval`` family: prompt, HTTP
+client, pool, parser) scores ``--pairs`` pairs through:
 
 * ``1 endpoint``: the reference, in the same process;
 * ``2 endpoints``, ``3 endpoints`` and ``4 endpoints`` of the same speed: the goal is a
