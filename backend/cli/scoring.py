@@ -10,6 +10,11 @@ Every run prints ``status FAMILY: done | unavailable: REASON | failed: ERROR`` p
 and draws progress on stderr (:func:`backend.cli.progress.progress_bar`). With
 ``--skip-unavailable`` the families that can run are scored even when another is unavailable
 or fails; the exit status is 1 when a family failed or none was scored.
+
+``--engine ray [--ray-address ADDR] [--workers N]`` computes the missing pairs on Ray actors
+(a local instance, or the cluster at ADDR) while this process keeps the cache lookup and
+writes (docs/scale_out.md); ``--engine local`` (the default) computes them in this process.
+Every run prints the engine it used.
 """
 
 from __future__ import annotations
@@ -50,6 +55,24 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda[:N]")
     p.add_argument("--batch-size", type=int, default=32, metavar="N", help="pairs per batch")
     p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="where missing pairs are computed: local (this process, default) or ray"
+        " (batches on Ray actors; see docs/scale_out.md)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --engine ray: the cluster to join (default: start a local Ray instance)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="with --engine ray: actors to start (default: one per CPU of the cluster)",
+    )
+    p.add_argument(
         "--set",
         dest="set_options",
         action="append",
@@ -89,6 +112,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     metrics = _split_metrics(args.metrics)
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1 (got {args.batch_size})")
+    _check_engine_args(args)
     with user_errors(ScoringError):
         options = parse_set_options(args.set_options)
         metrics, options = jobs.validate_request(metrics, options)
@@ -97,11 +121,52 @@ def cmd_score(args: argparse.Namespace) -> int:
     return _score_study(args, metrics, options)
 
 
+def _check_engine_args(args: argparse.Namespace) -> None:
+    """Refuse engine options that do not fit together (before anything is read or started)."""
+    if args.engine != "ray":
+        for flag, value in (("--ray-address", args.ray_address), ("--workers", args.workers)):
+            if value is not None:
+                raise UserError(f"{flag} works with --engine ray")
+    if args.workers is not None and args.workers < 1:
+        raise UserError(f"--workers must be at least 1 (got {args.workers})")
+    if args.engine == "ray" and getattr(args, "enqueue", False):
+        raise UserError("--engine ray scores inline; queued jobs run on the worker")
+
+
+def _make_engine(args: argparse.Namespace) -> Any:
+    """``None`` (this process) for ``--engine local``, else a started Ray engine."""
+    if args.engine == "local":
+        print("engine: local (this process)")
+        return None
+    from radconcord.backend.scoring.engines import RayEngine
+    from radconcord.backend.scoring.runner import ScoringError
+
+    with user_errors(ScoringError):
+        # Each actor resolves --device itself (auto: CUDA where its worker has a GPU).
+        engine = RayEngine(address=args.ray_address, workers=args.workers, device=args.device)
+    where = args.ray_address or "a local instance"
+    workers = args.workers if args.workers is not None else "one per CPU"
+    print(f"engine: ray ({where}, workers: {workers})")
+    return engine
+
+
 def _run(
     pairs: list[Any], metrics: list[str], options: dict[str, Any], args: argparse.Namespace,
     db: Database,
 ) -> Any:
-    """Call the runner, turning its user-facing errors into ``UserError``."""
+    """Call the runner on the chosen engine, turning its user-facing errors into ``UserError``."""
+    engine = _make_engine(args)
+    try:
+        return _run_on(pairs, metrics, options, args, db, engine)
+    finally:
+        if engine is not None:
+            engine.close()
+
+
+def _run_on(
+    pairs: list[Any], metrics: list[str], options: dict[str, Any], args: argparse.Namespace,
+    db: Database, engine: Any,
+) -> Any:
     from radconcord.backend.cli.progress import progress_bar
     from radconcord.backend.scoring.runner import MetricFailed, ScoringError, score
 
@@ -121,6 +186,7 @@ def _run(
                 # and the others are scored; without it the first problem stops the run.
                 keep_going=args.skip_unavailable,
                 progress=progress,
+                engine=engine,
             )
     except MetricUnavailable as exc:
         hint = "" if args.skip_unavailable else (

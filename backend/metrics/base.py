@@ -179,6 +179,34 @@ class Metric(Protocol):
         """Settings that change the numbers, and nothing else."""
 
 
+@runtime_checkable
+class CorpusStatistics(Protocol):
+    """Optional hook of a corpus-dependent family: its set statistics, computed once.
+
+    A family whose per-pair values depend on the whole scored set (CIDEr's document
+    frequencies, BERTScore's idf, VLScore's calibrated C) may implement it so that a set can
+    be scored in chunks, on several workers: ``stats = metric.corpus_statistics(...)`` over the
+    whole set, once, then ``metric.score(references=..., candidates=..., corpus=stats)`` per
+    chunk gives each pair the value the one-call ``score`` over the whole set gives it. The
+    statistics must be picklable (they travel to Ray workers). A family without the hook is
+    scored in one call over the whole set, wherever it runs.
+    """
+
+    def corpus_statistics(
+        self,
+        *,
+        references: Sequence[str],
+        candidates: Sequence[str],
+        images: Sequence[Any] | None = None,
+    ) -> Any:  # noqa: ANN401 - each family's own picklable statistics
+        """Statistics of the whole scored set (every pair, duplicates included, in order)."""
+
+
+def has_corpus_statistics(metric: object) -> bool:
+    """Whether ``metric`` implements :class:`CorpusStatistics` (the optional hook)."""
+    return callable(getattr(metric, "corpus_statistics", None))
+
+
 class BaseMetric:
     """Convenience base: option handling, availability, input validation.
 
@@ -236,8 +264,19 @@ class BaseMetric:
         references: Sequence[str],
         candidates: Sequence[str],
         images: Sequence[Any] | None = None,
+        corpus: Any = None,  # noqa: ANN401 - the family's own statistics
     ) -> MetricResult:
+        """Score aligned pairs; ``corpus`` is :meth:`CorpusStatistics.corpus_statistics`'s
+        answer over the whole set, for a family with that hook (``None``: the set is this call).
+
+        Raises:
+            MetricInputError: malformed inputs, or ``corpus`` given to a family without the hook.
+        """
         references, candidates = validate_pairs(references=references, candidates=candidates)
+        if corpus is not None and not has_corpus_statistics(self):
+            raise MetricInputError(
+                f"metric '{self.spec.name}' takes no corpus statistics (no corpus_statistics hook)"
+            )
         if self.spec.needs_image:
             if images is None or len(images) != len(references):
                 raise MetricInputError(
@@ -248,6 +287,11 @@ class BaseMetric:
             self.load(self.device)
         if not references:
             return MetricResult(values={k: [] for k in self.spec.keys})
+        if corpus is not None:
+            # Only families with the hook take the keyword, so the others' _score is unchanged.
+            return self._score(  # type: ignore[call-arg]
+                references=references, candidates=candidates, images=images, corpus=corpus
+            )
         return self._score(references=references, candidates=candidates, images=images)
 
     def _score(

@@ -629,6 +629,40 @@ class BertScore(BaseMetric):
             h.update(r.encode("utf-8") + b"\x00")
         self._fitted_idf_hash = h.hexdigest()[:16]
 
+    def corpus_statistics(
+        self,
+        *,
+        references: Sequence[str],
+        candidates: Sequence[str],
+        images: Sequence[Any] | None = None,
+    ) -> tuple[dict[int, float], float]:
+        """The idf weights of the whole scored set's references, for scoring it in chunks.
+
+        ``score(..., corpus=stats)`` uses them instead of the references of its own call, so
+        a chunk's values equal those of the one call over the whole set (see
+        :class:`~backend.metrics.base.CorpusStatistics`). Loads the tokenizer (and model).
+
+        Args:
+            references: The references of every pair of the set, duplicates included.
+            candidates: Unused (idf counts references only).
+            images: Unused.
+
+        Returns:
+            ``(token id -> idf, idf of an unseen token)``.
+
+        Raises:
+            ValueError: when ``idf`` is off.
+        """
+        if not self.options["idf"]:
+            raise ValueError("bertscore: corpus statistics need idf=True")
+        if not self._loaded:
+            self.load(self.device)
+        # Each distinct text once, as _score tokenises it; df counts every pair's reference.
+        refs = [t.strip() for t in references]
+        distinct = list(dict.fromkeys(refs))
+        ids = dict(zip(distinct, self._encode(distinct), strict=True))
+        return self._idf_dict([ids[t] for t in refs])
+
     @staticmethod
     def _idf_dict(ref_ids: list[list[int]]) -> tuple[dict[int, float], float]:
         m = len(ref_ids)
@@ -693,6 +727,7 @@ class BertScore(BaseMetric):
         references: list[str],
         candidates: list[str],
         images: Sequence[Any] | None,
+        corpus: tuple[dict[int, float], float] | None = None,
     ) -> MetricResult:
         import torch
         from torch.nn.utils.rnn import pad_sequence
@@ -708,7 +743,9 @@ class BertScore(BaseMetric):
         cand_idx = [pos[t.strip()] for t in candidates]
 
         if self.options["idf"]:
-            if self._fitted_idf is not None:
+            if corpus is not None:
+                idf, unseen = corpus
+            elif self._fitted_idf is not None:
                 idf, unseen = self._fitted_idf, self._fitted_idf_default
             else:
                 idf, unseen = self._idf_dict([all_ids[i] for i in ref_idx])

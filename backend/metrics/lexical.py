@@ -38,6 +38,7 @@ import numpy as np
 
 from radconcord.backend.metrics.base import (
     BaseMetric,
+    MetricInputError,
     MetricResult,
     MetricSpec,
     MetricUnavailable,
@@ -84,10 +85,12 @@ class _OrderStats:
     count: np.ndarray
     cand: np.ndarray
     ref: np.ndarray
+    #: Position in the token ids of one occurrence of each entry's n-gram (only when asked).
+    pos: np.ndarray | None = None
 
 
 def _ngram_stats_from_ids(
-    ids: np.ndarray, lengths: np.ndarray, n_vocab: int, n: int
+    ids: np.ndarray, lengths: np.ndarray, n_vocab: int, n: int, *, positions: bool = False
 ) -> tuple[list[_OrderStats], np.ndarray, np.ndarray]:
     """Count the 1..n-grams of every reference and candidate in a few vectorised sorts.
 
@@ -97,6 +100,9 @@ def _ngram_stats_from_ids(
     ``key(k-1, i) * V + id[i + k - 1]`` (compacted with ``np.unique`` whenever the packed range
     could overflow int64), so counting and matching n-grams across the whole batch costs one
     sort per order instead of a Python dictionary per text.
+
+    With ``positions`` each entry also carries where in ``ids`` one of its occurrences starts,
+    so that its n-gram can be spelled out (CIDEr's document frequencies of a whole set).
 
     Returns:
         Per order (index k-1) the entry table, the reference lengths and the candidate lengths.
@@ -133,7 +139,12 @@ def _ngram_stats_from_ids(
             uniq, gram = np.unique(gram, return_inverse=True)
             gram_range = max(len(uniq), 1)
         packed = (pair_pos[starts] * gram_range + gram) * 2 + side_pos[starts]
-        entries, count = np.unique(packed, return_counts=True)
+        first: np.ndarray | None = None
+        if positions:
+            entries, first, count = np.unique(packed, return_index=True, return_counts=True)
+            first = starts[first]
+        else:
+            entries, count = np.unique(packed, return_counts=True)
         side = entries & 1
         base = entries >> 1
         cand = np.flatnonzero(side == 1)
@@ -148,6 +159,7 @@ def _ngram_stats_from_ids(
                 count=count,
                 cand=cand[twin],
                 ref=ref[twin],
+                pos=first,
             )
         )
     return orders, lengths[:n_pairs], lengths[n_pairs:]
@@ -874,6 +886,19 @@ class Meteor(_TokenizedMetric):
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class CiderCorpus:
+    """CIDEr's statistics of a whole scored set (:meth:`Cider.corpus_statistics`).
+
+    Attributes:
+        n_pairs: Pairs (documents) in the set, duplicates included.
+        df: Per order (index k-1), k-gram of tokens -> number of pairs whose reference holds it.
+    """
+
+    n_pairs: int
+    df: list[dict[tuple[str, ...], int]]
+
+
 class Cider(_TokenizedMetric):
     """CIDEr-D per pair, identical to pycocoevalcap 1.2 ``Cider`` on the same strings.
 
@@ -914,18 +939,71 @@ class Cider(_TokenizedMetric):
             f"|tok:{self.options['tokenize']}|version:1"
         )
 
+    def corpus_statistics(
+        self,
+        *,
+        references: Sequence[str],
+        candidates: Sequence[str],
+        images: Sequence[Any] | None = None,
+    ) -> CiderCorpus:
+        """Document frequencies of the whole scored set, for scoring it in several calls.
+
+        ``score(references=chunk_refs, candidates=chunk_cands, corpus=stats)`` then gives
+        each pair exactly (bit for bit) the value it gets when the whole set is scored in one
+        call: the idf terms are the same numbers and every per-pair sum runs over the n-grams
+        in the same order (token strings compare the same whatever the batch's vocabulary).
+
+        Args:
+            references: The references of every pair of the set, duplicates included.
+            candidates: Their candidates (unused: df counts references only).
+            images: Unused.
+
+        Returns:
+            Picklable statistics for ``score(..., corpus=...)``.
+        """
+        refs = [str(r) for r in references]
+        n = int(self.options["n"])
+        df: list[dict[tuple[str, ...], int]] = [{} for _ in range(n)]
+        # One document per pair: a reference repeated m times counts m times.
+        multiplicity: dict[str, int] = {}
+        for r in refs:
+            multiplicity[r] = multiplicity.get(r, 0) + 1
+        distinct = list(multiplicity)
+        tok = token_ids(distinct, self.options["tokenize"])
+        ends = np.cumsum(tok.lengths).tolist()
+        ids = tok.ids.tolist()
+        start = 0
+        for text, end in zip(distinct, ends, strict=True):
+            words = [tok.vocab[t] for t in ids[start:end]]
+            start = end
+            m = multiplicity[text]
+            for k in range(1, n + 1):
+                table = df[k - 1]
+                for gram in {tuple(words[i:i + k]) for i in range(len(words) - k + 1)}:
+                    table[gram] = table.get(gram, 0) + m
+        return CiderCorpus(n_pairs=len(refs), df=df)
+
     def _score(
-        self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None
+        self,
+        *,
+        references: list[str],
+        candidates: list[str],
+        images: Sequence[Any] | None,
+        corpus: CiderCorpus | None = None,
     ) -> MetricResult:
         n = int(self.options["n"])
         sigma = float(self.options["sigma"])
         n_pairs = len(references)
         tok = token_ids([*references, *candidates], self.options["tokenize"])
         orders, ref_len, cand_len = _ngram_stats_from_ids(
-            tok.ids, tok.lengths, len(tok.vocab), n
+            tok.ids, tok.lengths, len(tok.vocab), n, positions=corpus is not None
         )
+        if corpus is not None and len(corpus.df) < n:
+            raise MetricInputError(
+                f"cider: corpus statistics hold {len(corpus.df)} n-gram orders, need {n}"
+            )
         # pycocoevalcap: ref_len = log(number of pairs); idf = ref_len - log(max(1, df)).
-        log_n = np.log(float(n_pairs))
+        log_n = np.log(float(n_pairs if corpus is None else corpus.n_pairs))
         # Its 'length' is the bigram count (it tests the 0-based order index == 1).
         if n >= 2:
             len_h = np.maximum(cand_len - 1, 0)
@@ -938,14 +1016,19 @@ class Cider(_TokenizedMetric):
             dtype=np.float64,
         )
         total = np.zeros(n_pairs, dtype=np.float64)
-        for o in orders:
+        token_list = tok.ids.tolist() if corpus is not None else []
+        for k, o in enumerate(orders, start=1):
             # Document frequency: number of pairs whose reference holds the n-gram.
-            df_grams, df_counts = np.unique(o.gram[o.side == 0], return_counts=True)
-            if len(df_grams):
-                pos = np.minimum(np.searchsorted(df_grams, o.gram), len(df_grams) - 1)
-                df = np.where(df_grams[pos] == o.gram, df_counts[pos], 0).astype(np.float64)
+            if corpus is not None:
+                assert o.pos is not None
+                table = corpus.df[k - 1]
+                df = np.asarray(
+                    [table.get(tuple(tok.vocab[t] for t in token_list[p:p + k]), 0)
+                     for p in o.pos.tolist()],
+                    dtype=np.int64,
+                ).astype(np.float64)
             else:
-                df = np.zeros(len(o.gram), dtype=np.float64)
+                df = _scored_set_df(o)
             vec = o.count.astype(np.float64) * (log_n - np.log(np.maximum(1.0, df)))
             norm = np.sqrt(
                 np.bincount(o.pair * 2 + o.side, weights=vec * vec, minlength=2 * n_pairs)
@@ -961,5 +1044,14 @@ class Cider(_TokenizedMetric):
             total += val * penalty
         # Mean over orders, / number of references (1), * 10, as pycocoevalcap.
         scores = (total / n / 1 * 10.0).tolist()
-        corpus = math.fsum(scores) / len(scores)
-        return MetricResult(values={"cider": scores}, corpus={"cider_corpus": corpus})
+        aggregate = math.fsum(scores) / len(scores)
+        return MetricResult(values={"cider": scores}, corpus={"cider_corpus": aggregate})
+
+
+def _scored_set_df(o: _OrderStats) -> np.ndarray:
+    """Per entry, the number of pairs of this batch whose reference holds the entry's n-gram."""
+    df_grams, df_counts = np.unique(o.gram[o.side == 0], return_counts=True)
+    if not len(df_grams):
+        return np.zeros(len(o.gram), dtype=np.float64)
+    pos = np.minimum(np.searchsorted(df_grams, o.gram), len(df_grams) - 1)
+    return np.where(df_grams[pos] == o.gram, df_counts[pos], 0).astype(np.float64)

@@ -230,10 +230,10 @@ class VLScore(BaseMetric):
         key = ("vlscore-embedder", str(path), self.device, str(dtype))
         self._embedder = self.resources.get(key, lambda: _Embedder(path, self.device, dtype))
 
-    def _score(
-        self, *, references: list[str], candidates: list[str], images: Sequence[Any] | None
-    ) -> MetricResult:
-        assert images is not None
+    def _geometry(
+        self, references: Sequence[str], candidates: Sequence[str], images: Sequence[Any]
+    ) -> tuple[list[int], dict[str, np.ndarray] | None, list[dict[str, Any]]]:
+        """Pairs with an image, their triangle geometry (``None`` if none) and the details."""
         n = len(references)
         paths: list[Path | None] = []
         for item in images:
@@ -243,16 +243,12 @@ class VLScore(BaseMetric):
                 paths.append(Path(item[0]))  # first image of the pair (frontal first)
             else:
                 paths.append(None)
-        has_image = [p is not None for p in paths]
-        idx = [k for k in range(n) if has_image[k]]
-        values = {k: [float("nan")] * n for k in self.spec.keys}
+        idx = [k for k in range(n) if paths[k] is not None]
         details: list[dict[str, Any]] = [
             {"image": None if p is None else p.name} for p in paths
         ]
         if not idx:
-            for d in details:
-                d["flag"] = "no image"
-            return MetricResult(values, {}, details)
+            return idx, None, details
 
         bs = int(self.options["batch_size"])
         uniq_text = list(dict.fromkeys([references[k] for k in idx] + [candidates[k] for k in idx]))
@@ -267,8 +263,53 @@ class VLScore(BaseMetric):
         i = img_vec[[p_index[paths[k]] for k in idx]]
         if self.options["normalize"]:
             r, g, i = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (r, g, i))
-        geo = triangle_scores(i, g, r)
-        c = float(self.options["c"]) if self.options["c"] is not None else float(geo["area"].max())
+        return idx, triangle_scores(i, g, r), details
+
+    def corpus_statistics(
+        self,
+        *,
+        references: Sequence[str],
+        candidates: Sequence[str],
+        images: Sequence[Any] | None = None,
+    ) -> float:
+        """C calibrated on the whole scored set (its largest triangle), computed once.
+
+        ``score(..., corpus=C)`` then scores a chunk with that C, as the one call over the
+        whole set does (see :class:`~backend.metrics.base.CorpusStatistics`). Embeds the set.
+
+        Returns:
+            The largest triangle area, or ``nan`` when no pair has an image.
+        """
+        refs, cands = list(references), list(candidates)
+        if images is None or len(images) != len(refs):
+            raise ValueError("vlscore: corpus statistics need one image entry per pair")
+        if not self._loaded:
+            self.load(self.device)
+        _, geo, _ = self._geometry(refs, cands, images)
+        return float("nan") if geo is None else float(geo["area"].max())
+
+    def _score(
+        self,
+        *,
+        references: list[str],
+        candidates: list[str],
+        images: Sequence[Any] | None,
+        corpus: float | None = None,
+    ) -> MetricResult:
+        assert images is not None
+        n = len(references)
+        idx, geo, details = self._geometry(references, candidates, images)
+        values = {k: [float("nan")] * n for k in self.spec.keys}
+        if geo is None:
+            for d in details:
+                d["flag"] = "no image"
+            return MetricResult(values, {}, details)
+        if self.options["c"] is not None:
+            c = float(self.options["c"])
+        elif corpus is not None:
+            c = float(corpus)  # the whole set's C (corpus_statistics)
+        else:
+            c = float(geo["area"].max())
         if not c > 0:
             c = float("nan")  # every triangle degenerate: no calibration possible
         score = vlscore_from_area(geo["area"], c) if c == c else np.full(len(idx), np.nan)
@@ -278,8 +319,9 @@ class VLScore(BaseMetric):
             values["vl_image_cosine"][k] = float(geo["image_cosine"][j])
             values["vl_sphere"][k] = float(geo["sphere"][j])
             details[k].update(area=float(geo["area"][j]), C=c)
+        with_image = set(idx)
         for k in range(n):
-            if not has_image[k]:
+            if k not in with_image:
                 details[k]["flag"] = "no image"
         return MetricResult(values, {"vlscore_C": c}, details)
 

@@ -55,6 +55,7 @@ from radconcord.backend.scoring import cache
 from radconcord.backend.scoring.hashing import input_hash as compute_input_hash
 
 if TYPE_CHECKING:
+    from radconcord.backend.scoring.chunks import ChunkResult, Engine
     from radconcord.db.session import Database
 
 log = logging.getLogger(__name__)
@@ -367,6 +368,7 @@ class _Plan:
     metric: Metric | None
     run: FamilyRun
     corpus_dependent: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def score(
@@ -381,6 +383,7 @@ def score(
     skip_unavailable: bool = False,
     pool: MetricPool | None = None,
     keep_going: bool = False,
+    engine: Engine | None = None,
 ) -> ScoreTable:
     """Score ``pairs`` with ``metrics``, using and filling the score cache in ``db``.
 
@@ -401,6 +404,14 @@ def score(
             (``FamilyRun.unavailable`` / ``FamilyRun.failed``, no column) and the next family
             is scored; its batches committed before the failure stay cached. Implies
             ``skip_unavailable``. A stop requested through ``progress`` still stops all.
+        engine: Where the missing pairs are computed (:mod:`backend.scoring.engines`):
+            ``None`` computes them here, batch after batch. With an engine the cache lookup
+            and writes stay here (same rows and signatures) and the engine computes chunks of
+            ``batch_size`` pairs (on Ray, all in flight at once). A corpus-dependent family
+            with the :class:`~backend.metrics.base.CorpusStatistics` hook gets its statistics
+            computed once over the whole scored set, then its chunks are spread too; one
+            without the hook is computed in one call over the whole set, on the engine. Pairs'
+            image paths are sent as paths: the engine's workers must see this filesystem.
 
     Returns:
         The values of every requested key for every pair (``nan`` where undefined).
@@ -455,7 +466,8 @@ def score(
             run.unavailable = reason
             metric = None
         plans.append(_Plan(family, list(keys), metric, run,
-                           is_corpus_dependent(family, options.get(family, {}))))
+                           is_corpus_dependent(family, options.get(family, {})),
+                           dict(options.get(family, {}))))
 
     hashes = [p.input_hash for p in pairs]
     empty = [not p.reference.strip() or not p.candidate.strip() for p in pairs]
@@ -493,6 +505,7 @@ def score(
                     batch_size=batch_size,
                     db=db,
                     tick=tick,
+                    engine=engine,
                 )
             except MetricUnavailable as exc:
                 if not keep_going:
@@ -545,6 +558,7 @@ def _score_family(
     batch_size: int,
     db: Database | None,
     tick: Callable[[int, str], None],
+    engine: Engine | None = None,
 ) -> None:
     metric, run, family = plan.metric, plan.run, plan.family
     assert metric is not None
@@ -582,46 +596,34 @@ def _score_family(
     if not missing:
         return
 
-    run.device = resolve_device(device, needs_model=needs_model) if needs_model else "cpu"
-    try:
-        metric.load(run.device)
-    except MetricUnavailable as exc:
-        raise MetricUnavailable(f"metric '{family}' is unavailable: {exc}") from None
-    except (ScoringError, MetricInputError):
-        raise
-    except Exception as exc:
-        # A model that will not load (a corrupt checkpoint, out of memory) fails this family.
-        raise MetricFailed(f"metric '{family}' could not load its model: "
-                           f"{type(exc).__name__}: {exc}") from exc
-
-    if corpus_dependent:
-        # The whole scored set in one call: the values depend on it.
-        batches = [list(scored_idx)]
-    else:
-        batches = list(_chunks(missing, batch_size))
     multiplicity: dict[str, int] = {}
     for i in scored_idx:
         multiplicity[hashes[i]] = multiplicity.get(hashes[i], 0) + 1
+    stored_keys = list(metric.spec.keys)
 
-    for batch in batches:
-        result, seconds = _call(metric, family, pairs, batch)
+    def record(batch: list[int], values_of: Mapping[str, Sequence[Any]],
+               details: Sequence[Any] | None, corpus: Mapping[str, float], seconds: float,
+               *, whole_set: bool, one_call: bool, endpoint_metric: Metric | None = None) -> None:
+        """Keep one computed batch's values, store them (one transaction per
+        STORE_CHUNK_ROWS rows) and tick. ``one_call``: the batch is a corpus-dependent
+        family's one call over the set (every missing input is computed by it)."""
+        nonlocal resolved
         run.seconds += seconds
-        if len(batches) == 1 and len(batch) == len(scored_idx):
-            run.corpus = dict(result.corpus)
+        if whole_set:
+            run.corpus = dict(corpus)
         rows: list[cache.ScoreRow] = []
         per_pair = seconds / max(len(batch), 1)
-        stored_keys = list(metric.spec.keys)  # _call checked that every key is present
         batch_hashes: list[str] = []
         for pos, i in enumerate(batch):
             h = hashes[i]
             if h in batch_hashes:
                 continue  # a duplicate input inside a corpus call: stored once
             batch_hashes.append(h)
-            detail = result.details[pos] if result.details is not None else None
+            detail = details[pos] if details is not None else None
             transient = isinstance(detail, dict) and bool(detail.get("endpoint_error"))
             run.endpoint_failed += transient
             for k in stored_keys:
-                v = _as_float(result.values[k][pos], family, k)
+                v = _as_float(values_of[k][pos], family, k)
                 if k in values:
                     values[k][h] = v
                 if transient:
@@ -646,14 +648,122 @@ def _score_family(
             for start in range(0, len(rows), STORE_CHUNK_ROWS):
                 with db.begin() as session:
                     cache.store(session, rows[start:start + STORE_CHUNK_ROWS])
-        stats = getattr(metric, "endpoint_stats", None)
-        if callable(stats):
-            pool = stats()
-            if pool is not None:
-                run.endpoints = list(pool.get("endpoints", []))
-        run.computed += len(batch_hashes if not corpus_dependent else missing_hashes)
+        if endpoint_metric is not None:
+            stats = getattr(endpoint_metric, "endpoint_stats", None)
+            if callable(stats):
+                pool = stats()
+                if pool is not None:
+                    run.endpoints = list(pool.get("endpoints", []))
+        run.computed += len(missing_hashes if one_call else batch_hashes)
         resolved += sum(multiplicity[h] for h in batch_hashes if h in missing_hashes)
         tick(resolved, f"{family}: {run.computed} computed, {run.cached} cached")
+
+    if engine is not None:
+        _score_on_engine(plan, engine, pairs=pairs, scored_idx=scored_idx, missing=missing,
+                         batch_size=batch_size, record=record)
+        return
+
+    run.device = resolve_device(device, needs_model=needs_model) if needs_model else "cpu"
+    try:
+        metric.load(run.device)
+    except MetricUnavailable as exc:
+        raise MetricUnavailable(f"metric '{family}' is unavailable: {exc}") from None
+    except (ScoringError, MetricInputError):
+        raise
+    except Exception as exc:
+        # A model that will not load (a corrupt checkpoint, out of memory) fails this family.
+        raise MetricFailed(f"metric '{family}' could not load its model: "
+                           f"{type(exc).__name__}: {exc}") from exc
+
+    if corpus_dependent:
+        # The whole scored set in one call: the values depend on it.
+        batches = [list(scored_idx)]
+    else:
+        batches = list(_chunks(missing, batch_size))
+
+    for batch in batches:
+        result, seconds = _call(metric, family, pairs, batch)
+        record(batch, result.values, result.details, result.corpus, seconds,
+               whole_set=len(batches) == 1 and len(batch) == len(scored_idx),
+               one_call=corpus_dependent, endpoint_metric=metric)
+
+
+def _images_of(
+    metric: Metric, pairs: list[PairLike], batch: list[int]
+) -> list[tuple[Path, ...]] | None:
+    if not getattr(metric.spec, "needs_image", False):
+        return None
+    return [tuple(pairs[i].images) for i in batch]
+
+
+def _score_on_engine(
+    plan: _Plan,
+    engine: Engine,
+    *,
+    pairs: list[PairLike],
+    scored_idx: list[int],
+    missing: list[int],
+    batch_size: int,
+    record: Callable[..., None],
+) -> None:
+    """Compute a family's missing pairs on ``engine``; ``record`` keeps and stores each chunk."""
+    from radconcord.backend.metrics.base import has_corpus_statistics
+    from radconcord.backend.scoring.chunks import TextChunk
+
+    metric, run, family = plan.metric, plan.run, plan.family
+    assert metric is not None
+
+    def chunk_of(batch: list[int]) -> TextChunk:
+        return TextChunk([pairs[i].reference for i in batch],
+                         [pairs[i].candidate for i in batch], _images_of(metric, pairs, batch))
+
+    stats: Any = None
+    one_call = plan.corpus_dependent
+    if plan.corpus_dependent and has_corpus_statistics(metric):
+        one_call = False
+        # The set's statistics once, over every scored pair (duplicates included, in input
+        # order: what the one call sees), then every chunk is scored with them.
+        got = engine.corpus_statistics(family, plan.options, chunk_of(list(scored_idx)))
+        if got.error_kind is not None:
+            _raise_chunk_error(family, pairs, list(scored_idx), got)
+        stats = got.statistics
+        run.seconds += got.seconds
+        batches = list(_chunks(missing, batch_size))
+    elif plan.corpus_dependent:
+        # No hook: the whole scored set in one call, as in-process.
+        batches = [list(scored_idx)]
+    else:
+        batches = list(_chunks(missing, batch_size))
+    whole = len(batches) == 1 and len(batches[0]) == len(scored_idx)
+
+    def on_result(j: int, res: ChunkResult) -> None:
+        if res.error_kind is not None:
+            _raise_chunk_error(family, pairs, batches[j], res)
+        run.device = res.device
+        record(batches[j], res.values, res.details, res.corpus, res.seconds,
+               whole_set=whole, one_call=one_call)
+
+    engine.score_chunks(family, plan.options, [chunk_of(b) for b in batches], corpus=stats,
+                        on_result=on_result)
+
+
+def _raise_chunk_error(family: str, pairs: list[PairLike], batch: list[int],
+                       res: ChunkResult) -> None:
+    """Raise what the in-process runner raises for the error an engine's chunk met."""
+    kind, message = res.error_kind, res.error or ""
+    if kind == "unavailable":
+        raise MetricUnavailable(f"metric '{family}' is unavailable: {message}")
+    if kind == "scoring":
+        raise ScoringError(message)
+    if kind == "input":
+        raise MetricInputError(message)
+    if kind == "load":
+        raise MetricFailed(f"metric '{family}' could not load its model: {message}")
+    if kind == "result":
+        raise MetricFailed(f"metric '{family}' {message}")
+    first = ", ".join(str(pairs[i].id) for i in batch[:3])
+    more = f" and {len(batch) - 3} more" if len(batch) > 3 else ""
+    raise MetricFailed(f"metric '{family}' failed on pairs {first}{more}: {message}")
 
 
 def _call(
