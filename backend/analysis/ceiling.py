@@ -6,7 +6,7 @@ the mean of the *other* raters (leave one rater out): Kendall tau-b and Spearman
 pair and at least one other rater did). The ceiling is the mean of these per-rater values
 over the raters whose value is defined. A metric cannot be expected to agree with the
 radiologists much better than a radiologist does, so a metric's tau is also reported as a
-share of the ceiling tau (``pct_of_ceiling = |tau| / ceiling``, a fraction, null when the
+share of the ceiling tau (``pct_of_ceiling = tau / ceiling``, a fraction, null when the
 ceiling is missing or not positive).
 
 Intervals: percentile bootstrap with the resamples of the metrics (the same draws, so a
@@ -271,7 +271,11 @@ def human_ceiling(
 
 
 def pct_of_ceiling(tau: float | None, ceiling: float | None) -> float | None:
-    """``|tau| / ceiling`` as a fraction; ``None`` without a positive ceiling or a tau.
+    """``tau / ceiling`` as a fraction; ``None`` without a positive ceiling or a tau.
+
+    The tau is oriented (positive: the metric agrees with the raters), so a metric that
+    ranks pairs against the raters gets a negative share: ``|tau|`` would have shown a
+    BLEU of tau -0.21 as 27 % of the ceiling, as if it were on the way to it.
 
     Args:
         tau: A metric's Kendall tau-b (oriented).
@@ -281,4 +285,4 @@ def pct_of_ceiling(tau: float | None, ceiling: float | None) -> float | None:
         return None
     if ceiling <= 0:
         return None
-    return abs(float(tau)) / float(ceiling)
+    return float(tau) / float(ceiling)

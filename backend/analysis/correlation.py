@@ -124,7 +124,8 @@ class MetricEntry:
         n_degenerate_resamples: Resamples where the correlation was undefined.
         imported: Where imported values came from (``ScoreImportInfo.as_json``); ``None``
             for a metric computed here.
-        pct_of_ceiling: ``|tau| / ceiling tau``; ``None`` without a positive ceiling.
+        pct_of_ceiling: ``tau / ceiling tau`` (negative when the metric ranks against the
+            raters); ``None`` without a positive ceiling.
     """
 
     key: str

@@ -111,7 +111,7 @@ PROTOCOL: tuple[str, ...] = (
     "source's pairs from the same seed.",
     "Human ceiling: the mean over raters of the Kendall tau-b between one rater's counts and the "
     "mean of the other raters' (leave one rater out; needs at least 3 raters), with its interval "
-    "on the same resamples. A metric reaches |tau| / ceiling of it.",
+    "on the same resamples. A metric reaches tau / ceiling of it.",
     "Paired test against the best metric (the highest pooled tau-b): two-sided paired-bootstrap "
     "p-value of tau(best) - tau(metric) on the shared resamples, p = min(1, 2 min(1 + #(d <= 0), "
     "1 + #(d >= 0)) / (B + 1)), Holm-corrected over the metrics compared with the best.",

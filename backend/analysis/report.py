@@ -43,7 +43,7 @@ Layout of the JSON (the sections beside ``metrics``)::
      "systems": {...see systems.systems_json...},
      "coverage": {"fully_rated_only", "n_pairs_under_rated", "n_pairs_left_out"}}
 
-and every ``metrics`` entry carries ``pct_of_ceiling`` (``|tau| / ceiling tau`` as a fraction,
+and every ``metrics`` entry carries ``pct_of_ceiling`` (``tau / ceiling tau`` as a fraction,
 null without a positive ceiling).
 
 Every correlation orients the metric so that higher means better (lower-is-better keys are

@@ -352,7 +352,7 @@ def _bootstrap_p(d):
 
 def test_correlate_ceiling_pairwise_systems(study, tmp_path):
     """Ceiling = mean over raters of scipy kendalltau(rater, others' mean) (1e-12), its CI
-    from a plain loop over the same draws, pct_of_ceiling = |tau| / ceiling, pairwise p and
+    from a plain loop over the same draws, pct_of_ceiling = tau / ceiling, pairwise p and
     CI of one pair from a scipy loop on the same resamples, Holm by hand; the systems section
     is present; the earlier keys are all still there."""
     db, url, truth = study
@@ -384,7 +384,7 @@ def test_correlate_ceiling_pairwise_systems(study, tmp_path):
     assert ceil["kendall_ci95"] == pytest.approx([lo, hi], abs=1e-12)
     for key, entry in res["metrics"].items():
         assert entry["pct_of_ceiling"] == pytest.approx(
-            abs(entry["kendall_tau_b"]) / ceil["kendall_tau_b"], abs=1e-12), key
+            entry["kendall_tau_b"] / ceil["kendall_tau_b"], abs=1e-12), key
 
     pw = res["pairwise"]
     keys = list(res["metrics"])
@@ -603,7 +603,7 @@ def test_rexval_fixture_gives_the_documented_sections(db, monkeypatch, significa
         tau = stats.kendalltau(vals, -human).statistic
         assert rep["metrics"][key]["kendall_tau_b"] == pytest.approx(tau, abs=1e-12)
         assert rep["metrics"][key]["pct_of_ceiling"] == pytest.approx(
-            abs(tau) / np.mean(taus), abs=1e-12)
+            tau / np.mean(taus), abs=1e-12)
         assert row[key].pct_of_ceiling == rep["metrics"][key]["pct_of_ceiling"]
 
     pw = rep["pairwise"]

@@ -146,7 +146,8 @@ def test_fewer_than_three_raters_gives_none_and_bad_input_is_named():
 
 def test_pct_of_ceiling():
     assert pct_of_ceiling(0.3, 0.6) == pytest.approx(0.5)
-    assert pct_of_ceiling(-0.3, 0.6) == pytest.approx(0.5)  # |tau|, as agreed
+    # A metric ranking pairs against the raters is below zero, not half-way to the ceiling.
+    assert pct_of_ceiling(-0.3, 0.6) == pytest.approx(-0.5)
     assert pct_of_ceiling(0.3, None) is None
     assert pct_of_ceiling(0.3, 0.0) is None
     assert pct_of_ceiling(None, 0.5) is None

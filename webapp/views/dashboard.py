@@ -162,7 +162,7 @@ def _counts_used(corr: correlation.StudyCorrelation) -> str:
 
 
 def _pct_of_ceiling(corr: correlation.StudyCorrelation, key: str) -> float | None:
-    # The JSON holds the share as a fraction (|tau| / ceiling); the table shows percent.
+    # The JSON holds the share as a fraction (tau / ceiling); the table shows percent.
     entry = corr.result.metrics.get(key)
     share = entry.pct_of_ceiling if entry is not None else None
     return None if share is None else 100.0 * share

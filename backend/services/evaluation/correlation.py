@@ -51,7 +51,7 @@ class MetricCorrelation:
         n: Pairs used.
         signature: Signature of the scores used.
         published: Published tau values for this key as ``(paper, value)``.
-        pct_of_ceiling: ``|tau| / ceiling tau`` (a fraction); None without a ceiling.
+        pct_of_ceiling: ``tau / ceiling tau`` (a fraction); None without a ceiling.
         imported: Where the values came from when they were imported from a file
             (``import-scores``: description, source, file, ...); None when computed here.
     """
