@@ -191,18 +191,14 @@ def test_explorer_shows_why_concord_counted_its_errors(rated_env, make_app, all_
     assert not at.exception and not at.error
     assert [e.label for e in at.expander if e.label.startswith("Why")] == [
         "Why concord (rules) counted 1 error(s)"]
-    frames = [d.value for d in at.dataframe]
-    (counts,) = [f.iloc[0] for f in frames
-                 if "2. Omission of finding" in f.columns and "Rater" not in f.columns]
-    assert counts["2. Omission of finding"] == "1 / 0"
-    assert counts["1. False prediction of finding"] == "0 / 0"
-    (errors,) = [f for f in frames if "Reference sentence" in f.columns]
-    (error,) = errors.to_dict("records")
-    assert error == {"Category": "2. Omission of finding", "Significant": "yes",
-                     "Finding": "Pleural Effusion",
-                     "Why": "Pleural Effusion in the reference only",
-                     "Reference sentence": "Small left pleural effusion.",
-                     "Candidate sentence": "No effusion."}
+    text = all_text(at)
+    # The 12 counts: one significant omission.
+    assert ("| 1. False prediction of finding | 0 | 0 |\n| 2. Omission of finding | 1 | 0 |\n"
+            "| 3. Incorrect location/position of finding | 0 | 0 |") in text
+    # The error, the finding's reason and the two sentences behind it (markdown-escaped).
+    assert ("**2. Omission of finding**, significant: Pleural Effusion in the reference only"
+            "  \nReference: \u201cSmall left pleural effusion\\.\u201d"
+            "  \nCandidate: \u201cNo effusion\\.\u201d") in text
     assert "Signature: `concord" in all_text(at)
     # Families that carry no evidence (bleu, rouge) get no such section.
     assert not any("bleu" in e.label or "rouge" in e.label for e in at.expander)

@@ -11,6 +11,7 @@ A study without scores shows "Score now" (``webapp/components/score_now.py``).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import streamlit as st
@@ -168,28 +169,41 @@ def _count(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:.2f}"
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|>~<$])")
+
+
+def _plain(text: str) -> str:
+    # Report text shown as markdown: escape what markdown would read (a "*" or "1." in a
+    # report must stay text).
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
 for ev in detail.evidence:
     total = sum(ev.counts)
     variant = f" ({ev.variant})" if ev.variant else ""
     with st.expander(f"Why {ev.family}{variant} counted {_count(total)} error(s)",
                      expanded=True):
+        left, right = st.columns([5, 4], gap="medium")
         if len(ev.counts) == 2 * len(CATEGORIES):
-            st.dataframe(
-                [{f"{c}. {CATEGORIES[c]}": f"{_count(ev.counts[2 * (c - 1)])} / "
-                  f"{_count(ev.counts[2 * (c - 1) + 1])}" for c in range(1, 7)}],
-                hide_index=True, width="stretch", key=f"exp_ev_counts_{ev.family}")
-        if ev.variant == "gbm":
-            st.caption("The counts are the model's; the errors below are the sentence analysis"
-                       " its features came from, so the two can differ.")
-        if not ev.errors:
-            st.caption("No error found by sentence analysis."
-                       if ev.variant != "ce" else "This variant gives no sentence evidence.")
-        else:
-            st.dataframe(
-                [{"Category": f"{e.category}. {CATEGORIES[e.category]}",
-                  "Significant": "yes" if e.significant else "no",
-                  "Finding": e.finding or "", "Why": e.reason,
-                  "Reference sentence": e.reference or "",
-                  "Candidate sentence": e.candidate or ""} for e in ev.errors],
-                hide_index=True, width="stretch", key=f"exp_ev_{ev.family}")
+            # A markdown table wraps the long category names; a data frame cut them off.
+            left.markdown("\n".join(
+                ["| Category | Significant | Insignificant |", "|---|---:|---:|"]
+                + [f"| {c}. {CATEGORIES[c]} | {_count(ev.counts[2 * (c - 1)])} | "
+                   f"{_count(ev.counts[2 * (c - 1) + 1])} |" for c in range(1, 7)]))
+        with right:
+            if ev.variant == "gbm":
+                st.caption("The counts are the model's; the errors below are the sentence"
+                           " analysis its features came from, so the two can differ.")
+            if not ev.errors:
+                st.caption("No error found by sentence analysis."
+                           if ev.variant != "ce" else "This variant gives no sentence evidence.")
+            for e in ev.errors:
+                lines = [f"**{e.category}. {CATEGORIES[e.category]}**, "
+                         f"{'significant' if e.significant else 'insignificant'}: "
+                         f"{_plain(e.reason)}"]
+                if e.reference:
+                    lines.append(f"Reference: \u201c{_plain(e.reference)}\u201d")
+                if e.candidate:
+                    lines.append(f"Candidate: \u201c{_plain(e.candidate)}\u201d")
+                st.markdown("  \n".join(lines))
         st.caption(f"Signature: `{ev.signature}`")
