@@ -4,7 +4,9 @@
 of every kind (or of ``--kinds``) for its ``--device`` from the queue, and runs them with
 warm models until SIGTERM/SIGINT (the current job is put back in the queue at its next
 step) or, with ``--once``, until nothing is due. Run one per GPU (``--device cuda:N``) and
-any number on CPU; they claim jobs safely on SQLite and PostgreSQL.
+any number on CPU; they claim jobs safely on SQLite and PostgreSQL. A score job queued with
+``chunks: K`` is split into ``score_chunk`` jobs that all of them take at once; ``jobs list``
+shows it as its chunks combined and ``jobs cancel`` on it cancels them.
 """
 
 from __future__ import annotations
@@ -202,6 +204,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     with database() as db:
         sid = _study_id(db, args.study) if args.study is not None else None
         rows = jobs.list_jobs(db, kind=args.kind, study_id=sid, limit=args.limit)
+        groups = {g.parent.id: g for g in jobs.groups(db, rows)}
     if not rows:
         print("no jobs")
         return 0
@@ -209,6 +212,18 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     for j in rows:
         status = j.status + (" (cancel requested)" if j.cancel_requested else "")
         text = j.error if j.status == jobs.FAILED else j.message
+        group = groups.get(j.id)
+        if group is not None:
+            # A split job reads as its chunks combined: progress, status and what failed.
+            n = len(group.workers)
+            status = (f"{group.status} ({len(group.children)} chunks on {n} "
+                      f"worker{'s' if n != 1 else ''})")
+            text = "; ".join(group.problems) or group.parent.message
+            print(
+                f"{group.parent.id}\t{group.parent.kind}\t{status}\t{_progress(group)}"
+                f"\t{group.parent.study_name or '-'}\t-\t{text}"
+            )
+            continue
         print(
             f"{j.id}\t{j.kind}\t{status}\t{_progress(j)}\t{j.study_name or '-'}"
             f"\t{j.worker_id or '-'}\t{(text or '').splitlines()[0] if text else ''}"
@@ -222,8 +237,14 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
 
     with database() as db, service_errors():
         before = jobs.get(db, args.job_id)
+        split = jobs.group(db, args.job_id) if before is not None else None
         job = jobs.cancel(db, args.job_id)
-    if before is not None and before.finished:
+    if split is not None and not split.finished:
+        queued = sum(1 for c in split.children if c.status == jobs.QUEUED)
+        running = sum(1 for c in split.children if c.status == jobs.RUNNING)
+        print(f"job {job.id} ({job.kind}) split into {len(split.children)} chunk jobs: "
+              f"{queued} queued cancelled, {running} running stop at their next step")
+    elif before is not None and before.finished:
         print(f"job {job.id} ({job.kind}) already {job.status}: nothing to cancel")
     elif job.status == jobs.CANCELLED:
         print(f"job {job.id} ({job.kind}) cancelled")

@@ -176,6 +176,20 @@ class JobContext:
                 self.interrupt(state)
         self._raise_if_interrupted()
 
+    def enqueue_children(self, kind: str, params: list[dict[str, Any]]) -> list[int]:
+        """Queue one ``kind`` job per entry of ``params`` for this job, once (see
+        :func:`backend.jobs.queue.enqueue_children`): a retry gets the ids queued before.
+
+        Raises:
+            JobCancelled: the job was cancelled or its claim was lost (nothing queued).
+            InvalidInput: unknown kind, params that are not JSON objects.
+        """
+        state, ids = queue.enqueue_children(self.db, self.job_id, self.worker_id, kind, params)
+        if state is not None:
+            self.interrupt(state)
+            self._raise_if_interrupted()
+        return ids
+
     def _raise_if_interrupted(self) -> None:
         reason = self.interrupted
         if reason is not None:

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from radconcord.db.session import Database
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
+#: The combined status of a split job some of whose children failed or were cancelled.
+PARTIAL = "partial"
 #: Why a running job must stop: what :func:`heartbeat` and :func:`report_progress` return,
 #: and :attr:`backend.jobs.context.JobCancelled.reason` (an admin cancelled it, another worker
 #: took it over, this worker is shutting down).
@@ -56,6 +58,12 @@ WORKER_ALIVE_AFTER = 60.0
 WORKER_FORGET_AFTER = dt.timedelta(days=7)
 
 _DEVICE = re.compile(r"cpu|cuda|cuda:[0-9]+")
+
+#: The kind of the jobs a split ``score`` job queues (one per chunk of its pairs).
+CHUNK_KIND = "score_chunk"
+#: Where a parent job records its children's ids: a key of its ``result``, written in the
+#: same transaction that queues them (:func:`enqueue_children`).
+CHILDREN_KEY = "chunks"
 
 
 @dataclass(frozen=True)
@@ -120,8 +128,16 @@ class JobInfo:
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        """The metric names a ``score`` job was queued with (empty for other kinds)."""
-        return tuple(self.params.get("metrics") or ()) if self.kind == "score" else ()
+        """The metric names a ``score`` (or ``score_chunk``) job was queued with (empty for
+        other kinds)."""
+        if self.kind not in ("score", CHUNK_KIND):
+            return ()
+        return tuple(self.params.get("metrics") or ())
+
+    @property
+    def child_ids(self) -> tuple[int, ...]:
+        """The jobs this one split its work into (:func:`enqueue_children`); empty if none."""
+        return tuple(_child_ids(self.result))
 
 
 @dataclass(frozen=True)
@@ -151,6 +167,14 @@ class WorkerInfo:
     heartbeat_at: dt.datetime | None
     stopped_at: dt.datetime | None
     alive: bool
+
+
+def _child_ids(result: dict[str, Any] | None) -> list[int]:
+    """The children's ids a parent's ``result`` records (none unless a list of ids)."""
+    ids = (result or {}).get(CHILDREN_KEY) if isinstance(result, dict) else None
+    if not isinstance(ids, list):
+        return []
+    return [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
 
 
 def _info(job: Job, study_name: str | None) -> JobInfo:
@@ -256,6 +280,15 @@ def enqueue(
                     Job.status.in_((QUEUED, RUNNING))).order_by(Job.id).limit(1))
                 if pending is not None:
                     return int(pending)
+                if kind == "score":
+                    # A split score job is done once it queued its chunks: the study's
+                    # scoring is pending while any of them is.
+                    chunk = s.scalar(select(Job.params).where(
+                        Job.kind == CHUNK_KIND, Job.study_id == study_id,
+                        Job.status.in_((QUEUED, RUNNING))).order_by(Job.id).limit(1))
+                    parent = (chunk or {}).get("parent")
+                    if isinstance(parent, int) and s.get(Job, parent) is not None:
+                        return parent
         job = Job(
             kind=kind,
             study_id=study_id,
@@ -301,7 +334,9 @@ def list_jobs(
 def cancel(db: Database, job_id: int) -> JobInfo:
     """Cancel a job: a queued one at once, a running one at its next progress report.
 
-    A finished job is returned unchanged.
+    A job that split its work (:func:`enqueue_children`) cancels its children the same way,
+    in the same transaction, even when the parent itself is already done. A finished job is
+    returned unchanged.
 
     Raises:
         NotFound: no job with ``job_id``.
@@ -322,6 +357,23 @@ def cancel(db: Database, job_id: int) -> JobInfo:
             .values(cancel_requested=True)
             .execution_options(synchronize_session=False)
         )
+        # Read after the updates above: they waited for a parent's running split to commit
+        # (row lock on PostgreSQL, the write lock on SQLite), so its children are seen here.
+        children = _child_ids(s.scalar(select(Job.result).where(Job.id == job_id)))
+        if children:
+            s.execute(
+                update(Job)
+                .where(Job.id.in_(children), Job.status == QUEUED)
+                .values(status=CANCELLED, finished_at=now,
+                        message=f"cancelled with its parent job #{job_id}")
+                .execution_options(synchronize_session=False)
+            )
+            s.execute(
+                update(Job)
+                .where(Job.id.in_(children), Job.status == RUNNING)
+                .values(cancel_requested=True)
+                .execution_options(synchronize_session=False)
+            )
     info = get(db, job_id)
     assert info is not None
     return info
@@ -576,6 +628,181 @@ def release(db: Database, job_id: int, worker_id: str, message: str = "") -> boo
         )
         != CLAIM_LOST
     )
+
+
+def enqueue_children(
+    db: Database, job_id: int, worker_id: str, kind: str, params: Sequence[dict[str, Any]]
+) -> tuple[str | None, list[int]]:
+    """Queue ``kind`` jobs with ``params`` for the running job ``job_id``, at most once.
+
+    The children are inserted, and their ids recorded in the parent's ``result`` under
+    :data:`CHILDREN_KEY`, in one transaction that first updates the parent row as its owner:
+    a parent killed -9 after the commit finds its children on retry and queues none again;
+    one killed before it queued none; a worker that lost its claim queues nothing. Children
+    take the parent's study, device and ``created_by``.
+
+    Args:
+        db: The database.
+        job_id: The parent job (running, owned by ``worker_id``).
+        worker_id: The worker running it.
+        kind: A registered kind for the children.
+        params: One JSON object per child, in order.
+
+    Returns:
+        ``(None, ids)`` with the children's ids (those queued earlier, on a retry), or
+        ``(reason, [])`` when the parent must stop instead (``lost`` or ``cancelled``).
+
+    Raises:
+        InvalidInput: unknown kind, params that are not JSON objects.
+    """
+    try:
+        registry.check_kind(kind)
+    except registry.UnknownJobKind as exc:
+        raise InvalidInput(str(exc)) from None
+    clean = [_json_object(p, f"job {kind!r} params") for p in params]
+    now = clock.utcnow()
+    with db.begin() as s:
+        # The owner's write comes first: it takes the row lock (PostgreSQL) or is already
+        # under the write lock (SQLite), so the check below and the inserts are one step.
+        res = s.execute(
+            update(Job).where(_owned(job_id, worker_id)).values(heartbeat_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if res.rowcount != 1:
+            return CLAIM_LOST, []
+        parent = s.get(Job, job_id, populate_existing=True)
+        assert parent is not None
+        if parent.cancel_requested:
+            return CANCELLED_BY_USER, []
+        recorded = _child_ids(parent.result)
+        if recorded:
+            return None, recorded
+        children = [
+            Job(kind=kind, study_id=parent.study_id, params=p, device=parent.device,
+                status=QUEUED, created_by=parent.created_by, created_at=now)
+            for p in clean
+        ]
+        s.add_all(children)
+        s.flush()
+        ids = [c.id for c in children]
+        parent.result = {**(parent.result or {}), CHILDREN_KEY: ids}
+        return None, ids
+
+
+@dataclass(frozen=True)
+class JobGroup:
+    """A job that split its work into child jobs, with their combined state.
+
+    Attributes:
+        parent: The parent job.
+        children: Its children, in chunk order.
+        status: queued | running | done | partial | failed | cancelled, over the children
+            (the parent's own status when it has none).
+        progress_done: Steps done, summed over the children.
+        progress_total: Steps in all, summed (a child not started yet counts its planned
+            ``steps`` param).
+        workers: The distinct workers that run or ran a child.
+        problems: One line per child that failed or was cancelled: which chunk, and why.
+    """
+
+    parent: JobInfo
+    children: tuple[JobInfo, ...]
+    status: str
+    progress_done: int
+    progress_total: int
+    workers: tuple[str, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def fraction(self) -> float:
+        """Progress between 0 and 1."""
+        if not self.progress_total:
+            return 0.0
+        return min(1.0, max(0.0, self.progress_done / self.progress_total))
+
+    @property
+    def finished(self) -> bool:
+        """Whether every child is finished."""
+        return self.status not in (QUEUED, RUNNING)
+
+
+def chunk_label(child: JobInfo) -> str:
+    """``chunk 2/4 (#17)``: a child job as people read it."""
+    index, of = child.params.get("chunk"), child.params.get("of")
+    where = f"chunk {int(index) + 1}/{of}" if isinstance(index, int) and of else "chunk"
+    return f"{where} (#{child.id})"
+
+
+def _short_of(child: JobInfo) -> bool:
+    """Whether a done child left part of its work undone (its ``outcome`` says which)."""
+    outcome = (child.result or {}).get("outcome")
+    return isinstance(outcome, str) and outcome not in ("done", "split")
+
+
+def _group_of(parent: JobInfo, children: Sequence[JobInfo]) -> JobGroup:
+    done_steps = total_steps = 0
+    for c in children:
+        planned = c.params.get("steps")
+        total = c.progress_total or (int(planned) if isinstance(planned, int) else 0)
+        total_steps += total
+        done_steps += total if c.status == DONE else min(c.progress_done, total)
+    problems = tuple(
+        f"{chunk_label(c)} {c.status}: "
+        + ((c.error or c.message or c.status).splitlines() or [""])[0]
+        for c in children if c.status in (FAILED, CANCELLED)
+    ) + tuple(
+        # A chunk done without one of its families (unavailable on that worker, failed).
+        f"{chunk_label(c)} {c.result['outcome']}"
+        for c in children if c.status == DONE and _short_of(c)
+    )
+    if not children:
+        status = parent.status
+    elif any(not c.finished for c in children):
+        status = RUNNING if any(c.status != QUEUED for c in children) else QUEUED
+    else:
+        n_done = sum(1 for c in children if c.status == DONE and not _short_of(c))
+        if n_done == len(children):
+            status = DONE
+        elif n_done or any(c.status == DONE for c in children):
+            status = PARTIAL
+        else:
+            status = FAILED if any(c.status == FAILED for c in children) else CANCELLED
+    workers = tuple(dict.fromkeys(c.worker_id for c in children if c.worker_id))
+    return JobGroup(parent=parent, children=tuple(children), status=status,
+                    progress_done=done_steps, progress_total=total_steps,
+                    workers=workers, problems=problems)
+
+
+def group(db: Database, job_id: int) -> JobGroup | None:
+    """The job ``job_id`` with its children's combined state; ``None`` when it has none
+    (yet: a split job records its children when it queues them).
+
+    Raises:
+        NotFound: no job with ``job_id``.
+    """
+    parent = get(db, job_id)
+    if parent is None:
+        raise NotFound(f"no job {job_id}")
+    ids = parent.child_ids
+    if not ids:
+        return None
+    with _reading(db) as s:
+        rows = s.execute(
+            select(Job, Study.name).join(Study, Study.id == Job.study_id, isouter=True)
+            .where(Job.id.in_(list(ids)))
+        ).all()
+        by_id = {job.id: _info(job, name) for job, name in rows}
+    return _group_of(parent, [by_id[i] for i in ids if i in by_id])
+
+
+def groups(db: Database, jobs: Sequence[JobInfo]) -> list[JobGroup]:
+    """The groups of those of ``jobs`` that split their work, in the order given."""
+    out = []
+    for j in jobs:
+        g = group(db, j.id) if j.child_ids else None
+        if g is not None:
+            out.append(g)
+    return out
 
 
 # -- the roll of workers --------------------------------------------------------------------

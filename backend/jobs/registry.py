@@ -18,6 +18,7 @@ from typing import Any
 #: ``run(ctx, params) -> result dict | None`` of each kind, as ``"module:function"``.
 KINDS: dict[str, str] = {
     "score": "radconcord.backend.runner.kinds.score:run",
+    "score_chunk": "radconcord.backend.runner.kinds.score:run_chunk",
     "probes": "radconcord.backend.runner.kinds.probes:run",
     "build_oracle": "radconcord.backend.runner.kinds.build_oracle:run",
     "train_er2score": "radconcord.backend.runner.kinds.train_er2score:run",

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from radconcord.backend import clock, jobs
 from radconcord.backend.errors import InvalidInput, NotFound, require_admin
-from radconcord.backend.jobs.queue import WORKER_ALIVE_AFTER, JobInfo, WorkerInfo, can_take
+from radconcord.backend.jobs.queue import (
+    WORKER_ALIVE_AFTER,
+    JobGroup,
+    JobInfo,
+    WorkerInfo,
+    can_take,
+    chunk_label,
+)
 from radconcord.backend.services.repo import get_study
 from radconcord.backend.types import Actor
 
@@ -28,6 +35,10 @@ if TYPE_CHECKING:
 JobView = JobInfo
 #: A worker process as the pages see it (``alive``: heartbeating recently).
 WorkerView = WorkerInfo
+#: A split job with its chunk jobs and their combined progress and status.
+JobGroupView = JobGroup
+#: ``chunk 2/4 (#17)``: a chunk job as the pages name it.
+chunk_name = chunk_label
 
 
 def study_id(db: Database, study_name: str) -> int:
@@ -114,6 +125,18 @@ def cancel_job(db: Database, actor: Actor, *, job_id: int) -> JobView:
     """
     require_admin(actor)
     return jobs.cancel(db, job_id)
+
+
+def job_groups(db: Database, actor: Actor, jobs_: list[JobView]) -> list[JobGroupView]:
+    """The split jobs among ``jobs_`` with their chunk jobs' combined state (admin only):
+    progress summed over the chunks, running while any chunk runs, done when all are done,
+    partial or failed naming each chunk that failed or was cancelled.
+
+    Raises:
+        PermissionDenied: the actor is not an admin.
+    """
+    require_admin(actor)
+    return jobs.groups(db, jobs_)
 
 
 def list_workers(db: Database, actor: Actor, *, include_gone: bool = False) -> list[WorkerView]:
@@ -220,11 +243,12 @@ class FamilyStatus:
 
 
 def score_families(job: JobView) -> list[FamilyStatus]:
-    """The per-family status a ``score`` job recorded (empty for other kinds or no result).
+    """The per-family status a ``score`` or ``score_chunk`` job recorded (empty for other
+    kinds or no result).
 
     Results of jobs from before statuses were recorded count as done.
     """
-    if job.kind != "score" or not job.result:
+    if job.kind not in ("score", jobs.CHUNK_KIND) or not job.result:
         return []
     out = []
     for family, entry in (job.result.get("families") or {}).items():

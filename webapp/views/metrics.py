@@ -1,7 +1,8 @@
 """Admin: the metric catalogue (available or why not), queue scoring, watch every job
 (progress, Cancel), each score job's status per family (done, unavailable: why, failed:
 error), and whether a worker is alive (a status line; a waiting job with no worker says how
-to start one)."""
+to start one). A score job split into chunk jobs shows as one progress bar ("K chunks on N
+workers"), its chunks in an expander and each failed chunk named."""
 
 from __future__ import annotations
 
@@ -81,14 +82,24 @@ else:
             help="An unavailable family can be queued for a worker on another machine; a "
                  "worker that cannot run it records why.",
         )
+        chunks = st.number_input(
+            "Split into chunk jobs", min_value=1, max_value=256, value=1, step=1,
+            key="score_chunks",
+            help="Above 1, the study's pairs are cut into that many jobs that several workers "
+                 "(e.g. one per GPU: `worker --device cuda:0`, `--device cuda:1`) take at "
+                 "once. A corpus-dependent family (CIDEr, BERTScore with idf) is never cut: "
+                 "one more job scores it over every pair.",
+        )
         submitted = st.form_submit_button("Queue scoring job", type="primary")
     if submitted:
         if not families:
             st.warning("Choose at least one metric family.")
         else:
             job = state.call(scoring.enqueue_scoring, db, actor, study_name=study_name,
-                             metrics=list(families))
-            st.success(f"Queued job #{job.id}: {', '.join(job.metrics)} on {job.study_name}.")
+                             metrics=list(families), chunks=int(chunks))
+            split = f", split into {int(chunks)} chunks" if int(chunks) > 1 else ""
+            st.success(f"Queued job #{job.id}: {', '.join(job.metrics)} on "
+                       f"{job.study_name}{split}.")
 
 
 def _what(job: jobs.JobView) -> str:
@@ -151,6 +162,7 @@ def jobs_panel() -> None:
     if not all_jobs:
         st.caption("No jobs yet.")
         return
+    groups = {g.parent.id: g for g in state.call(jobs.job_groups, live_db, me, all_jobs)}
     st.dataframe(
         [
             {
@@ -158,9 +170,9 @@ def jobs_panel() -> None:
                 "Kind": j.kind,
                 "Study": j.study_name or "",
                 "What": _what(j),
-                "Status": _status(j),
-                "Progress": j.fraction,
-                "Done": f"{j.progress_done} / {j.progress_total}",
+                "Status": _status(j, groups.get(j.id)),
+                "Progress": (groups[j.id] if j.id in groups else j).fraction,
+                "Done": _done(groups[j.id] if j.id in groups else j),
                 "Message": j.error or j.message,
                 "Worker": j.worker_id or "",
                 "Queued": j.created_at,
@@ -191,8 +203,10 @@ def jobs_panel() -> None:
             key="families_table",
             column_config={"Reason or error": st.column_config.TextColumn(width="large")},
         )
-    cancellable = [j for j in all_jobs if j.status in ("queued", "running")
-                   and not j.cancel_requested]
+    if groups:
+        _groups_panel(list(groups.values())[:5])
+    cancellable = [j for j in all_jobs if (j.status in ("queued", "running")
+                   and not j.cancel_requested) or _cancellable_group(groups.get(j.id))]
     if cancellable:
         cols = st.columns(min(len(cancellable), 4))
         for i, job in enumerate(cancellable):
@@ -202,8 +216,49 @@ def jobs_panel() -> None:
             )
 
 
-def _status(job: jobs.JobView) -> str:
-    """The job's status, with a partial success said plainly."""
+def _done(job: jobs.JobView | jobs.JobGroupView) -> str:
+    return f"{job.progress_done} / {job.progress_total}"
+
+
+def _cancellable_group(group: jobs.JobGroupView | None) -> bool:
+    """Whether a split job still has a chunk that Cancel would stop."""
+    return group is not None and any(
+        c.status == "queued" or (c.status == "running" and not c.cancel_requested)
+        for c in group.children)
+
+
+def _groups_panel(groups: list[jobs.JobGroupView]) -> None:
+    """One progress bar per split score job, its chunks' lines in an expander."""
+    st.markdown("**Split scoring jobs**")
+    for g in groups:
+        n, k = len(set(g.workers)), len(g.children)
+        with st.container(key=f"group_{g.parent.id}"):
+            st.progress(
+                g.fraction,
+                text=(f"Job #{g.parent.id} ({g.parent.study_name or ''}): {g.status}, "
+                      f"{g.progress_done} / {g.progress_total} steps; {k} chunk"
+                      f"{'s' if k != 1 else ''} on {n} worker{'s' if n != 1 else ''}"),
+            )
+            for problem in g.problems:
+                st.error(problem, icon=":material/error:")
+            with st.expander(f"Chunks of job #{g.parent.id}"):
+                st.markdown("\n".join(_chunk_line(c) for c in g.children))
+
+
+def _chunk_line(c: jobs.JobView) -> str:
+    """``- chunk 1/3 (#12): running on gpu0, 5 / 12 (bleu): <message>``."""
+    text = (c.error or c.message or "").splitlines()
+    where = f" on {c.worker_id}" if c.worker_id else ""
+    return (f"- {jobs.chunk_name(c)}: {c.status}{where}, {_done(c)} "
+            f"({', '.join(c.metrics)}){': ' + text[0] if text else ''}")
+
+
+def _status(job: jobs.JobView, group: jobs.JobGroupView | None = None) -> str:
+    """The job's status, with a partial success said plainly (a split job: its chunks')."""
+    if group is not None:
+        bad = len(group.problems)
+        return group.status + (f" ({bad} chunk{'s' if bad != 1 else ''} not done)"
+                               if bad else "")
     if job.status == "running" and job.cancel_requested:
         return "running (cancelling)"
     if jobs.partial(job):
@@ -218,6 +273,10 @@ def _cancel(job_id: int) -> None:
     # A callback: the run that follows (page or fragment) already shows the new state.
     done = state.call(jobs.cancel_job, state.get_db(), state.require_live_session(),
                       job_id=job_id)
+    if done.child_ids:
+        st.toast(f"Job #{done.id}: its queued chunk jobs are cancelled, running ones stop at "
+                 "their next step.")
+        return
     st.toast(f"Job #{done.id} " + ("cancelled." if done.status == "cancelled"
                                    else "will stop at its next step."))
 

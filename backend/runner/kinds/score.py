@@ -11,13 +11,35 @@ result has a status per family (``families[f]["status"]``: done | unavailable | 
 ``reason`` or ``error``), and the job's message says a partial success plainly ("done with 1
 family unavailable: radgraph (...)"). When no family could be scored the job fails, naming
 each family's reason.
+
+Split (``"chunks": K`` with K > 1, default off): instead of scoring, the job queues K jobs of
+kind ``score_chunk`` that any workers claim independently (one per GPU: ``worker --device
+cuda:0``, ``worker --device cuda:1``, ...). The study's pairs, ordered by pair id, are cut
+into K contiguous id ranges (``pair_ids: [first, last]``); a corpus-dependent family
+(:func:`backend.metrics.registry.corpus_dependent`) is never cut, since its values depend on
+the whole set: it goes to one more chunk job over every pair. Each chunk job scores through
+the same :func:`backend.scoring.runner.score` call as an unsplit job, so the cache holds the
+same rows. The children are queued once, atomically with the parent's record of their ids
+(:meth:`backend.jobs.context.JobContext.enqueue_children`): a parent killed -9 and retried
+queues no duplicates, and a chunk killed -9 is retried by the queue and computes only the
+pairs it had not committed. Their combined progress is :func:`backend.jobs.queue.group`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from radconcord.backend.errors import InvalidInput
 from radconcord.backend.jobs.context import JobContext
+from radconcord.backend.jobs.queue import CHILDREN_KEY, CHUNK_KIND
+from radconcord.backend.runner.kinds._common import param
+
+if TYPE_CHECKING:
+    from radconcord.backend.scoring.runner import PairLike
+
+#: The ``pair_ids`` of a chunk job over every pair of the study (corpus-dependent families).
+ALL_PAIRS = None
 
 
 def outcome(statuses: dict[str, dict[str, Any]]) -> str:
@@ -45,14 +67,131 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         MetricFailed: no family was scored: each one failed or is unavailable.
         JobCancelled: cancelled, claim lost or worker stopping (between batches).
     """
-    from radconcord.backend.metrics.base import MetricUnavailable
     from radconcord.backend.scoring.jobs import study_pairs, validate_request
-    from radconcord.backend.scoring.runner import MetricFailed, ScoringError, score
+    from radconcord.backend.scoring.runner import ScoringError
 
     if ctx.study_id is None:
         raise ScoringError("a score job needs a study")
     metrics, options = validate_request(params.get("metrics") or [], params.get("options"))
+    chunks = split_count(params)
     pairs = study_pairs(ctx.db, ctx.study_id)
+    if chunks > 1:
+        return _split(ctx, pairs, metrics, options, chunks)
+    return _score(ctx, pairs, metrics, options)
+
+
+def run_chunk(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Kind ``score_chunk``: score the pairs of one chunk of a split score job.
+
+    Params: ``metrics``, ``options`` (as ``score``), ``parent`` (the score job), ``chunk``
+    and ``of`` (its index and the number of chunks), ``pair_ids``: ``[first, last]`` (pair
+    ids, inclusive) or ``null`` for every pair of the study, and ``steps`` (the planned
+    progress total). Returns what ``score`` returns, for its pairs.
+
+    Raises:
+        ScoringError, MetricUnavailable, MetricFailed, JobCancelled: as ``score``.
+        InvalidInput: malformed chunk params.
+    """
+    from radconcord.backend.scoring.jobs import study_pairs, validate_request
+    from radconcord.backend.scoring.runner import ScoringError
+
+    if ctx.study_id is None:
+        raise ScoringError("a score_chunk job needs a study")
+    metrics, options = validate_request(params.get("metrics") or [], params.get("options"))
+    bounds = params.get("pair_ids")
+    pairs = study_pairs(ctx.db, ctx.study_id)
+    if bounds is not ALL_PAIRS:
+        if not (isinstance(bounds, list) and len(bounds) == 2
+                and all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)):
+            raise InvalidInput(
+                f"job params: 'pair_ids' must be [first, last] pair ids or null, got {bounds!r}")
+        first, last = bounds
+        pairs = [p for p in pairs if first <= int(p.id) <= last]
+    return _score(ctx, pairs, metrics, options)
+
+
+def split_count(params: dict[str, Any]) -> int:
+    """The ``chunks`` param: how many chunk jobs to split into (1, the default: no split).
+
+    Raises:
+        InvalidInput: not a whole number of at least 1.
+    """
+    chunks = param(params, "chunks", int, 1)
+    if chunks < 1:
+        raise InvalidInput(f"job params: 'chunks' must be at least 1, got {chunks}")
+    return int(chunks)
+
+
+def plan_chunks(
+    pair_ids: Sequence[int],
+    metrics: Sequence[str],
+    options: dict[str, dict[str, Any]],
+    chunks: int,
+) -> list[dict[str, Any]]:
+    """The params of the chunk jobs of a split: per-pair metrics over ``chunks`` contiguous
+    ranges of the sorted pair ids, corpus-dependent ones in one chunk over every pair.
+
+    Ranges are as even as possible and never empty (fewer chunks than asked for when the
+    study has fewer pairs). The result depends only on the inputs, so a retried parent would
+    plan the same chunks.
+    """
+    from radconcord.backend.metrics import registry
+
+    per_pair: list[str] = []
+    whole: list[str] = []
+    for name in metrics:
+        family = next(iter(registry.resolve([name])))
+        (whole if registry.corpus_dependent(family, options.get(family, {})) else per_pair
+         ).append(name)
+    ids = sorted(int(i) for i in pair_ids)
+
+    def spec(names: list[str], bounds: list[int] | None, n_pairs: int) -> dict[str, Any]:
+        families = registry.resolve(names)
+        return {"metrics": names,
+                "options": {f: v for f, v in options.items() if f in families},
+                "pair_ids": bounds, "steps": n_pairs * len(families)}
+
+    out: list[dict[str, Any]] = []
+    if per_pair and ids:
+        k = min(chunks, len(ids))
+        size, extra = divmod(len(ids), k)
+        start = 0
+        for i in range(k):
+            end = start + size + (1 if i < extra else 0)
+            out.append(spec(per_pair, [ids[start], ids[end - 1]], end - start))
+            start = end
+    if not ids:
+        out.append(spec(list(metrics), ALL_PAIRS, 0))  # nothing to cut: one empty chunk
+    elif whole:
+        out.append(spec(whole, ALL_PAIRS, len(ids)))
+    for i, entry in enumerate(out):
+        entry.update({"chunk": i, "of": len(out)})
+    return out
+
+
+def _split(ctx: JobContext, pairs: Sequence[PairLike], metrics: list[str],
+           options: dict[str, dict[str, Any]], chunks: int) -> dict[str, Any]:
+    """Queue the chunk jobs (once) and return the parent's result naming them."""
+    specs = plan_chunks([int(p.id) for p in pairs], metrics, options, chunks)
+    for spec in specs:
+        spec["parent"] = ctx.job_id
+    ids = ctx.enqueue_children(CHUNK_KIND, specs)
+    ctx.progress(len(ids), len(ids), f"split into {len(ids)} chunk jobs")
+    first, last = (ids[0], ids[-1]) if ids else (0, 0)
+    return {
+        "summary": f"split {len(pairs)} pairs into {len(ids)} chunk jobs #{first}-#{last}",
+        "outcome": "split",
+        "pairs": len(pairs),
+        CHILDREN_KEY: ids,
+    }
+
+
+def _score(ctx: JobContext, pairs: Sequence[PairLike], metrics: list[str],
+           options: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Score ``pairs`` through the cache and summarise per family (what ``score`` returns)."""
+    from radconcord.backend.metrics.base import MetricUnavailable
+    from radconcord.backend.scoring.runner import MetricFailed, score
+
     ctx.progress(0, 0, f"scoring {len(pairs)} pairs")
     table = score(
         pairs,

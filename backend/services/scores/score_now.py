@@ -67,7 +67,8 @@ class ScoreState:
         study: The study.
         n_pairs: Its study pairs (training items and repeats are never scored for analysis).
         n_scored_pairs: Study pairs with at least one metric value.
-        pending: The newest queued or running score job of the study, if any.
+        pending: The newest queued or running score job of the study, if any (a split
+            job counts while any of its chunk jobs is queued or running).
         last: The newest finished score job of the study, if any.
         worker: Whether a worker is alive, and how to start one.
         offline: The families "Score now" queues (see :func:`offline_families`).
@@ -105,6 +106,17 @@ def _scored_pairs(db: Database, study_name: str) -> tuple[int, int]:
     return int(n_pairs), int(scored)
 
 
+def _pending(db: Database, runs: Sequence[JobView]) -> JobView | None:
+    """The newest score job still queued or running, or split with a chunk job that is."""
+    for job in runs:
+        if not job.finished:
+            return job
+        split = queue.group(db, job.id) if job.child_ids else None
+        if split is not None and not split.finished:
+            return job
+    return None
+
+
 def score_state(db: Database, actor: Actor, study_name: str, *,
                 catalog: Sequence[MetricInfo] | None = None) -> ScoreState:
     """The study's scores, its score jobs and the workers, for a "Score now" panel (admin).
@@ -124,8 +136,8 @@ def score_state(db: Database, actor: Actor, study_name: str, *,
     with db.read() as s:
         sid = get_study(s, study_name).id
     runs = queue.list_jobs(db, kind=KIND, study_id=sid, limit=20)
-    pending = next((j for j in runs if not j.finished), None)
-    last = next((j for j in runs if j.finished), None)
+    pending = _pending(db, runs)
+    last = next((j for j in runs if j.finished and j is not pending), None)
     return ScoreState(study=study_name, n_pairs=n_pairs, n_scored_pairs=scored,
                       pending=pending, last=last, worker=worker_status(db, actor),
                       offline=tuple(offline_families(catalog)))
@@ -146,8 +158,7 @@ def score_now(db: Database, actor: Actor, study_name: str, *,
     require_admin(actor)
     with db.read() as s:
         sid = get_study(s, study_name).id
-    pending = next((j for j in queue.list_jobs(db, kind=KIND, study_id=sid, limit=20)
-                    if not j.finished), None)
+    pending = _pending(db, queue.list_jobs(db, kind=KIND, study_id=sid, limit=20))
     if pending is not None:
         return pending
     families = offline_families(catalog)

@@ -135,11 +135,16 @@ def enqueue_scoring(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     *,
     reuse_unfinished: bool = False,
+    chunks: int = 1,
 ) -> JobView:
     """Queue a job scoring ``study_name`` with ``metrics`` (admin only; kind ``score``).
 
     ``reuse_unfinished``: hand back a score job of the study still queued or running
     instead of queuing another (see :func:`backend.services.jobs.enqueue_job`).
+
+    ``chunks``: above 1, the job splits the study's pairs into that many ``score_chunk``
+    jobs that several workers take at once (:mod:`backend.runner.kinds.score`); watch them
+    together with :func:`backend.services.jobs.job_groups`.
 
     Options are checked against each family's known options now, so a typo fails here and
     not later in the worker.
@@ -147,12 +152,14 @@ def enqueue_scoring(
     Raises:
         PermissionDenied: the actor is not an admin.
         NotFound: no such study.
-        InvalidInput: unknown metric or option.
+        InvalidInput: unknown metric or option, ``chunks`` not a whole number >= 1.
     """
     from radconcord.backend.scoring.jobs import validate_request
     from radconcord.backend.scoring.runner import ScoringError
 
     require_admin(actor)
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise InvalidInput(f"chunks: expected a whole number of at least 1, got {chunks!r}")
     study_id(db, study_name)  # NotFound before any metric name is looked at
     try:
         names, opts = validate_request(metrics, options)
@@ -165,8 +172,11 @@ def enqueue_scoring(
             raise InvalidInput(f"metric '{family}': {exc}") from None
         except ImportError:
             pass  # the worker reports the family as unavailable, with its reason
+    params: dict[str, Any] = {"metrics": names, "options": opts}
+    if chunks > 1:
+        params["chunks"] = chunks
     return enqueue_job(
-        db, actor, kind="score", params={"metrics": names, "options": opts},
+        db, actor, kind="score", params=params,
         study_name=study_name, reuse_unfinished=reuse_unfinished,
     )
 
