@@ -45,7 +45,8 @@ def register(subparsers: Commands | argparse._SubParsersAction) -> None:
         "--kinds",
         default="",
         metavar="K1,K2",
-        help=f"job kinds to take (default: all of {', '.join(kind_names())})",
+        help=f"job kinds to take (default: all of {', '.join(kind_names())}; score"
+        " includes score_chunk, the chunks of a split score job)",
     )
     w.add_argument("--once", action="store_true", help="process the jobs that are due, then exit")
     w.add_argument(

@@ -14,7 +14,9 @@ or fails; the exit status is 1 when a family failed or none was scored.
 ``--engine ray [--ray-address ADDR] [--workers N]`` computes the missing pairs on Ray actors
 (a local instance, or the cluster at ADDR) while this process keeps the cache lookup and
 writes (docs/scale_out.md); ``--engine local`` (the default) computes them in this process.
-Every run prints the engine it used.
+Every run prints the engine it used. With ``--study ... --enqueue`` the engine is a job
+parameter (the worker that takes the job drives it on Ray), and ``--chunks K`` splits the job
+into K chunk jobs that several workers claim instead.
 """
 
 from __future__ import annotations
@@ -92,6 +94,13 @@ def register(subparsers: Any) -> None:  # noqa: ANN401 - argparse's private subp
         help="folder that image paths are relative to and must stay in (default: PAIRS folder)",
     )
     p.add_argument(
+        "--chunks",
+        type=int,
+        metavar="K",
+        help="with --study --enqueue: split the job into K chunk jobs that several workers"
+        " take at once (a corpus-dependent family stays whole)",
+    )
+    p.add_argument(
         "--enqueue", action="store_true", help="with --study: queue a job for the worker"
     )
     p.set_defaults(func=cmd_score)
@@ -129,8 +138,15 @@ def _check_engine_args(args: argparse.Namespace) -> None:
                 raise UserError(f"{flag} works with --engine ray")
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers must be at least 1 (got {args.workers})")
-    if args.engine == "ray" and getattr(args, "enqueue", False):
-        raise UserError("--engine ray scores inline; queued jobs run on the worker")
+    chunks = getattr(args, "chunks", None)
+    if chunks is not None:
+        if not getattr(args, "enqueue", False):
+            raise UserError("--chunks works with --study ... --enqueue (chunk jobs for workers)")
+        if chunks < 1:
+            raise UserError(f"--chunks must be at least 1 (got {chunks})")
+        if args.engine == "ray" and chunks > 1:
+            raise UserError("--chunks and --engine ray are two ways of sharing the work out;"
+                            " choose one")
 
 
 def _make_engine(args: argparse.Namespace) -> Any:
@@ -288,11 +304,21 @@ def _score_study(args: argparse.Namespace, metrics: list[str], options: dict[str
         if study_id is None:
             raise UserError(f"--study: no study named '{args.study}'")
         if args.enqueue:
+            from radconcord.backend.runner.kinds.score import engine_text
+            from radconcord.backend.services.scores.scoring import score_engine_params
+
+            params: dict[str, Any] = {"metrics": metrics, "options": options}
             with user_errors(ScoringError, ServiceError):
-                job_id = job_queue.enqueue(
-                    db, "score", {"metrics": metrics, "options": options}, study_id=study_id
-                )
-            print(f"queued scoring job {job_id} for study '{args.study}'")
+                engine = score_engine_params(args.engine, ray_address=args.ray_address,
+                                             workers=args.workers)
+                if engine is not None:
+                    params["engine"] = engine  # the worker drives it, Ray actors compute
+                if args.chunks is not None and args.chunks > 1:
+                    params["chunks"] = args.chunks  # chunk jobs that several workers claim
+                job_id = job_queue.enqueue(db, "score", params, study_id=study_id)
+            how = (f", split into {args.chunks} chunk jobs" if "chunks" in params
+                   else f", computed on {engine_text(engine)}" if engine else "")
+            print(f"queued scoring job {job_id} for study '{args.study}'{how}")
             return 0
         pairs = jobs.study_pairs(db, study_id)
         if not pairs:

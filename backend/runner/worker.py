@@ -33,6 +33,7 @@ from radconcord.backend.jobs import queue, registry
 from radconcord.backend.jobs.context import JobCancelled, JobContext, KindFn
 from radconcord.backend.jobs.queue import (
     CANCELLED_BY_USER,
+    CHUNK_KIND,
     CLAIM_LOST,
     WORKER_STOPPING,
     JobInfo,
@@ -118,6 +119,9 @@ class Worker:
                 registry.check_kind(name)
             except registry.UnknownJobKind as exc:
                 raise InvalidInput(f"worker kinds: {exc}") from None
+        # A split score job's chunks are score work: a worker taking ``score`` takes them too.
+        if "score" in names and CHUNK_KIND not in names:
+            names.append(CHUNK_KIND)
         self.kinds: tuple[str, ...] = tuple(dict.fromkeys(names))
         self.worker_id = worker_id or default_worker_id()
         self.stale_after = float(stale_after)

@@ -35,6 +35,28 @@ def test_the_form_queues_a_split_score_job(study_env, make_app):
     assert at.success[0].value.endswith("split into 3 chunks.")
 
 
+def test_the_form_queues_a_score_job_on_ray_and_the_table_says_so(study_env, make_app):
+    at = _metrics(make_app, study_env.admin)
+    at.multiselect(key="score_families").set_value(["bleu"])
+    at.radio(key="score_engine").set_value("Ray")
+    at.text_input(key="score_ray_address").set_value("head:6379")
+    at.number_input(key="score_ray_workers").set_value(4)
+    button = next(b for b in at.button if b.key.startswith("FormSubmitter:enqueue-"))
+    at = button.click().run(timeout=120)
+    assert not at.exception and not at.error
+    [job] = jobs.list_jobs(study_env.db)
+    assert job.params["engine"] == {"name": "ray", "address": "head:6379", "workers": 4}
+    assert at.success[0].value.endswith("computed on Ray (head:6379, 4 actors).")
+    assert list(_jobs_table(at)["What"]) == ["bleu · on Ray (head:6379, 4 actors)"]
+    # Ray and chunk jobs together are refused, with the reason, and nothing is queued.
+    at.radio(key="score_engine").set_value("Ray")
+    at.number_input(key="score_chunks").set_value(2)
+    button = next(b for b in at.button if b.key.startswith("FormSubmitter:enqueue-"))
+    at = button.click().run(timeout=120)
+    assert any("not split into chunk jobs" in e.value for e in at.error)
+    assert len(jobs.list_jobs(study_env.db)) == 1
+
+
 def test_a_split_job_shows_one_bar_its_chunks_and_cancels_them(study_env, make_app,
                                                                 all_text):
     db = study_env.db

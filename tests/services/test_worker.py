@@ -289,3 +289,78 @@ def test_scoring_services_for_the_ui(d, db):
     assert catalog["count_double"].available and catalog["count_double"].signature
     assert not catalog["gone_double"].available
     assert "weights not found" in catalog["gone_double"].reason
+
+
+def test_three_worker_processes_share_a_split_job_one_killed_mid_chunk(d, any_db, tmp_path):
+    """Issue 26, on SQLite and PostgreSQL: three real worker processes polling one queue; a
+    score job split into 3 chunk jobs. Whichever worker takes the parent queues the chunks
+    and each worker runs one at once; the worker of one chunk is killed with SIGKILL after a
+    batch is committed, another worker takes that chunk over once it is stale and computes
+    only the pairs the killed one had not stored. Every pair ends in the cache once, and the
+    group reads done."""
+    from radconcord.backend.jobs import queue
+
+    db = any_db
+    url = jh.db_url(db)
+    n = 18  # 3 chunks of 6 pairs, batches of 2, 1 s per batch: 3 s per chunk
+    sid = make_study(db, "three", n)
+    with db.begin() as s:
+        cand_of = {p.input_hash: text for p, text in s.execute(
+            select(Pair, Report.text).join(Report, Report.id == Pair.candidate_id))}
+    parent = jobs.enqueue(db, "score", {"metrics": ["slow_double"], "options": {}, "chunks": 3},
+                          study_id=sid)
+    setup = jh.SETUP_SCORING_DOUBLES + (
+        "import os, sys\n"
+        "os.environ['SCORING_DOUBLES_LOG'] = os.path.join(os.environ['SCORED_LOG_DIR'],"
+        " sys.argv[sys.argv.index('--worker-id') + 1] + '-scored.log')\n"
+    )
+    env = {"SCORED_LOG_DIR": str(tmp_path), "SLOW_DOUBLE_SECONDS": "1.0"}
+    names = ("w1", "w2", "w3")
+    # Not --once: idle workers keep polling, so the two that do not take the parent are
+    # waiting when its chunks are queued, and each worker gets one.
+    procs = {w: jh.start_worker(url, worker_id=w, log_path=tmp_path / f"{w}.log", setup=setup,
+                                env=env, once=False, args=["--batch-size", "2"])
+             for w in names}
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # poll the queue until all three chunks run, one per worker
+            chunks = sorted(queue.list_jobs(db, kind=queue.CHUNK_KIND), key=lambda j: j.id)
+            running = {j.worker_id: j for j in chunks if j.status == "running"}
+            if len(chunks) == 3 and set(running) == set(names) and any(
+                    0 < j.progress_done < j.progress_total for j in running.values()):
+                break
+            dead = [w for w, p in procs.items() if p.poll() is not None]
+            assert not dead and time.monotonic() < deadline, (
+                f"chunks {[(j.id, j.status, j.worker_id) for j in chunks]}; exited: {dead}")
+            time.sleep(0.05)
+        victim = next(j for j in running.values() if 0 < j.progress_done < j.progress_total)
+        jh.kill_9(procs[victim.worker_id])
+        with db.begin() as s:
+            stored = {cand_of[h] for h in s.scalars(select(MetricScore.input_hash).distinct())}
+        jh.wait_until_stale(db, victim.id, 1.5)
+        jh.wait_for(db, victim.id, lambda j: j.status == "done", timeout=120,
+                    what="the killed chunk taken over and done")
+        final = {j.id: j for j in queue.list_jobs(db, kind=queue.CHUNK_KIND)}
+        assert all(j.status == "done" for j in final.values()), final
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.terminate()  # SIGTERM: the worker stops between jobs
+                p.wait(60)
+    taken_over = final[victim.id]
+    assert taken_over.attempts == 2 and taken_over.worker_id != victim.worker_id
+    assert {j.attempts for i, j in final.items() if i != victim.id} == {1}
+    assert queue.group(db, parent).status == "done"
+    assert _count_rows(db) == (2 * n, 2 * n)  # every pair once, both keys
+    # The worker that took the chunk over computed exactly the pairs of that chunk the killed
+    # one had not stored (besides its own chunk, before).
+    first, last = victim.params["pair_ids"]
+    with db.begin() as s:
+        chunk = {text for (text,) in s.execute(
+            select(Report.text).join(Pair, Pair.candidate_id == Report.id)
+            .where(Pair.study_id == sid, Pair.id >= first, Pair.id <= last))}
+    logs = {w: _logged(tmp_path / f"{w}-scored.log") for w in names}
+    assert set().union(*logs.values()) == set(cand_of.values())
+    redone = [c for c in logs[taken_over.worker_id] if c in chunk]
+    assert 0 < len(redone) < len(chunk) and len(redone) == len(set(redone))
+    assert set(redone) == chunk - stored

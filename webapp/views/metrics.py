@@ -68,6 +68,16 @@ st.dataframe(
     },
 )
 
+def _engine(job: jobs.JobView) -> str:
+    """Where a score job computes its pairs (``ray (...)``), or ``""`` on the worker."""
+    spec = job.params.get("engine") if isinstance(job.params, dict) else None
+    if not isinstance(spec, dict):
+        return ""
+    where = spec.get("address") or "a local Ray instance"
+    n = spec.get("workers")
+    return f"Ray ({where}, {n} actors)" if n else f"Ray ({where}, one actor per CPU)"
+
+
 st.subheader("Score a study")
 study_names = [s.name for s in state.call(studies.list_studies, db, actor)]
 if not study_names:
@@ -90,22 +100,40 @@ else:
                  "once. A corpus-dependent family (CIDEr, BERTScore with idf) is never cut: "
                  "one more job scores it over every pair.",
         )
+        e1, e2, e3 = st.columns([2, 3, 1])
+        engine = e1.radio(
+            "Computed by", ["The worker", "Ray"], horizontal=True, key="score_engine",
+            help="Ray: the worker that takes the job drives it, and Ray actors compute the "
+                 "pairs (docs/scale_out.md). Not with chunk jobs.")
+        ray_address = e2.text_input(
+            "Ray address", key="score_ray_address", placeholder="blank: a local Ray instance",
+            help="The cluster to join (HEAD:6379), from the worker's machine.")
+        ray_workers = e3.number_input(
+            "Actors", min_value=0, max_value=1024, value=0, step=1, key="score_ray_workers",
+            help="0: one per CPU of the cluster.")
         submitted = st.form_submit_button("Queue scoring job", type="primary")
     if submitted:
         if not families:
             st.warning("Choose at least one metric family.")
         else:
-            job = state.call(scoring.enqueue_scoring, db, actor, study_name=study_name,
-                             metrics=list(families), chunks=int(chunks))
+            on_ray = engine == "Ray"
+            job = state.call(
+                scoring.enqueue_scoring, db, actor, study_name=study_name,
+                metrics=list(families), chunks=int(chunks),
+                engine="ray" if on_ray else "local",
+                ray_address=(ray_address or None) if on_ray else None,
+                workers=(int(ray_workers) or None) if on_ray else None)
             split = f", split into {int(chunks)} chunks" if int(chunks) > 1 else ""
+            where = f", computed on {_engine(job)}" if on_ray else ""
             st.success(f"Queued job #{job.id}: {', '.join(job.metrics)} on "
-                       f"{job.study_name}{split}.")
+                       f"{job.study_name}{split}{where}.")
 
 
 def _what(job: jobs.JobView) -> str:
     """A short description of a job's inputs for the table."""
     if job.metrics:
-        return ", ".join(job.metrics)
+        on = _engine(job)
+        return ", ".join(job.metrics) + (f" · on {on}" if on else "")
     text = json.dumps(job.params, sort_keys=True, ensure_ascii=False)
     return text if len(text) <= 80 else text[:77] + "..."
 

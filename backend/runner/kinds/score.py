@@ -74,10 +74,13 @@ def run(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
         raise ScoringError("a score job needs a study")
     metrics, options = validate_request(params.get("metrics") or [], params.get("options"))
     chunks = split_count(params)
+    engine = engine_spec(params)
+    if engine is not None and chunks > 1:
+        raise InvalidInput("job params: a job on Ray is not split into chunk jobs")
     pairs = study_pairs(ctx.db, ctx.study_id)
     if chunks > 1:
         return _split(ctx, pairs, metrics, options, chunks)
-    return _score(ctx, pairs, metrics, options)
+    return _score(ctx, pairs, metrics, options, engine=engine)
 
 
 def run_chunk(ctx: JobContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -186,24 +189,73 @@ def _split(ctx: JobContext, pairs: Sequence[PairLike], metrics: list[str],
     }
 
 
+def engine_spec(params: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``engine`` param: ``None`` (the worker computes the pairs) or ``{"name": "ray",
+    "address": ADDR or None, "workers": N or None}``.
+
+    Raises:
+        InvalidInput: a malformed engine param.
+    """
+    spec = params.get("engine")
+    if spec is None or spec == "local":
+        return None
+    if not isinstance(spec, dict) or spec.get("name") != "ray":
+        raise InvalidInput(f"job params: 'engine' must be null or {{'name': 'ray', ...}},"
+                           f" got {spec!r}")
+    address, workers = spec.get("address"), spec.get("workers")
+    if address is not None and not isinstance(address, str):
+        raise InvalidInput(f"job params: engine address must be text, got {address!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise InvalidInput(f"job params: engine workers must be at least 1, got {workers!r}")
+    return {"name": "ray", "address": address, "workers": workers}
+
+
+def engine_text(spec: dict[str, Any] | None) -> str:
+    """How a job's engine is named to people: ``this worker`` or ``ray (ADDR, N workers)``."""
+    if spec is None:
+        return "this worker"
+    where = spec.get("address") or "a local Ray instance"
+    n = spec.get("workers")
+    return f"ray ({where}, {n} workers)" if n else f"ray ({where}, one actor per CPU)"
+
+
 def _score(ctx: JobContext, pairs: Sequence[PairLike], metrics: list[str],
-           options: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Score ``pairs`` through the cache and summarise per family (what ``score`` returns)."""
+           options: dict[str, dict[str, Any]], *,
+           engine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Score ``pairs`` through the cache and summarise per family (what ``score`` returns).
+
+    With a Ray ``engine`` the worker drives the job (cache lookup and writes, progress,
+    cancel between chunks) and Ray actors compute the pairs.
+    """
     from radconcord.backend.metrics.base import MetricUnavailable
     from radconcord.backend.scoring.runner import MetricFailed, score
 
-    ctx.progress(0, 0, f"scoring {len(pairs)} pairs")
-    table = score(
-        pairs,
-        metrics,
-        options=options,
-        device=ctx.device,
-        batch_size=ctx.batch_size,
-        db=ctx.db,
-        progress=ctx.progress,
-        pool=ctx.pool,
-        keep_going=True,
-    )
+    where = engine_text(engine)
+    ctx.progress(0, 0, f"scoring {len(pairs)} pairs on {where}")
+    runner_engine = None
+    if engine is not None:
+        from radconcord.backend.scoring.engines import RayEngine
+
+        # ScoringError (Ray not installed, cluster unreachable) fails the job with the reason.
+        runner_engine = RayEngine(address=engine["address"], workers=engine["workers"],
+                                  device=ctx.device)
+    try:
+        table = score(
+            pairs,
+            metrics,
+            options=options,
+            device=ctx.device,
+            batch_size=ctx.batch_size,
+            db=ctx.db,
+            progress=ctx.progress,
+            pool=ctx.pool,
+            keep_going=True,
+            engine=runner_engine,
+        )
+    finally:
+        if runner_engine is not None:
+            runner_engine.close()
     statuses: dict[str, dict[str, Any]] = {}
     for f, r in table.families.items():
         entry: dict[str, Any] = {"status": r.status}
@@ -239,7 +291,12 @@ def _score(ctx: JobContext, pairs: Sequence[PairLike], metrics: list[str],
     if table.empty_ids:
         parts.append(f"{len(table.empty_ids)} pair(s) with an empty report -> nan")
     result_outcome = outcome(statuses)
+    extra: dict[str, Any] = {}
+    if engine is not None:
+        parts.append(f"on {where}")
+        extra["engine"] = where
     return {
+        **extra,
         "summary": "; ".join([result_outcome, *parts]),
         "outcome": result_outcome,
         "pairs": len(table.ids),

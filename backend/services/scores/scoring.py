@@ -127,6 +127,34 @@ def ignored_plugins() -> list[str]:
     return list(registry.ignored_plugins())
 
 
+#: Where a score job computes its pairs: on the worker itself, or on Ray actors.
+SCORE_ENGINES = ("local", "ray")
+
+
+def score_engine_params(engine: str, *, ray_address: str | None = None,
+                        workers: int | None = None) -> dict[str, Any] | None:
+    """The ``engine`` param of a score job: ``None`` for ``local`` (the default, left out of
+    the params so existing jobs read the same), else ``{"name": "ray", "address", "workers"}``.
+
+    Raises:
+        InvalidInput: an unknown engine, Ray settings for the local engine, or ``workers``
+            not a whole number of at least 1.
+    """
+    name = str(engine or "local").strip().lower()
+    if name not in SCORE_ENGINES:
+        raise InvalidInput(f"engine: expected one of {', '.join(SCORE_ENGINES)}, got {engine!r}")
+    address = (ray_address or "").strip() or None
+    if name == "local":
+        if address is not None or workers is not None:
+            raise InvalidInput("engine: a Ray address or a number of Ray workers needs"
+                               " engine='ray'")
+        return None
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise InvalidInput(f"workers: expected a whole number of at least 1, got {workers!r}")
+    return {"name": "ray", "address": address, "workers": workers}
+
+
 def enqueue_scoring(
     db: Database,
     actor: Actor,
@@ -136,6 +164,9 @@ def enqueue_scoring(
     *,
     reuse_unfinished: bool = False,
     chunks: int = 1,
+    engine: str = "local",
+    ray_address: str | None = None,
+    workers: int | None = None,
 ) -> JobView:
     """Queue a job scoring ``study_name`` with ``metrics`` (admin only; kind ``score``).
 
@@ -146,13 +177,20 @@ def enqueue_scoring(
     jobs that several workers take at once (:mod:`backend.runner.kinds.score`); watch them
     together with :func:`backend.services.jobs.job_groups`.
 
+    ``engine``: ``local`` (the worker computes the pairs itself) or ``ray``: the worker that
+    takes the job drives it, and Ray actors compute the pairs (``ray_address``: the cluster
+    to join, default a local Ray instance on the worker's machine; ``workers``: actors to
+    start; see docs/scale_out.md). Not with ``chunks``: they are two ways of sharing one
+    study's scoring out.
+
     Options are checked against each family's known options now, so a typo fails here and
     not later in the worker.
 
     Raises:
         PermissionDenied: the actor is not an admin.
         NotFound: no such study.
-        InvalidInput: unknown metric or option, ``chunks`` not a whole number >= 1.
+        InvalidInput: unknown metric or option, ``chunks`` not a whole number >= 1, an
+            unknown engine, Ray settings without ``engine="ray"``, or Ray with chunks.
     """
     from radconcord.backend.scoring.jobs import validate_request
     from radconcord.backend.scoring.runner import ScoringError
@@ -160,6 +198,10 @@ def enqueue_scoring(
     require_admin(actor)
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
         raise InvalidInput(f"chunks: expected a whole number of at least 1, got {chunks!r}")
+    engine_params = score_engine_params(engine, ray_address=ray_address, workers=workers)
+    if engine_params is not None and chunks > 1:
+        raise InvalidInput("engine: a job on Ray is not split into chunk jobs; choose one way"
+                           " (chunks for several workers, Ray for a cluster)")
     study_id(db, study_name)  # NotFound before any metric name is looked at
     try:
         names, opts = validate_request(metrics, options)
@@ -175,6 +217,8 @@ def enqueue_scoring(
     params: dict[str, Any] = {"metrics": names, "options": opts}
     if chunks > 1:
         params["chunks"] = chunks
+    if engine_params is not None:
+        params["engine"] = engine_params
     return enqueue_job(
         db, actor, kind="score", params=params,
         study_name=study_name, reuse_unfinished=reuse_unfinished,
