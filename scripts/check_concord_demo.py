@@ -7,11 +7,14 @@ three constructed demo raters. Those ratings are the errors the demo candidates 
 with plus seeded noise (assets/demo/constructed_errors.json): a sanity check on reports
 unlike the IU reports concord was trained on, not a human evaluation.
 
-Usage: python scripts/check_concord_demo.py
+Usage: python scripts/check_concord_demo.py [--ce-model DIR]
+
+``--ce-model DIR`` adds the ``ce`` variant from a folder ``train-concord --variant ce`` wrote.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -29,6 +32,13 @@ METRICS = [
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ce-model", metavar="DIR", help="a trained ce folder to check as well")
+    args = ap.parse_args()
+    metrics = list(METRICS)
+    if args.ce_model:
+        metrics.insert(2, ("concord ce", "concord_total,concord_sig",
+                           {"concord": {"variant": "ce", "model": args.ce_model}}))
     folder = tempfile.mkdtemp(prefix="rc-concord-demo-")
     os.environ["RADCONCORD_DATA_DIR"] = folder
     os.environ["DATABASE_URL"] = f"sqlite:///{folder}/radconcord.db"
@@ -40,7 +50,7 @@ def main() -> int:
     target = study.errors().to_numpy()
     refs, cands = list(study.pairs.reference), list(study.pairs.candidate)
     print(f"{len(refs)} pairs, raters {', '.join(study.raters)}")
-    for name, keys, options in METRICS:
+    for name, keys, options in metrics:
         frame = score(references=refs, candidates=cands, metrics=keys, options=options)
         table = correlate(scores=frame, ratings=target, bootstrap=1000, seed=0,
                           cases=list(study.pairs.case_id))
