@@ -311,6 +311,20 @@ class PoolWorker:
         return os.getpid()
 
 
+def actor_placement(device: str, cluster: Mapping[str, float]) -> tuple[int, str]:
+    """``(GPUs per actor, device inside the actor)`` for the engine's ``device``.
+
+    Each actor holds one device: for ``cuda``/``cuda:N`` (or ``auto`` on a cluster with GPUs)
+    it asks Ray for one GPU, and Ray makes exactly that GPU visible to it, so inside the actor
+    it is ``cuda`` (``cuda:N`` would name a GPU the actor cannot see); otherwise no GPU and
+    the device as given.
+    """
+    text = (device or "cpu").strip().lower()
+    if text.startswith("cuda") or (text == "auto" and cluster.get("GPU", 0) >= 1):
+        return 1, "cuda"
+    return 0, text
+
+
 class RayEngine:
     """Chunks as tasks of Ray actors, each holding a :class:`MetricPool`.
 
@@ -333,7 +347,8 @@ class RayEngine:
         Args:
             num_cpus: CPUs of a local instance started here.
             address: Cluster to connect to (``ray://host:10001`` or ``host:6379``).
-            workers: Actors to start (default: the cluster's CPUs).
+            workers: Actors to start (default: the cluster's GPUs when the device is CUDA,
+                else its CPUs).
             device: Device each actor loads its models on.
             max_restarts: Restarts of a dead actor, and retries of the task it was running.
 
@@ -371,14 +386,16 @@ class RayEngine:
         return list(self._actors)
 
     def _ensure_actors(self, n_chunks: int) -> list[Any]:
-        want = self._workers_wanted or int(self._ray.cluster_resources().get("CPU", 1))
+        gpus, device = actor_placement(self._device, self._ray.cluster_resources())
+        default = self._ray.cluster_resources().get("GPU" if gpus else "CPU", 1)
+        want = self._workers_wanted or int(default)
         want = max(1, min(want, n_chunks))
         if len(self._actors) < want:
             actor_cls = self._ray.remote(
-                num_cpus=1, max_restarts=self._max_restarts,
+                num_cpus=1, num_gpus=gpus, max_restarts=self._max_restarts,
                 max_task_retries=self._max_restarts,
             )(PoolWorker)
-            self._actors.extend(actor_cls.remote(self._device)
+            self._actors.extend(actor_cls.remote(device)
                                 for _ in range(want - len(self._actors)))
         return self._actors
 

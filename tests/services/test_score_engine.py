@@ -288,3 +288,15 @@ def test_score_cli_says_it_scored_in_this_process(tmp_path, monkeypatch, capsys)
                      str(tmp_path / "s.csv"), "--engine", "local"])
     assert code == 0
     assert "engine: local (this process)" in capsys.readouterr().out
+
+
+def test_each_ray_actor_holds_one_device():
+    """On a CUDA device each actor asks Ray for one GPU and sees it as ``cuda`` (Ray makes only
+    that GPU visible); on CPU, or ``auto`` on a cluster without GPUs, none."""
+    from radconcord.backend.scoring.engines import actor_placement
+
+    assert actor_placement("cuda:3", {"CPU": 16, "GPU": 4}) == (1, "cuda")
+    assert actor_placement("cuda", {"CPU": 16}) == (1, "cuda")
+    assert actor_placement("auto", {"CPU": 16, "GPU": 2}) == (1, "cuda")
+    assert actor_placement("auto", {"CPU": 16}) == (0, "auto")
+    assert actor_placement("cpu", {"CPU": 16, "GPU": 2}) == (0, "cpu")
