@@ -57,8 +57,8 @@ def test_a_score_job_on_ray_writes_the_rows_a_local_job_writes(demo_db):
     job = enqueue_scoring(demo_db, ADMIN, seed.DEMO_STUDY, METRICS, engine="ray", workers=2)
     done = Worker(demo_db, worker_id="driver", kinds=["score"]).run_once()
     assert done is not None and done.id == job.id and done.status == "done", done
-    assert done.result["engine"] == "ray (a local Ray instance, 2 workers)"
-    assert done.result["summary"].endswith("on ray (a local Ray instance, 2 workers)")
+    assert done.result["engine"] == "ray (a local Ray instance, 2 actors)"
+    assert done.result["summary"].endswith("on ray (a local Ray instance, 2 actors)")
     assert {f["status"] for f in done.result["families"].values()} == {"done"}
     on_ray = _rows(demo_db)
     assert on_ray  # every pair and key, once (the cache's unique key would refuse twice)
@@ -79,7 +79,7 @@ def test_score_enqueue_takes_the_engine_and_chunks(demo_db, capsys):
         return code, out.out, out.err
 
     code, out, _ = run("--enqueue", "--engine", "ray", "--workers", "2")
-    assert code == 0 and "computed on ray (a local Ray instance, 2 workers)" in out
+    assert code == 0 and "computed on ray (a local Ray instance, 2 actors)" in out
     code, out, _ = run("--enqueue", "--chunks", "3")
     assert code == 0 and "split into 3 chunk jobs" in out
     with demo_db.read() as s:

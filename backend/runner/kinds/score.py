@@ -212,12 +212,12 @@ def engine_spec(params: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def engine_text(spec: dict[str, Any] | None) -> str:
-    """How a job's engine is named to people: ``this worker`` or ``ray (ADDR, N workers)``."""
+    """How a job's engine is named to people: ``this worker`` or ``ray (ADDR, N actors)``."""
     if spec is None:
         return "this worker"
     where = spec.get("address") or "a local Ray instance"
     n = spec.get("workers")
-    return f"ray ({where}, {n} workers)" if n else f"ray ({where}, one actor per CPU)"
+    return f"ray ({where}, {n} actors)" if n else f"ray ({where}, one actor per CPU)"
 
 
 def _score(ctx: JobContext, pairs: Sequence[PairLike], metrics: list[str],
