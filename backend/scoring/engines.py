@@ -43,7 +43,6 @@ import numpy as np
 from radconcord.backend.metrics import registry
 from radconcord.backend.metrics.base import (
     MetricInputError,
-    MetricResult,
     MetricUnavailable,
     has_corpus_statistics,
 )
@@ -59,6 +58,7 @@ from radconcord.backend.scoring.runner import (
     ScoringError,
     inference_context,
     resolve_device,
+    result_problem,
 )
 
 log = logging.getLogger(__name__)
@@ -160,16 +160,9 @@ def score_chunk(
     except Exception as exc:  # noqa: BLE001 - reported per family by the driver
         return ChunkResult.failure("failed", f"{type(exc).__name__}: {exc}")
     seconds = time.perf_counter() - t0
-    if not isinstance(result, MetricResult):
-        return ChunkResult.failure("result",
-                                   f"returned {type(result).__name__}, not MetricResult")
-    for k, vals in result.values.items():
-        if len(vals) != n:
-            return ChunkResult.failure("result",
-                                       f"returned {len(vals)} values of '{k}' for {n} pairs")
-    missing = [k for k in metric.spec.keys if k not in result.values]
-    if missing:
-        return ChunkResult.failure("result", f"returned no values for {', '.join(missing)}")
+    problem = result_problem(metric, result, n)
+    if problem is not None:
+        return ChunkResult.failure("result", problem)
     values: dict[str, list[float]] = {}
     for k, vals in result.values.items():
         out: list[float] = []

@@ -789,17 +789,25 @@ def _call(
             f"metric '{family}' failed on pairs {first}{more}: {type(exc).__name__}: {exc}"
         ) from exc
     seconds = time.perf_counter() - t0
+    problem = result_problem(metric, result, len(batch))
+    if problem is not None:
+        raise MetricFailed(f"metric '{family}' {problem}")
+    return result, seconds
+
+
+def result_problem(metric: Metric, result: Any, n: int) -> str | None:  # noqa: ANN401
+    """What is wrong with ``metric``'s answer for ``n`` pairs (``returned ...``), or ``None``:
+    not a :class:`MetricResult`, a key with another number of values, a key of the spec
+    missing. The one check of the in-process runner and of an engine's chunks."""
     if not isinstance(result, MetricResult):
-        raise MetricFailed(f"metric '{family}' returned {type(result).__name__}, not MetricResult")
+        return f"returned {type(result).__name__}, not MetricResult"
     for k, vals in result.values.items():
-        if len(vals) != len(batch):
-            raise MetricFailed(
-                f"metric '{family}' returned {len(vals)} values of '{k}' for {len(batch)} pairs"
-            )
+        if len(vals) != n:
+            return f"returned {len(vals)} values of '{k}' for {n} pairs"
     missing_keys = [k for k in metric.spec.keys if k not in result.values]
     if missing_keys:
-        raise MetricFailed(f"metric '{family}' returned no values for {', '.join(missing_keys)}")
-    return result, seconds
+        return f"returned no values for {', '.join(missing_keys)}"
+    return None
 
 
 def _as_float(value: Any, family: str, key: str) -> float:
