@@ -71,11 +71,7 @@ st.dataframe(
 def _engine(job: jobs.JobView) -> str:
     """Where a score job computes its pairs (``ray (...)``), or ``""`` on the worker."""
     spec = job.params.get("engine") if isinstance(job.params, dict) else None
-    if not isinstance(spec, dict):
-        return ""
-    where = spec.get("address") or "a local Ray instance"
-    n = spec.get("workers")
-    return f"Ray ({where}, {n} actors)" if n else f"Ray ({where}, one actor per CPU)"
+    return f"Ray {scoring.ray_where(spec)}" if isinstance(spec, dict) else ""
 
 
 st.subheader("Score a study")

@@ -213,11 +213,9 @@ def engine_spec(params: dict[str, Any]) -> dict[str, Any] | None:
 
 def engine_text(spec: dict[str, Any] | None) -> str:
     """How a job's engine is named to people: ``this worker`` or ``ray (ADDR, N actors)``."""
-    if spec is None:
-        return "this worker"
-    where = spec.get("address") or "a local Ray instance"
-    n = spec.get("workers")
-    return f"ray ({where}, {n} actors)" if n else f"ray ({where}, one actor per CPU)"
+    from radconcord.backend.services.scores.scoring import ray_where
+
+    return "this worker" if spec is None else f"ray {ray_where(spec)}"
 
 
 def _score(ctx: JobContext, pairs: Sequence[PairLike], metrics: list[str],

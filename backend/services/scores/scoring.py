@@ -155,6 +155,15 @@ def score_engine_params(engine: str, *, ray_address: str | None = None,
     return {"name": "ray", "address": address, "workers": workers}
 
 
+def ray_where(spec: Mapping[str, Any]) -> str:
+    """``(ADDR, N actors)`` of a Ray ``engine`` job param (``a local Ray instance`` without an
+    address, ``one actor per CPU`` without a number): the one wording of the job's result, the
+    CLI and the Metrics page."""
+    where = spec.get("address") or "a local Ray instance"
+    n = spec.get("workers")
+    return f"({where}, {n} actors)" if n else f"({where}, one actor per CPU)"
+
+
 def enqueue_scoring(
     db: Database,
     actor: Actor,
