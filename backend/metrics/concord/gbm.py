@@ -167,9 +167,13 @@ class GbmModel:
         # Trees of output k are the columns [start, end) of the leaf values, in boosting order.
         bounds = np.cumsum([0, *(len(per) for per in self.trees)])
         self._spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+        # With as many trees per output (what fit_gbm makes), step t of every output is one
+        # (outputs, rows) slice: the same additions in the same order, 12 times fewer calls.
+        sizes = {len(per) for per in self.trees}
+        self._per_output = sizes.pop() if len(sizes) == 1 else None
 
     def predict(self, X: np.ndarray, *, clip: bool = True,  # noqa: N803
-                chunk: int = 512) -> np.ndarray:
+                chunk: int = 128) -> np.ndarray:
         """Predicted counts.
 
         Args:
@@ -199,9 +203,11 @@ class GbmModel:
                 cols = np.ascontiguousarray(x[start:start + chunk].T)  # (features, rows)
                 # Every node's test for every row: (nodes, rows), one row of tests per node.
                 tests = np.less_equal(np.take(cols, self._columns, axis=0), thresholds)
-                pos = np.zeros((self._n_trees, cols.shape[1]), dtype=np.int64)
-                offset = 0
-                for k in range(self._depth):
+                # Level 0 has one node per tree: its tests are the first positions directly.
+                pos = ((~tests[:self._n_trees]).astype(np.int64) if self._depth
+                       else np.zeros((self._n_trees, cols.shape[1]), dtype=np.int64))
+                offset = self._n_trees
+                for k in range(1, self._depth):
                     width = 2**k
                     level = tests[offset:offset + self._n_trees * width]
                     went_left = np.take_along_axis(level, trees * width + pos, axis=0)
@@ -211,6 +217,13 @@ class GbmModel:
                 block = out[start:start + cols.shape[1]]
                 # Tree by tree, as scikit-learn adds them: a row's sum never depends on the
                 # other rows of the batch (a matrix product's blocking would).
+                if self._per_output is not None:
+                    steps = leaf.reshape(self.n_outputs, self._per_output, -1)
+                    acc = block.T.copy()  # (outputs, rows)
+                    for t in range(self._per_output):
+                        acc += self.learning_rate * steps[:, t]
+                    block[:] = acc.T
+                    continue
                 for k, (first, last) in enumerate(self._spans):
                     acc = block[:, k].copy()
                     for t in range(first, last):

@@ -63,10 +63,12 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from radconcord.backend.metrics.chexpert import label_report
 from radconcord.backend.metrics.labels import NEGATIVE, OBSERVATIONS, POSITIVE, UNCERTAIN
+from radconcord.backend.metrics.regex_gate import GateTable
 
 __all__ = [
     "CHANGE_DOWN_WORDS",
@@ -157,6 +159,7 @@ _FOLDED_INTO: dict[str, tuple[str, ...]] = {
 }
 
 _EXTRA_RE = {name: re.compile(rf"\b(?:{p})\b") for name, p in EXTRA_FINDINGS.items()}
+_EXTRA_GATE = GateTable([rx.pattern for rx in _EXTRA_RE.values()])
 _NEG_CUE = re.compile(
     r"\b(?:no|without|free of|negative for|absence of|resolution of|resolved|not|neither|nor"
     r"|clear of)\b"
@@ -396,16 +399,27 @@ class ReportAnalysis:
     n_severity: int = 0
     n_negation: int = 0
     present: frozenset[str] = frozenset()
-    token_counts: Counter[str] = field(default_factory=Counter)
-    token_set: frozenset[str] = frozenset()
-    bigrams: frozenset[tuple[str, str]] = frozenset()
     sentence_keys: frozenset[str] = frozenset()  # filled by analyze_report
 
     def __post_init__(self) -> None:
         self.present = frozenset(n for n, f in self.findings.items() if f.present)
-        self.token_counts = Counter(self.tokens)
-        self.token_set = frozenset(self.token_counts)
-        self.bigrams = frozenset(zip(self.tokens, self.tokens[1:], strict=False))
+
+    # The token statistics serve the gbm features only: computed on first use, so that the
+    # rules variant does not pay for them.
+    @cached_property
+    def token_counts(self) -> Counter[str]:
+        """Token -> occurrences in the report."""
+        return Counter(self.tokens)
+
+    @cached_property
+    def token_set(self) -> frozenset[str]:
+        """The report's distinct tokens."""
+        return frozenset(self.token_counts)
+
+    @cached_property
+    def bigrams(self) -> frozenset[tuple[str, str]]:
+        """The report's distinct pairs of adjacent tokens."""
+        return frozenset(zip(self.tokens, self.tokens[1:], strict=False))
 
     @property
     def n_uncertain(self) -> int:
@@ -462,7 +476,10 @@ def _normalize(text: str) -> str:
 def _extra_status(text: str) -> dict[str, tuple[int, int]]:
     """Extra finding -> (status, match start) in a lowercase sentence or clause."""
     out: dict[str, tuple[int, int]] = {}
-    for name, rx in _EXTRA_RE.items():
+    may = _EXTRA_GATE.candidates(text)
+    for i, (name, rx) in enumerate(_EXTRA_RE.items()):
+        if not may >> i & 1:
+            continue  # none of its first three characters occurs: it cannot match
         m = rx.search(text)
         if m is None:
             continue
@@ -494,8 +511,18 @@ def _mask_size(text: str) -> str:
     return _NORMAL_FOR.sub(" ", text)
 
 
-def _mentioned(text: str) -> dict[str, int]:
-    """Finding -> status for one sentence or clause (CheXpert rules + extras), unabsorbed."""
+def _mentioned(text: str, memo: MutableMapping[str, Any] | None = None) -> dict[str, int]:
+    """Finding -> status for one sentence or clause (CheXpert rules + extras), unabsorbed.
+
+    ``memo`` (the call's sentence cache) keeps each distinct text's answer: clauses such as
+    "no pneumothorax" recur across sentences. The caller gets its own copy to edit.
+    """
+    if memo is not None:
+        key = ("mentioned", text)  # a tuple: never equal to a sentence's text key
+        known = memo.get(key)
+        if known is None:
+            known = memo[key] = _mentioned(text)
+        return dict(known)
     labels = label_report(text)
     status: dict[str, int] = {}
     for name, value in zip(OBSERVATIONS, labels, strict=True):
@@ -527,9 +554,9 @@ def _claim_kind(text: str) -> str | None:
     return None
 
 
-def _sentence_info(text: str) -> _SentenceInfo:
+def _sentence_info(text: str, memo: MutableMapping[str, Any] | None = None) -> _SentenceInfo:
     low = _normalize(text)
-    status = _mentioned(low)
+    status = _mentioned(low, memo)
     attrs: dict[str, tuple[frozenset[str], frozenset[str], int | None, bool]] = {}
     for generic, specific in _FOLDED_INTO.items():
         if status.get(generic) in (POSITIVE, UNCERTAIN) and any(
@@ -540,7 +567,7 @@ def _sentence_info(text: str) -> _SentenceInfo:
         clauses = [c for c in _CLAUSE_SPLIT.split(low) if c.strip()]
         where: dict[str, list[tuple[str, dict[str, int]]]] = {}
         for clause in clauses:
-            clause_status = _mentioned(clause)
+            clause_status = _mentioned(clause, memo)
             for name in clause_status:
                 where.setdefault(name, []).append((clause, clause_status))
         for name in list(status):
@@ -607,7 +634,7 @@ def analyze_report(
         key = sent.text
         info = cache.get(key) if cache is not None else None
         if info is None:
-            info = _sentence_info(sent.text)
+            info = _sentence_info(sent.text, cache)
             if cache is not None:
                 cache[key] = info
         infos.append(info)
