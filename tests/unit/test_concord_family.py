@@ -83,7 +83,7 @@ def test_rules_scores_with_totals_and_evidence():
     c3 = next(e for e in d["errors"] if e["category"] == 3)
     assert c3["reference"] == {"text": "Small left pleural effusion.", "span": [0, 28]}
     assert c3["candidate"]["text"] == "Large right pleural effusion."
-    assert m.signature() == "concord:v1|variant:rules|rules:v1|labeler:radconcord-rules-v1"
+    assert m.signature() == "concord:v1|variant:rules|rules:v2|labeler:radconcord-rules-v1"
     empty = m.score(references=[], candidates=[])
     assert empty.values["concord_total"] == []
 
@@ -159,8 +159,8 @@ def test_gbm_family_scores_with_the_trained_folder(gbm_folder):
     assert res.details[0]["counts"] == [int(c) for c in expected[0]]
     np.testing.assert_allclose(res.details[0]["predicted"], raw[0], atol=5e-5)  # 4 decimals
     sha = folder.folder_sha256(gbm_folder)[:16]
-    assert m.signature() == (f"concord:v1|variant:gbm|model:sha256:{sha}|features:v1"
-                             "|round:1|rules:v1|labeler:radconcord-rules-v1")
+    assert m.signature() == (f"concord:v1|variant:gbm|model:sha256:{sha}|features:v2"
+                             "|round:1|rules:v2|labeler:radconcord-rules-v1")
 
     unrounded = registry.create("concord", variant="gbm", model=str(gbm_folder), round=False)
     res = unrounded.score(references=REFS, candidates=CANDS)
@@ -192,6 +192,20 @@ def test_a_gbm_folder_with_other_features_is_refused(gbm_folder, tmp_path):
     folder.write_meta(bad, _meta(feature_names=["a", "b"]))
     m = registry.create("concord", variant="gbm", model=str(bad))
     with pytest.raises(MetricUnavailable, match="lists features other than"):
+        m.load()
+
+
+def test_a_gbm_folder_trained_on_older_feature_definitions_is_refused(gbm_folder, tmp_path):
+    # Same feature names, other definitions (the rules behind them changed): refused.
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(gbm_folder, old)
+    meta = folder.read_meta(old)
+    meta["features_version"] = "1"
+    folder.write_meta(old, meta)
+    m = registry.create("concord", variant="gbm", model=str(old))
+    with pytest.raises(MetricUnavailable, match=r"trained on features v1, this version computes"):
         m.load()
 
 

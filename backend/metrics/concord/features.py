@@ -27,7 +27,7 @@ from radconcord.backend.metrics.concord.rules import (
 __all__ = ["FEATURE_NAMES", "FEATURES_VERSION", "feature_matrix", "pair_features"]
 
 #: Bump whenever a feature's definition changes: a trained model records it.
-FEATURES_VERSION = "1"
+FEATURES_VERSION = "2"
 
 _SIDE_FEATURES = (
     "n_sent", "n_tokens", "n_present", "n_uncertain", "n_minor_present", "n_abnormal_sent",

@@ -48,8 +48,13 @@ general) when it is ``stable``, or when both describe a change in the same direc
 
 Significance: findings of :data:`MINOR_FINDINGS` (incidental, chronic) and findings whose
 clause calls them old, healed, remote or calcified are *insignificant*; every other abnormal
-finding (support devices included) is *significant*. A comparison claim is insignificant when
-it is a bare statement of stability, significant when it describes a change.
+finding (support devices included) is *significant*. A severity error is significant only
+when the levels are two apart (mild vs severe) on a significant finding. A comparison claim
+is insignificant when it is a bare statement of stability, significant when it describes a
+change. Since ``RULES_VERSION`` 2 the minor list and the severity rule are those of the
+synthetic-error generator (:data:`backend.analysis.synthetic_errors.MINOR_FINDINGS`: hiatal
+hernia, linear/subsegmental atelectasis, low lung volumes and osteopenia added), so the rules
+count what the training pairs were built to mean.
 
 Known limits: lexical negation and attribution; findings outside the phrase lists are missed;
 a finding named twice with different attributes is merged; the direction of a change is not
@@ -94,7 +99,7 @@ __all__ = [
 ]
 
 #: Bump whenever a phrase list or rule changes a count: it is part of the signature.
-RULES_VERSION = "1"
+RULES_VERSION = "2"
 
 #: The 12 count names in the order used everywhere: c1_sig, c1_insig, ..., c6_insig.
 COUNT_NAMES: tuple[str, ...] = tuple(
@@ -125,6 +130,12 @@ EXTRA_FINDINGS: dict[str, str] = {
     "Hyperinflation": r"hyperinflat(?:ed|ion)|hyperexpan(?:ded|sion)|emphysema(?:tous)?"
                       r"|copd|chronic obstructive (?:pulmonary|lung) disease",
     "Hiatal Hernia": r"hiatal hernia|hiatus hernia",
+    "Minor Atelectasis": r"(?:linear|platelike|plate-like|discoid|subsegmental|bandlike"
+                         r"|band-like|streaky) (?:\w+ ){0,2}?atelecta\w*",
+    "Low Lung Volumes": r"low (?:lung )?volumes?|hypoinflat\w*|hypoventilat\w*"
+                        r"|(?:poor|shallow) inspiration"
+                        r"|lung volumes are (?:low|diminished|reduced)",
+    "Osteopenia": r"osteopeni\w*|demineraliz\w*|osteoporo\w*",
 }
 
 #: Every finding the rules know, in a fixed order (CheXpert's 13, then the extras).
@@ -133,7 +144,8 @@ FINDINGS: tuple[str, ...] = (*_CHEXPERT, *EXTRA_FINDINGS)
 #: Incidental or chronic findings whose addition, omission or misdescription is insignificant.
 MINOR_FINDINGS: frozenset[str] = frozenset(
     {"Granuloma", "Degenerative Change", "Nipple Shadow", "Tortuous Aorta", "Scarring",
-     "Scoliosis", "Postsurgical Change"}
+     "Scoliosis", "Postsurgical Change", "Hiatal Hernia", "Minor Atelectasis",
+     "Low Lung Volumes", "Osteopenia"}
 )
 
 #: A finding named as old/healed/remote/calcified in its clause is insignificant.
@@ -147,6 +159,7 @@ _ABSORBS: dict[str, tuple[str, ...]] = {
     "Scarring": ("Lung Opacity", "Pleural Other", "Atelectasis"),
     "Postsurgical Change": ("Support Devices",),
     "Hiatal Hernia": ("Lung Opacity",),
+    "Minor Atelectasis": ("Atelectasis", "Lung Opacity"),
 }
 
 #: A descriptive finding in a sentence that also names one of the interpreting findings is
@@ -784,8 +797,10 @@ def compare(reference: ReportAnalysis, candidate: ReportAnalysis) -> list[RuleEr
             errors.append(RuleError(3, significant, name, f"{name}: " + ", ".join(what),
                                     r_sent, c_sent))
         if rf.severity is not None and cf.severity is not None and rf.severity != cf.severity:
+            # One level apart (mild vs moderate) is a matter of degree, insignificant; two
+            # (mild vs severe) changes management, as the generator's severity recipe counts.
             errors.append(RuleError(
-                4, significant, name,
+                4, significant and abs(rf.severity - cf.severity) >= 2, name,
                 f"{name}: severity {rf.severity} -> {cf.severity} (1 mild, 2 moderate, 3 severe)",
                 r_sent, c_sent))
     for claim in candidate.claims:
