@@ -82,6 +82,7 @@ def test_a_split_job_shows_one_bar_its_chunks_and_cancels_them(study_env, make_a
     assert f"chunk 1/3 (#{first}): done on gpu0" in text
     assert f"chunk 3/3 (#{third}): queued" in text
     table = _jobs_table(at)
+    assert list(table["Job"]) == [parent.id]  # the chunks are in the expander, not rows
     status = dict(zip(table["Job"], table["Status"], strict=True))
     assert status[parent.id] == "running (1 chunk not done)"
     done = dict(zip(table["Job"], table["Done"], strict=True))

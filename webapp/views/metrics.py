@@ -187,6 +187,9 @@ def jobs_panel() -> None:
         st.caption("No jobs yet.")
         return
     groups = {g.parent.id: g for g in state.call(jobs.job_groups, live_db, me, all_jobs)}
+    # A split job is one row (its group's status and progress); its chunks are listed in the
+    # group's expander below, not again as rows of their own.
+    chunk_ids = {c.id for g in groups.values() for c in g.children}
     st.dataframe(
         [
             {
@@ -202,6 +205,7 @@ def jobs_panel() -> None:
                 "Queued": j.created_at,
             }
             for j in all_jobs
+            if j.id not in chunk_ids
         ],
         hide_index=True,
         width="stretch",
