@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from radconcord.backend.analysis.perturb import reword as perturb_reword
 from radconcord.backend.analysis.perturb import split_sentences
 from radconcord.backend.metrics.chexpert import label_report
+from radconcord.backend.metrics.concord.rules import EXTRA_FINDINGS as RULE_PHRASES
 from radconcord.backend.metrics.labels import NEGATIVE, OBSERVATIONS, POSITIVE, UNCERTAIN
 
 __all__ = [
@@ -138,6 +139,12 @@ class _Extra:
     canon: str  # noun phrase for "No ..." sentences
 
 
+def _rule_phrase(name: str) -> str:
+    """The phrase list concord's rules use for finding ``name``, as a whole-word pattern: one
+    definition, so that the errors made here and the errors the rules count cannot drift."""
+    return rf"\b(?:{RULE_PHRASES[name]})\b"
+
+
 def _extra(name: str, pattern: str, minor: bool, canon: str,
            overrides: tuple[str, ...] = ()) -> _Extra:
     return _Extra(name, re.compile(pattern), minor, overrides, canon)
@@ -176,17 +183,12 @@ _EXTRAS: tuple[_Extra, ...] = (
            r"\b(?:surgical|cholecystectomy|vascular|axillary|mediastinal) clips?\b|"
            r"\bsternotomy\b|\bcabg\b|\bpost-?(?:surgical|operative|op) changes?\b|"
            r"\bsternal wires?\b", True, "surgical clips", ("Support Devices",)),
-    _extra("minor_atelectasis",
-           r"\b(?:linear|platelike|plate-like|discoid|subsegmental|bandlike|band-like|streaky)"
-           r" (?:\w+ ){0,2}?atelecta\w*", True, "subsegmental atelectasis", ("Atelectasis",)),
+    _extra("minor_atelectasis", _rule_phrase("Minor Atelectasis"), True,
+           "subsegmental atelectasis", ("Atelectasis",)),
     _extra("hiatal_hernia", r"\bhiatal hernia\b|\bhiatus hernia\b|\bhernia\b",
            True, "hiatal hernia"),
-    _extra("low_volumes",
-           r"\blow (?:lung )?volumes?\b|\bhypoinflat\w*|\bhypoventilat\w*|"
-           r"\b(?:poor|shallow) inspiration\b|\blung volumes are (?:low|diminished|reduced)\b",
-           True, "low lung volumes"),
-    _extra("osteopenia", r"\bosteopeni\w*|\bdemineraliz\w*|\bosteoporo\w*", True,
-           "osteopenia"),
+    _extra("low_volumes", _rule_phrase("Low Lung Volumes"), True, "low lung volumes"),
+    _extra("osteopenia", _rule_phrase("Osteopenia"), True, "osteopenia"),
     _extra("hyperinflation",
            r"(?<!subcutaneous )\bemphysema\w*|\bcopd\b|\bchronic obstructive\b|"
            r"\bhyperinflat\w*|\bhyperexpan\w*|\bover-?inflat\w*|\bhyperaerat\w*|"

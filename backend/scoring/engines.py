@@ -379,8 +379,9 @@ class RayEngine:
         return list(self._actors)
 
     def _ensure_actors(self, n_chunks: int) -> list[Any]:
-        gpus, device = actor_placement(self._device, self._ray.cluster_resources())
-        default = self._ray.cluster_resources().get("GPU" if gpus else "CPU", 1)
+        cluster = self._ray.cluster_resources()
+        gpus, device = actor_placement(self._device, cluster)
+        default = cluster.get("GPU" if gpus else "CPU", 1)
         want = self._workers_wanted or int(default)
         want = max(1, min(want, n_chunks))
         if len(self._actors) < want:

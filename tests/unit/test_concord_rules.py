@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from radconcord.backend.analysis import perturb
+from radconcord.backend.analysis import synthetic_errors as synth
 from radconcord.backend.metrics.concord import rules
 from radconcord.backend.metrics.concord.rules import COUNT_NAMES, rule_counts
 
@@ -189,3 +190,22 @@ def test_the_sentence_cache_does_not_change_results():
     alone = [rule_counts(r, c) for r, c in zip(refs, cands, strict=True)]
     assert shared == alone
     assert cache  # sentences were cached
+
+
+# The generator's minor concepts and the rules' names for them (old fractures: the rules'
+# old/healed/remote modifier, not a finding of its own).
+GENERATOR_TO_RULES = {
+    "granuloma": "Granuloma", "degenerative": "Degenerative Change",
+    "spine_curvature": "Scoliosis", "aorta_calcification": "Tortuous Aorta",
+    "scarring": "Scarring", "nipple_shadow": "Nipple Shadow", "old_fracture": None,
+    "surgical_change": "Postsurgical Change", "minor_atelectasis": "Minor Atelectasis",
+    "hiatal_hernia": "Hiatal Hernia", "low_volumes": "Low Lung Volumes",
+    "osteopenia": "Osteopenia",
+}
+
+
+def test_the_rules_call_minor_exactly_what_the_generator_calls_minor():
+    # The counts the training pairs were made with and the counts the rules give must mean
+    # the same: a minor finding added to one list only fails here.
+    assert set(GENERATOR_TO_RULES) == set(synth.MINOR_FINDINGS)
+    assert {v for v in GENERATOR_TO_RULES.values() if v} == set(rules.MINOR_FINDINGS)

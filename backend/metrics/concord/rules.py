@@ -524,7 +524,7 @@ def _mask_size(text: str) -> str:
     return _NORMAL_FOR.sub(" ", text)
 
 
-def _mentioned(text: str, memo: MutableMapping[str, Any] | None = None) -> dict[str, int]:
+def _mentioned(text: str, memo: MutableMapping[Any, Any] | None = None) -> dict[str, int]:
     """Finding -> status for one sentence or clause (CheXpert rules + extras), unabsorbed.
 
     ``memo`` (the call's sentence cache) keeps each distinct text's answer: clauses such as
@@ -567,7 +567,7 @@ def _claim_kind(text: str) -> str | None:
     return None
 
 
-def _sentence_info(text: str, memo: MutableMapping[str, Any] | None = None) -> _SentenceInfo:
+def _sentence_info(text: str, memo: MutableMapping[Any, Any] | None = None) -> _SentenceInfo:
     low = _normalize(text)
     status = _mentioned(low, memo)
     attrs: dict[str, tuple[frozenset[str], frozenset[str], int | None, bool]] = {}
